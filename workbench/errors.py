@@ -1,0 +1,96 @@
+"""Every error the workbench raises on purpose, in one place.
+
+The CLI turns a :class:`WorkbenchError` into one line naming the thing and the problem, and exit code 2.
+Anything else is a bug and keeps its traceback.
+"""
+from __future__ import annotations
+
+
+class WorkbenchError(Exception):
+    """Root of the workbench's own errors; ``str(err)`` is the one line the CLI prints."""
+
+
+class FormatError(WorkbenchError):
+    """A model file that cannot be indexed: names the file, the field and what is wrong."""
+
+    def __init__(self, path: object, field: str, detail: str):
+        self.path, self.field, self.detail = str(path), field, detail
+        super().__init__(f"{self.path}: {field}: {detail}")
+
+
+class BackendUnavailable(WorkbenchError):
+    """A device backend that cannot be used here, with how to get it."""
+
+    def __init__(self, name: str, reason: str, hint: str = ""):
+        self.name, self.reason, self.hint = name, reason, hint
+        tail = f" ({hint})" if hint else ""
+        super().__init__(f"device backend '{name}' unavailable: {reason}{tail}")
+
+
+class StrategyUnavailable(WorkbenchError):
+    """A registered strategy that cannot run here (missing module, unsupported kernel feature)."""
+
+    def __init__(self, name: str, reason: str, hint: str = ""):
+        self.name, self.reason, self.hint = name, reason, hint
+        tail = f" ({hint})" if hint else ""
+        super().__init__(f"strategy '{name}' unavailable: {reason}{tail}")
+
+
+class UnknownName(WorkbenchError):
+    """A name that no registry knows (strategy, device, format)."""
+
+    def __init__(self, kind: str, name: str, known: list[str]):
+        self.kind, self.name, self.known = kind, name, list(known)
+        super().__init__(f"unknown {kind} '{name}'; known: {', '.join(sorted(known)) or 'none'}")
+
+
+class ParamError(WorkbenchError):
+    """A strategy or command parameter that does not parse or is out of range."""
+
+    def __init__(self, owner: str, param: str, detail: str):
+        self.owner, self.param, self.detail = owner, param, detail
+        super().__init__(f"{owner}: parameter '{param}': {detail}")
+
+
+class CacheStateError(WorkbenchError):
+    """The page-cache state asked for ('cold' / 'warm') cannot be reached or was not reached."""
+
+    def __init__(self, path: object, wanted: str, detail: str, resident: float | None = None):
+        self.path, self.wanted, self.detail, self.resident = str(path), wanted, detail, resident
+        got = "" if resident is None else f" (resident {resident:.1%})"
+        super().__init__(f"{self.path}: cannot make the page cache {wanted}: {detail}{got}")
+
+
+class VerificationError(WorkbenchError):
+    """Bytes read back from the device differ from the file's bytes."""
+
+    def __init__(self, path: object, tensor: str, detail: str):
+        self.path, self.tensor, self.detail = str(path), tensor, detail
+        super().__init__(f"{self.path}: tensor '{tensor}' differs on the device: {detail}")
+
+
+class WorkerFailed(WorkbenchError):
+    """A measurement worker process exited non-zero, crashed or timed out."""
+
+    def __init__(self, cmd: list[str] | str, returncode: int | None, stderr: str):
+        self.cmd = cmd if isinstance(cmd, str) else " ".join(cmd)
+        self.returncode, self.stderr = returncode, stderr
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no stderr"
+        code = "timed out" if returncode is None else f"exit {returncode}"
+        super().__init__(f"worker failed ({code}): {last} [cmd: {self.cmd}]")
+
+
+class LedgerError(WorkbenchError):
+    """The attempt ledger cannot be opened, read or written as asked."""
+
+    def __init__(self, path: object, detail: str):
+        self.path, self.detail = str(path), detail
+        super().__init__(f"{self.path}: {detail}")
+
+
+class SweepError(WorkbenchError):
+    """A sweep file that is malformed, or a sweep that cannot start."""
+
+    def __init__(self, path: object, detail: str):
+        self.path, self.detail = str(path), detail
+        super().__init__(f"{self.path}: {detail}")

@@ -1,0 +1,79 @@
+"""Name → "module:Class" registries, imported on first use.
+
+One registry per kind (strategies, devices, formats). Registering costs a string; the module behind a
+name is imported only when that name is asked for, so ``import workbench`` never pulls in cuda-python,
+hip-python or a peer loader.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Generic, Iterator, Mapping, TypeVar
+
+from workbench.errors import UnknownName
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered implementation: where it lives and how to install what it needs."""
+
+    name: str
+    target: str  # "package.module:Class"
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether something can run here, and if not, why (one line)."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+class Registry(Generic[T]):
+    """A read-only-from-outside map of names to lazily imported classes."""
+
+    def __init__(self, kind: str, entries: Mapping[str, tuple[str, str]] | None = None):
+        self.kind = kind
+        self._entries: dict[str, Entry] = {}
+        for name, (target, hint) in (entries or {}).items():
+            self.register(name, target, hint)
+
+    def register(self, name: str, target: str, hint: str = "", *, replace: bool = False) -> None:
+        """Add ``name`` → ``"module:Class"``; refuses to shadow an existing name unless ``replace``."""
+        if name in self._entries and not replace:
+            raise ValueError(f"{self.kind} '{name}' is already registered")
+        if ":" not in target:
+            raise ValueError(f"{self.kind} '{name}': target must be 'module:Class', got {target!r}")
+        self._entries[name] = Entry(name, target, hint)
+
+    @property
+    def entries(self) -> Mapping[str, Entry]:
+        return MappingProxyType(self._entries)
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def get(self, name: str) -> type[T]:
+        """Import and return the class registered as ``name``."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise UnknownName(self.kind, name, self.names())
+        module_name, _, attr = entry.target.partition(":")
+        module = importlib.import_module(module_name)
+        obj: Any = module
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj

@@ -1,0 +1,111 @@
+"""The one small interface every device backend implements (host, cuda, hip)."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from workbench.registry import Availability
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a result needs to know about the device it was measured on."""
+
+    backend: str  # registry name: host, host-uma, cuda, hip
+    name: str  # e.g. "NVIDIA H200", "host memory"
+    arch: str  # e.g. "sm_90", "gfx1100", "x86_64"
+    uma: bool  # device memory and the page cache share physical RAM
+    memory_bytes: int
+    driver: str = ""
+    binding: str = ""  # binding package and version, e.g. "cuda-python 13.0"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class DeviceBuffer:
+    """A device allocation. ``ptr`` is the device address (an int); ``host_view`` only for host."""
+
+    __slots__ = ("nbytes", "ptr", "handle", "freed")
+
+    def __init__(self, nbytes: int, ptr: int, handle: Any = None):
+        self.nbytes, self.ptr, self.handle, self.freed = nbytes, ptr, handle, False
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer(nbytes={self.nbytes}, ptr=0x{self.ptr:x})"
+
+
+class HostStaging:
+    """Page-locked (pinned) host memory a backend can DMA from; ``view`` is a writable memoryview."""
+
+    __slots__ = ("nbytes", "view", "handle", "locked")
+
+    def __init__(self, nbytes: int, view: memoryview, handle: Any = None, locked: bool = True):
+        self.nbytes, self.view, self.handle, self.locked = nbytes, view, handle, locked
+
+
+class Device(ABC):
+    """A device backend. Copies take any buffer-protocol source: bytes, memoryview of an mmap, pinned."""
+
+    name: ClassVar[str]
+    install_hint: ClassVar[str] = ""
+
+    @classmethod
+    @abstractmethod
+    def available(cls) -> Availability:
+        """Whether this backend can open a device here; the reason when not (module, driver, device)."""
+
+    @abstractmethod
+    def info(self) -> DeviceInfo: ...
+
+    @abstractmethod
+    def alloc(self, nbytes: int) -> DeviceBuffer: ...
+
+    @abstractmethod
+    def free(self, buf: DeviceBuffer) -> None: ...
+
+    @abstractmethod
+    def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:
+        """Copy all of ``src`` (buffer protocol) to ``dst`` at ``dst_offset``.
+
+        ``asynchronous`` lets a backend return before the copy finishes (only safe from pinned or
+        registered memory); :meth:`synchronize` or an event waits for it.
+        """
+
+    @abstractmethod
+    def synchronize(self) -> None: ...
+
+    @abstractmethod
+    def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
+        """Copy device bytes back to the host, for verification after the timed window."""
+
+    def record_event(self) -> Any:
+        """A marker after every copy issued so far; :meth:`wait_event` blocks until it passes."""
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        if event is not None:
+            self.synchronize()
+
+    @abstractmethod
+    def alloc_pinned(self, nbytes: int) -> HostStaging: ...
+
+    @abstractmethod
+    def free_pinned(self, staging: HostStaging) -> None: ...
+
+    @abstractmethod
+    def register_host(self, view: memoryview) -> Any:
+        """Page-lock an existing host range for DMA (cudaHostRegister and kin); returns a handle."""
+
+    @abstractmethod
+    def unregister_host(self, handle: Any) -> None: ...
+
+    def close(self) -> None:
+        """Release the device context; buffers still alive are freed."""
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

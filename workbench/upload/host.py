@@ -1,0 +1,119 @@
+"""The ``host`` backend: CPU memory standing in for a device, so every strategy runs and verifies anywhere.
+
+Copies are real memcpys (numpy slice assignment releases the GIL), so a host "upload" from a borrowed
+mmap slice soft-faults page-cache pages exactly as a DMA from that mapping would on a GPU.
+``host`` behaves as a discrete device (eviction policy: keep resident); ``host-uma`` as an APU.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import platform
+from typing import Any
+
+import numpy as np
+
+from workbench.registry import Availability
+from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, HostStaging
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def _address(view: Any) -> tuple[int, int]:
+    arr = np.frombuffer(view, dtype=np.uint8)
+    return arr.ctypes.data, arr.nbytes
+
+
+def _mlock(addr: int, nbytes: int) -> bool:
+    return _libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(nbytes)) == 0
+
+
+def _munlock(addr: int, nbytes: int) -> None:
+    _libc.munlock(ctypes.c_void_p(addr), ctypes.c_size_t(nbytes))
+
+
+def _total_ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class HostDevice(Device):
+    """CPU memory as device memory; always available."""
+
+    name = "host"
+    uma = False
+
+    def __init__(self, ordinal: int = 0):
+        self.ordinal = ordinal
+        self._arrays: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def available(cls) -> Availability:
+        return Availability(True)
+
+    def info(self) -> DeviceInfo:
+        return DeviceInfo(
+            backend=self.name,
+            name="host memory" + (" (UMA stand-in)" if self.uma else " (discrete stand-in)"),
+            arch=platform.machine(),
+            uma=self.uma,
+            memory_bytes=_total_ram(),
+            driver="",
+            binding=f"numpy {np.__version__}",
+        )
+
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        arr = np.empty(max(nbytes, 1), dtype=np.uint8)
+        buf = DeviceBuffer(nbytes, arr.ctypes.data, handle=arr)
+        self._arrays[id(buf)] = arr
+        return buf
+
+    def free(self, buf: DeviceBuffer) -> None:
+        if not buf.freed:
+            self._arrays.pop(id(buf), None)
+            buf.handle, buf.freed = None, True
+
+    def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:
+        data = np.frombuffer(src, dtype=np.uint8)
+        end = dst_offset + data.nbytes
+        if dst_offset < 0 or end > dst.nbytes:
+            raise ValueError(f"copy of {data.nbytes} B at {dst_offset} overruns a {dst.nbytes} B buffer")
+        dst.handle[dst_offset:end] = data
+
+    def synchronize(self) -> None:
+        return None
+
+    def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
+        return buf.handle[offset : offset + nbytes].tobytes()
+
+    def alloc_pinned(self, nbytes: int) -> HostStaging:
+        m = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        addr, n = _address(m)
+        locked = _mlock(addr, n)  # page-locked like cudaHostAlloc; may fail under RLIMIT_MEMLOCK
+        return HostStaging(nbytes, memoryview(m)[:nbytes], handle=(m, addr, n), locked=locked)
+
+    def free_pinned(self, staging: HostStaging) -> None:
+        m, addr, n = staging.handle
+        if staging.locked:
+            _munlock(addr, n)
+        staging.view.release()
+        m.close()
+
+    def register_host(self, view: memoryview) -> Any:
+        addr, n = _address(view)
+        return (addr, n) if _mlock(addr, n) else None
+
+    def unregister_host(self, handle: Any) -> None:
+        if handle is not None:
+            _munlock(*handle)
+
+    def close(self) -> None:
+        self._arrays.clear()
+
+
+class HostUmaDevice(HostDevice):
+    """The host backend labelled as unified memory, to exercise the APU policy (evict after read)."""
+
+    name = "host-uma"
+    uma = True
