@@ -1,0 +1,81 @@
+"""What the runner hands the ledger: frozen records of runs, attempts and their statistics.
+
+These are the contract between ``measure`` (which produces them), ``ledger`` (which stores them) and
+the notebooks/CLI (which read them back). Raw samples are kept; medians are derived from them.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+CACHE_STATES = ("cold", "warm", "asis")
+VERDICTS = ("baseline", "kept", "reverted", "failed", "inconclusive", "reference", "win", "loss", "pending")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One configuration to measure: a strategy with parameters on a file and a device."""
+
+    file: str
+    strategy: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    device: str = "host"
+    label: str = ""  # human name in tables; defaults to "strategy k=v …"
+
+    @property
+    def display(self) -> str:
+        if self.label:
+            return self.label
+        extra = " ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+        return f"{self.strategy} {extra}".strip()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "params": dict(self.params)}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One fresh-process run. ``error`` is set (and ``load_s`` None) when the run failed."""
+
+    position: int  # index in the interleaved order of the whole comparison
+    pid: int | None
+    load_s: float | None  # the load window, after interpreter start and device init
+    wall_s: float | None  # the whole worker process, spawn to exit, as the parent saw it
+    bytes: int
+    resident_before: float | None  # mincore fraction just before the run started
+    cache_state: str  # what was asked: cold / warm / asis
+    cache_reached: bool  # whether resident_before matches the state asked for
+    verified: bool | None  # device bytes == file bytes (None: not checked)
+    engaged: tuple[str, ...] = ()
+    phases: Mapping[str, float] = field(default_factory=dict)
+    minflt: int = 0
+    majflt: int = 0
+    lock_wait_s: float = 0.0
+    error: str | None = None
+    result: Mapping[str, Any] = field(default_factory=dict)  # the worker's full JSON
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.load_s is not None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["engaged"], d["phases"], d["result"] = list(self.engaged), dict(self.phases), dict(self.result)
+        return d
+
+
+@dataclass(frozen=True)
+class AttemptStats:
+    """Statistics over the successful runs of an attempt (seconds; GB/s from the median)."""
+
+    n: int
+    n_failed: int
+    median_s: float | None
+    min_s: float | None
+    max_s: float | None
+    spread_pct: float | None  # (max - min) / median * 100
+    gbps: float | None
+    stable: bool  # spread <= 10 %
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
