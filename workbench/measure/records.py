@@ -9,7 +9,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 CACHE_STATES = ("cold", "warm", "asis")
-VERDICTS = ("baseline", "kept", "reverted", "failed", "inconclusive", "reference", "win", "loss", "pending")
+# Set by the runner from the numbers: baseline, faster, slower, inconclusive, failed.
+# Set by a person afterwards (``workbench ledger verdict``): kept, reverted, reference.
+AUTO_VERDICTS = ("baseline", "faster", "slower", "inconclusive", "failed")
+USER_VERDICTS = ("kept", "reverted", "reference")
+VERDICTS = AUTO_VERDICTS + USER_VERDICTS
 
 
 @dataclass(frozen=True)
