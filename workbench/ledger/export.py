@@ -1,0 +1,183 @@
+"""Ledger exports: CSV for analysis, and a Markdown table ready to paste into a pull request.
+
+The table reads like the write-ups in ``shared/seeds``: one row per attempt, failed attempts kept
+with their numbers and a reason, speedups against the baseline, and a header line saying which
+machine, device and file the numbers are about.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.ledger.store import Ledger
+
+_JSON_COLUMNS = ("params", "device_info", "environment", "engaged", "phases", "result", "detail")
+COLUMNS = ("attempt", "change", "cache", "median", "spread", "n", "GB/s", "vs baseline", "verdict")
+
+
+def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campaign: str | None = None) -> list[Path]:
+    """Write attempts and runs as CSV; returns ``[attempts, runs]`` paths.
+
+    A directory gets ``attempts.csv`` and ``runs.csv``; a ``*.csv`` path gets the attempts and a
+    sibling ``<stem>_runs.csv``. Dict and list columns are written as JSON text.
+    """
+    target = Path(directory_or_path)
+    if target.suffix.lower() == ".csv":
+        paths = [target, target.with_name(f"{target.stem}_runs.csv")]
+    else:
+        paths = [target / "attempts.csv", target / "runs.csv"]
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    for frame, path in zip((ledger.attempts(campaign), ledger.runs(campaign=campaign)), paths):
+        _json_columns(frame).to_csv(path, index=False)
+    return paths
+
+
+def export_markdown(ledger: Ledger, path: str | os.PathLike[str], campaign: str | None = None) -> Path:
+    """Write :func:`markdown_table` to ``path``; returns it."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(markdown_table(ledger, campaign) + "\n", encoding="utf-8")
+    return target
+
+
+def markdown_table(ledger: Ledger, campaign: str | None = None) -> str:
+    """A PR-ready Markdown table of the attempts (of one campaign), oldest first, under a header line."""
+    attempts = ledger.attempts(campaign)
+    if attempts.empty:
+        return f"_No attempts{f' in campaign {campaign!r}' if campaign else ''}._"
+    runs = ledger.runs(campaign=campaign)
+    by_attempt = {key: group for key, group in runs.groupby("attempt_id")}
+    several_hosts = attempts["host"].nunique() > 1
+    lines = [_header(attempts, campaign), "", _row(COLUMNS), _row(["---"] * len(COLUMNS))]
+    for a in attempts.to_dict("records"):
+        a = {k: _none(v) for k, v in a.items()}
+        lines.append(_row(_cells(a, by_attempt.get(a["id"]), several_hosts)))
+    return "\n".join(lines)
+
+
+def _cells(a: dict[str, Any], runs: pd.DataFrame | None, several_hosts: bool) -> list[str]:
+    ident = f"`{a['id'][:8]}`" + (f" ({a['host']})" if several_hosts else "")
+    n = "—" if a["n"] is None else str(a["n"]) + (f" + {a['n_failed']} failed" if a["n_failed"] else "")
+    spread = "—" if a["spread_pct"] is None else f"{a['spread_pct']:.1f} %" + ("" if a["stable"] else " ⚠")
+    return [
+        ident, a["label"], _cache(a["cache"], runs), _ms(a["median_s"]), spread, n, _gbps(a),
+        _vs_baseline(a), _verdict(a, runs),
+    ]
+
+
+def _header(attempts: pd.DataFrame, campaign: str | None) -> str:
+    records = [{k: _none(v) for k, v in a.items()} for a in attempts.to_dict("records")]
+    hosts = ", ".join(sorted({str(a["host"]) for a in records}))
+    # An attempt recorded without device info or file identity should not add a vaguer duplicate.
+    devices = _most_specific({str(a["device"]): _device(a) for a in records if a.get("device_info")}, records, "device")
+    files = _most_specific({str(a["file_path"]): _file(a) for a in records if a["file_hash"]}, records, "file_path")
+    first, last = attempts["created"].min()[:10], attempts["created"].max()[:10]
+    dates = first if first == last else f"{first} – {last}"
+    scope = f"**Campaign** {campaign} · " if campaign else ""
+    return f"{scope}**Machine** {hosts} · **device** {devices} · **file** {files} · **date** {dates}"
+
+
+def _most_specific(known: dict[str, str], records: list[dict[str, Any]], key: str) -> str:
+    described = {**{str(a[key]): (_device(a) if key == "device" else _file(a)) for a in records}, **known}
+    return ", ".join(sorted(described.values()))
+
+
+def _device(a: dict[str, Any]) -> str:
+    info = a.get("device_info") or {}
+    name = info.get("name")
+    return f"{name} ({a['device']})" if name else str(a["device"])
+
+
+def _file(a: dict[str, Any]) -> str:
+    parts = [Path(str(a["file_path"])).name]
+    if a["file_size"] is not None:
+        parts.append(_size(int(a["file_size"])))
+    if a["file_hash"]:
+        parts.append(f"{str(a['file_hash'])[:20]}…")
+    return ", ".join(parts)
+
+
+def _cache(cache: str | None, runs: pd.DataFrame | None) -> str:
+    if runs is None or cache not in ("cold", "warm"):
+        return cache or "—"
+    missed = int((runs["cache_reached"] == False).sum())  # noqa: E712 (None means unknown)
+    # A state that was asked for but not reached must never read as reached.
+    return f"{cache} (not reached {missed}/{len(runs)})" if missed else cache
+
+
+def _gbps(a: dict[str, Any]) -> str:
+    if a["gbps"] is None:
+        return "—"
+    text = f"{a['gbps']:.2f}"
+    if a["ceiling_gbps"]:
+        text += f" ({a['gbps'] / a['ceiling_gbps']:.0%} of {a['ceiling_name'] or 'ceiling'})"
+    return text
+
+
+def _vs_baseline(a: dict[str, Any]) -> str:
+    if a["auto_verdict"] == "baseline":
+        return "baseline"
+    speedup = a["speedup"]
+    if speedup is None:
+        return "—"
+    return f"{speedup:.2f}×" if speedup >= 1 else f"−{(1 - speedup) * 100:.0f} %"
+
+
+def _verdict(a: dict[str, Any], runs: pd.DataFrame | None) -> str:
+    verdict, auto = a["verdict"], a["auto_verdict"]
+    if verdict == "running":
+        return "unfinished (runner stopped before the verdict)"
+    text = verdict if not auto or auto == verdict else f"{verdict} (measured: {auto})"
+    if "failed" in (verdict, auto) or a["n_failed"]:
+        reason = _failure_reason(runs)
+        text += f" — {reason}" if reason else ""
+    return text
+
+
+def _failure_reason(runs: pd.DataFrame | None) -> str:
+    if runs is None or runs.empty:
+        return "no runs recorded"
+    errors = runs["error"].dropna()
+    if len(errors):
+        first = str(errors.iloc[0]).strip().splitlines()[-1] if str(errors.iloc[0]).strip() else "error"
+        return f"{len(errors)}/{len(runs)} runs failed: {first[:100]}"
+    wrong = int((runs["verified"] == False).sum())  # noqa: E712
+    return f"{wrong}/{len(runs)} runs read back wrong bytes" if wrong else ""
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    ms = seconds * 1000
+    if ms >= 1000:
+        return f"{ms:,.0f}".replace(",", " ") + " ms"
+    return f"{ms:.{0 if ms >= 100 else 1 if ms >= 10 else 2}f} ms"
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} B"
+
+
+def _row(cells: Any) -> str:
+    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+def _none(value: Any) -> Any:
+    """SQL NULL comes back from pandas as NaN in numeric columns; the table wants None."""
+    return None if isinstance(value, float) and value != value else value
+
+
+def _json_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.copy()
+    for col in _JSON_COLUMNS:
+        if col in out:
+            out[col] = out[col].map(lambda v: None if v is None else json.dumps(v, sort_keys=True, default=str))
+    return out

@@ -1,0 +1,167 @@
+"""The ledger's SQLite schema, connection settings and transaction helper.
+
+WAL lets readers run beside one writer; ``busy_timeout`` makes a second writer wait instead of
+failing; every write is one short ``BEGIN IMMEDIATE`` transaction, so several processes (two sweeps,
+a notebook) can record at once and a crash loses at most the row being written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from workbench.errors import LedgerError
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = Path("data") / "ledger.sqlite"
+BUSY_TIMEOUT_MS = 60_000
+
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "campaigns": ("id", "name", "description", "created"),
+    "attempts": (
+        "id", "host", "campaign_id", "label", "hypothesis", "strategy", "params", "device",
+        "device_info", "file_path", "file_size", "file_hash", "cache", "environment", "n", "n_failed",
+        "median_s", "min_s", "max_s", "spread_pct", "gbps", "stable", "ceiling_name", "ceiling_gbps",
+        "baseline_id", "speedup", "verdict", "auto_verdict", "notes", "created", "finished",
+    ),
+    "runs": (
+        "id", "attempt_id", "position", "pid", "load_s", "wall_s", "bytes", "resident_before",
+        "cache_state", "cache_reached", "verified", "engaged", "phases", "minflt", "majflt",
+        "lock_wait_s", "error", "result", "created",
+    ),
+    "ceilings": ("id", "host", "name", "gbps", "detail", "measured_at"),
+    "verdict_history": ("id", "attempt_id", "old", "new", "note", "at"),
+}
+
+DDL = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+INSERT INTO schema_version SELECT {version} WHERE NOT EXISTS (SELECT 1 FROM schema_version);
+CREATE TABLE IF NOT EXISTS campaigns (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, description TEXT NOT NULL DEFAULT '',
+    created TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS attempts (
+    id TEXT PRIMARY KEY, host TEXT NOT NULL, campaign_id TEXT NOT NULL REFERENCES campaigns(id),
+    label TEXT NOT NULL DEFAULT '', hypothesis TEXT NOT NULL DEFAULT '', strategy TEXT NOT NULL,
+    params TEXT NOT NULL DEFAULT '{{}}', device TEXT, device_info TEXT, file_path TEXT,
+    file_size INTEGER, file_hash TEXT, cache TEXT, environment TEXT, n INTEGER, n_failed INTEGER,
+    median_s REAL, min_s REAL, max_s REAL, spread_pct REAL, gbps REAL, stable INTEGER,
+    ceiling_name TEXT, ceiling_gbps REAL, baseline_id TEXT, speedup REAL, verdict TEXT NOT NULL,
+    auto_verdict TEXT, notes TEXT NOT NULL DEFAULT '', created TEXT NOT NULL, finished TEXT);
+CREATE INDEX IF NOT EXISTS attempts_campaign ON attempts(campaign_id);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, attempt_id TEXT NOT NULL REFERENCES attempts(id), position INTEGER,
+    pid INTEGER, load_s REAL, wall_s REAL, bytes INTEGER, resident_before REAL, cache_state TEXT,
+    cache_reached INTEGER, verified INTEGER, engaged TEXT, phases TEXT, minflt INTEGER,
+    majflt INTEGER, lock_wait_s REAL, error TEXT, result TEXT, created TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS runs_attempt ON runs(attempt_id);
+CREATE TABLE IF NOT EXISTS ceilings (
+    id TEXT PRIMARY KEY, host TEXT NOT NULL, name TEXT NOT NULL, gbps REAL NOT NULL,
+    detail TEXT, measured_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS verdict_history (
+    id TEXT PRIMARY KEY, attempt_id TEXT NOT NULL REFERENCES attempts(id), old TEXT,
+    new TEXT NOT NULL, note TEXT NOT NULL DEFAULT '', at TEXT NOT NULL);
+"""
+
+
+def resolve_path(path: str | os.PathLike[str] | None) -> Path:
+    """The argument, else ``$WORKBENCH_LEDGER``, else ``data/ledger.sqlite`` under the cwd."""
+    chosen = path if path is not None else os.environ.get("WORKBENCH_LEDGER") or DEFAULT_PATH
+    return Path(chosen).expanduser()
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open (creating if missing) the ledger at ``path`` with WAL and the current schema."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    except (OSError, sqlite3.Error) as exc:
+        raise LedgerError(path, f"cannot open the ledger: {exc}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+        conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across process crashes
+        conn.execute("PRAGMA foreign_keys = ON")
+        with transaction(conn, path):
+            for statement in DDL.format(version=SCHEMA_VERSION).split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        check_version(conn, path)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise LedgerError(path, f"not a usable ledger: {exc}") from exc
+    except LedgerError:
+        conn.close()
+        raise
+    return conn
+
+
+def check_version(conn: sqlite3.Connection, path: Path, schema: str = "main") -> None:
+    """Refuse a ledger written by a newer workbench (its columns may mean something else)."""
+    try:
+        row = conn.execute(f"SELECT MAX(version) FROM {schema}.schema_version").fetchone()
+    except sqlite3.Error as exc:
+        raise LedgerError(path, f"not a workbench ledger ({exc})") from exc
+    if row is None or row[0] is None or row[0] > SCHEMA_VERSION:
+        found = None if row is None else row[0]
+        raise LedgerError(path, f"ledger schema version {found}; this workbench reads {SCHEMA_VERSION}")
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+    """One short write transaction; taken IMMEDIATE so writers queue on the lock, not deadlock."""
+    try:
+        _retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
+    except sqlite3.Error as exc:
+        raise LedgerError(path, f"cannot start a write: {exc}") from exc
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise LedgerError(path, f"write failed: {exc}") from exc
+        raise
+
+
+def _retry_locked(call: Any, attempts: int = 20) -> Any:
+    # busy_timeout covers ordinary lock waits; a WAL switch racing another opener can still report
+    # "locked" at once, so retry briefly rather than fail the whole run.
+    for i in range(attempts):
+        try:
+            return call()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or i == attempts - 1:
+                raise
+            time.sleep(0.05 * (i + 1))
+
+
+def new_id() -> str:
+    """A globally unique row id (uuid4 hex), so ledgers from several machines merge cleanly."""
+    return uuid.uuid4().hex
+
+
+def now() -> str:
+    """UTC time, ISO 8601 with microseconds: sorts as text and reads without a time zone guess."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def encode(value: Any) -> str | None:
+    """JSON text for a dict/list column (None stays NULL)."""
+    return None if value is None else json.dumps(value, sort_keys=True, default=str)
+
+
+def decode(text: str | None) -> Any:
+    """The Python value of a JSON column."""
+    return None if text is None else json.loads(text)
+
+
+def tristate(value: bool | None) -> int | None:
+    """Store True/False/None (e.g. ``verified``) as 1/0/NULL."""
+    return None if value is None else int(bool(value))

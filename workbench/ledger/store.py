@@ -1,0 +1,273 @@
+"""The attempt ledger: campaigns, attempts, runs, ceilings and verdict edits in one SQLite file.
+
+Every write is its own short transaction and runs are written one by one as they finish, so a runner
+that dies half-way leaves every finished run recorded (its attempt stays ``running``).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from workbench.errors import LedgerError
+from workbench.ledger import schema
+from workbench.ledger.schema import decode, encode, new_id, now, transaction, tristate
+from workbench.measure.records import VERDICTS, AttemptStats, RunConfig, RunRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RUNNING = "running"  # verdict of an attempt whose runner has not finished it (yet, or ever)
+MIN_PREFIX = 6
+
+_ATTEMPT_SELECT = "SELECT c.name AS campaign, a.* FROM attempts a JOIN campaigns c ON c.id = a.campaign_id"
+
+
+class Ledger:
+    """The attempt ledger at ``path`` (else ``$WORKBENCH_LEDGER``, else ``data/ledger.sqlite``).
+
+    Safe for several processes at once; use one ``Ledger`` per process (or thread).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None):
+        self.path: Path = schema.resolve_path(path)
+        self._conn = schema.connect(self.path)
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r})"
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self._conn.close()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def ensure_campaign(self, name: str, description: str = "") -> str:
+        """The id of campaign ``name``, created when missing (a description fills an empty one)."""
+        if not name or not name.strip():
+            raise LedgerError(self.path, "a campaign needs a non-empty name")
+        with transaction(self._conn, self.path) as c:
+            c.execute("INSERT OR IGNORE INTO campaigns VALUES (?, ?, ?, ?)", (new_id(), name, description, now()))
+            if description:
+                c.execute("UPDATE campaigns SET description = ? WHERE name = ? AND description = ''", (description, name))
+            return c.execute("SELECT id FROM campaigns WHERE name = ?", (name,)).fetchone()[0]
+
+    def start_attempt(
+        self, *, campaign: str, config: RunConfig, cache: str, hypothesis: str = "", label: str = "",
+        file_identity: Mapping[str, Any] | None = None, environment: Mapping[str, Any] | None = None,
+        device_info: Mapping[str, Any] | None = None, host: str | None = None,
+    ) -> str:
+        """Record a new attempt (verdict ``running``) before its first run; returns its id."""
+        campaign_id = self.ensure_campaign(campaign or "default")
+        ident = dict(file_identity or {})
+        host = host or (environment or {}).get("host") or socket.gethostname()
+        row = {
+            "id": new_id(), "host": host, "campaign_id": campaign_id,
+            "label": label or config.display, "hypothesis": hypothesis, "strategy": config.strategy,
+            "params": encode(dict(config.params)), "device": config.device,
+            "device_info": encode(dict(device_info) if device_info is not None else None),
+            "file_path": ident.get("path", config.file), "file_size": ident.get("size"),
+            "file_hash": ident.get("hash"), "cache": cache,
+            "environment": encode(dict(environment) if environment is not None else None),
+            "verdict": RUNNING, "notes": "", "created": now(),
+        }
+        self._insert("attempts", row)
+        return row["id"]
+
+    def add_run(self, attempt_id: str, run: RunRecord) -> str:
+        """Record one finished (or failed) run of an attempt at once; returns the run's id."""
+        row = {
+            "id": new_id(), "attempt_id": attempt_id, "position": run.position, "pid": run.pid,
+            "load_s": run.load_s, "wall_s": run.wall_s, "bytes": run.bytes,
+            "resident_before": run.resident_before, "cache_state": run.cache_state,
+            "cache_reached": tristate(run.cache_reached), "verified": tristate(run.verified),
+            "engaged": encode(list(run.engaged)), "phases": encode(dict(run.phases)),
+            "minflt": run.minflt, "majflt": run.majflt, "lock_wait_s": run.lock_wait_s,
+            "error": run.error, "result": encode(dict(run.result)), "created": now(),
+        }
+        self._require_attempt(attempt_id)
+        self._insert("runs", row)
+        return row["id"]
+
+    def finish_attempt(
+        self, attempt_id: str, stats: AttemptStats, *, baseline_id: str | None, speedup: float | None,
+        verdict: str, ceiling_name: str | None = None, ceiling_gbps: float | None = None, notes: str = "",
+    ) -> None:
+        """Store an attempt's statistics, comparison and automatic verdict."""
+        _check_verdict(self.path, verdict)
+        values = (
+            stats.n, stats.n_failed, stats.median_s, stats.min_s, stats.max_s, stats.spread_pct,
+            stats.gbps, int(stats.stable), ceiling_name, ceiling_gbps, baseline_id, speedup,
+            verdict, verdict, notes, now(), attempt_id,
+        )
+        with transaction(self._conn, self.path) as c:
+            cur = c.execute(
+                "UPDATE attempts SET n=?, n_failed=?, median_s=?, min_s=?, max_s=?, spread_pct=?, gbps=?,"
+                " stable=?, ceiling_name=?, ceiling_gbps=?, baseline_id=?, speedup=?, verdict=?,"
+                " auto_verdict=?, notes=?, finished=? WHERE id=?", values,
+            )
+            if cur.rowcount != 1:
+                raise LedgerError(self.path, f"no attempt '{attempt_id}' to finish")
+
+    def set_verdict(self, attempt_id: str, verdict: str, note: str = "") -> str:
+        """A person's verdict (``kept``, ``reverted``, ``reference`` …), audited; returns the full id."""
+        _check_verdict(self.path, verdict)
+        full = self.resolve_id(attempt_id)
+        at = now()
+        with transaction(self._conn, self.path) as c:
+            old, notes = c.execute("SELECT verdict, notes FROM attempts WHERE id = ?", (full,)).fetchone()
+            line = f"{at[:16]}Z verdict {old} → {verdict}" + (f": {note}" if note else "")
+            notes = f"{notes}\n{line}" if notes else line
+            c.execute("UPDATE attempts SET verdict = ?, notes = ? WHERE id = ?", (verdict, notes, full))
+            c.execute(
+                "INSERT INTO verdict_history VALUES (?, ?, ?, ?, ?, ?)", (new_id(), full, old, verdict, note, at)
+            )
+        return full
+
+    def record_ceiling(self, name: str, gbps: float, detail: Mapping[str, Any], host: str | None = None) -> str:
+        """Store one measured bandwidth wall of a host (e.g. ``page_cache_read_8t``); returns its id."""
+        row = {
+            "id": new_id(), "host": host or socket.gethostname(), "name": name, "gbps": float(gbps),
+            "detail": encode(dict(detail)), "measured_at": now(),
+        }
+        self._insert("ceilings", row)
+        return row["id"]
+
+    def merge(self, other_path: str | os.PathLike[str]) -> dict[str, int]:
+        """Import another ledger (another machine's); returns rows added per table. Idempotent."""
+        from workbench.ledger.merge import merge_into
+
+        return merge_into(self._conn, self.path, Path(other_path))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def resolve_id(self, prefix: str) -> str:
+        """The full attempt id for a unique prefix of at least 6 characters (like git)."""
+        prefix = prefix.strip().lower()
+        if len(prefix) < MIN_PREFIX:
+            raise LedgerError(self.path, f"attempt id '{prefix}' too short: give at least {MIN_PREFIX} characters")
+        rows = self._query("SELECT id FROM attempts WHERE substr(id, 1, ?) = ? LIMIT 2", (len(prefix), prefix))
+        if not rows:
+            raise LedgerError(self.path, f"no attempt with id '{prefix}'")
+        if len(rows) > 1:
+            raise LedgerError(self.path, f"attempt id '{prefix}' is ambiguous; give more characters")
+        return rows[0]["id"]
+
+    def attempt(self, attempt_id: str) -> dict[str, Any]:
+        """One attempt as a dict (JSON columns decoded, campaign by name); accepts an id prefix."""
+        full = self.resolve_id(attempt_id)
+        return _decode_attempt(self._query(f"{_ATTEMPT_SELECT} WHERE a.id = ?", (full,))[0])
+
+    def attempts(self, campaign: str | None = None) -> pd.DataFrame:
+        """All attempts (of one campaign), oldest first, with ``ceiling_fraction`` = gbps / ceiling."""
+        where, args = ("WHERE c.name = ?", (campaign,)) if campaign else ("", ())
+        rows = self._query(f"{_ATTEMPT_SELECT} {where} ORDER BY a.created, a.id", args)
+        frame = _frame([_decode_attempt(r) for r in rows], ("campaign",) + schema.COLUMNS["attempts"])
+        frame["ceiling_fraction"] = frame["gbps"].astype(float) / frame["ceiling_gbps"].astype(float)
+        return frame
+
+    def runs(self, attempt_id: str | None = None, campaign: str | None = None) -> pd.DataFrame:
+        """Runs of one attempt (id prefix ok), of one campaign, or all; in attempt then position order."""
+        return _frame(self._run_rows(attempt_id, campaign), schema.COLUMNS["runs"])
+
+    def run_records(self, attempt_id: str) -> list[RunRecord]:
+        """An attempt's runs back as :class:`RunRecord` objects (to re-derive statistics)."""
+        fields = RunRecord.__dataclass_fields__
+        return [RunRecord(**{k: v for k, v in row.items() if k in fields}) for row in self._run_rows(attempt_id)]
+
+    def attempt_stats(self, attempt_id: str) -> AttemptStats:
+        """The statistics stored for an attempt (all None while it is still running)."""
+        a = self.attempt(attempt_id)
+        keys = AttemptStats.__dataclass_fields__
+        values = {k: a[k] for k in keys}
+        values.update(n=values["n"] or 0, n_failed=values["n_failed"] or 0, stable=bool(values["stable"]))
+        return AttemptStats(**values)
+
+    def campaigns(self) -> pd.DataFrame:
+        """Campaigns with their attempt counts, oldest first."""
+        rows = self._query(
+            "SELECT c.*, COUNT(a.id) AS attempts FROM campaigns c LEFT JOIN attempts a ON a.campaign_id = c.id"
+            " GROUP BY c.id ORDER BY c.created"
+        )
+        return _frame(rows, schema.COLUMNS["campaigns"] + ("attempts",))
+
+    def ceilings(self, host: str | None = None) -> pd.DataFrame:
+        """The latest measurement of each ceiling per host (one host when ``host`` is given)."""
+        where, args = ("WHERE host = ?", (host,)) if host else ("", ())
+        rows = self._query(
+            "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY host, name ORDER BY measured_at DESC)"
+            f" AS rank FROM ceilings {where}) WHERE rank = 1 ORDER BY host, name", args,
+        )
+        frame = _frame(rows, schema.COLUMNS["ceilings"])
+        frame["detail"] = frame["detail"].map(decode)
+        return frame
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _insert(self, table: str, row: Mapping[str, Any]) -> None:
+        names = ", ".join(row)
+        marks = ", ".join("?" * len(row))
+        with transaction(self._conn, self.path) as c:
+            c.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(row.values()))
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        try:
+            cur = self._conn.execute(sql, args)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r)) for r in cur.fetchall()]
+        except sqlite3.Error as exc:
+            raise LedgerError(self.path, f"read failed: {exc}") from exc
+
+    def _run_rows(self, attempt_id: str | None, campaign: str | None = None) -> list[dict[str, Any]]:
+        clauses, args = [], []
+        if attempt_id:
+            clauses.append("r.attempt_id = ?")
+            args.append(self.resolve_id(attempt_id))
+        if campaign:
+            clauses.append("c.name = ?")
+            args.append(campaign)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._query(
+            "SELECT r.* FROM runs r JOIN attempts a ON a.id = r.attempt_id JOIN campaigns c ON c.id = a.campaign_id"
+            f" {where} ORDER BY a.created, a.id, r.position, r.created", tuple(args),
+        )
+        return [_decode_run(r) for r in rows]
+
+    def _require_attempt(self, attempt_id: str) -> None:
+        if not self._query("SELECT 1 FROM attempts WHERE id = ?", (attempt_id,)):
+            raise LedgerError(self.path, f"no attempt '{attempt_id}' (runs need the full attempt id)")
+
+
+def _check_verdict(path: Path, verdict: str) -> None:
+    if verdict not in VERDICTS:
+        raise LedgerError(path, f"unknown verdict '{verdict}'; known: {', '.join(VERDICTS)}")
+
+
+def _decode_attempt(row: dict[str, Any]) -> dict[str, Any]:
+    for key in ("params", "device_info", "environment"):
+        row[key] = decode(row[key])
+    row["stable"] = None if row["stable"] is None else bool(row["stable"])
+    return row
+
+
+def _decode_run(row: dict[str, Any]) -> dict[str, Any]:
+    for key in ("engaged", "phases", "result"):
+        row[key] = decode(row[key])
+    row["engaged"] = tuple(row["engaged"] or ())
+    for key in ("cache_reached", "verified"):
+        row[key] = None if row[key] is None else bool(row[key])
+    return row
+
+
+def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    import pandas as pd  # imported here so writers (runner workers) never pay for pandas
+
+    return pd.DataFrame.from_records(rows, columns=list(columns))
