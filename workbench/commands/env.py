@@ -1,0 +1,59 @@
+"""``workbench env``: this machine, a directory's file system and the device backends."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from workbench.io.envinfo import collect_environment
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _yes_no(ok: bool, reason: str) -> str:
+    return "yes" if ok else f"no ({reason})" if reason else "no"
+
+
+def _rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    commit = env.get("git_commit")
+    rows = [
+        ("workbench", env["workbench_version"] + (f" @ {commit[:12]}{' (dirty)' if env['git_dirty'] else ''}"
+                                                  if commit else "")),
+        ("python", f"{env['python']} ({env['implementation']})"),
+        ("kernel", env["kernel"]),
+        ("host", env["hostname"]),
+        ("cpu", f"{env['cpu_model']} — {env['cores']} cores, {env['cores_usable']} usable"),
+        ("ram", _gib(env["ram_bytes"])),
+        ("directory", env["dir"]),
+        ("file system", f"{env['fs_type']} on {env['mount_point']} ({env['fs_source']})"),
+        ("O_DIRECT", _yes_no(env["o_direct"], env["o_direct_reason"])
+         + (f", logical block {env['logical_block_size']} B" if env["o_direct"] else "")),
+        ("page-cache eviction", _yes_no(env["page_cache_eviction"], env["page_cache_eviction_reason"])),
+    ]
+    for name, avail in env["backends"].items():
+        rows.append((f"backend {name}", "available" if avail["ok"] else f"unavailable: {avail['reason']}"))
+    if "device" in env:
+        d = env["device"]
+        rows.append(("device", f"{d['name']} ({d['backend']}, {d['arch']}, {'UMA' if d['uma'] else 'discrete'}, "
+                               f"{_gib(d['memory_bytes'])})"))
+    return rows
+
+
+@click.command("env")
+@click.option("--dir", "directory", default=".", show_default=True,
+              help="Directory (or file) whose file system to probe.")
+@click.option("--device", default=None, help="Also open this device (e.g. cuda:0) and show its info.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def env(directory: str, device: str | None, as_json: bool) -> None:
+    """Machine, file system and device backends."""
+    facts = collect_environment(directory, device=device)
+    if as_json:
+        click.echo(json.dumps(facts, indent=2, sort_keys=True))
+        return
+    rows = _rows(facts)
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        click.echo(f"{key:<{width}}  {value}")

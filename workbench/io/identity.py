@@ -1,0 +1,117 @@
+"""Which file a result is about: realpath, size, mtime and an xxh3_128 hash of every byte.
+
+Hashing a 20 GB model takes seconds, so the hash is cached in SQLite at
+``$WORKBENCH_CACHE_DIR/identity.sqlite`` (default ``~/.cache/workbench``), keyed by realpath, size,
+mtime and inode: a rewritten file gets a new mtime and so a fresh hash. The file is read untouched,
+so computing an identity never changes the cache state a run is about to be measured in.
+The same database holds :func:`cached_json`, a small per-key cache (e.g. reference checksums per file).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable
+
+import xxhash
+
+from workbench.errors import FormatError
+from workbench.formats.index import FileIdentity
+from workbench.io.untouched import iter_untouched
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS identity (
+    realpath TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, inode INTEGER NOT NULL,
+    hash TEXT NOT NULL, PRIMARY KEY (realpath, size, mtime_ns, inode));
+CREATE TABLE IF NOT EXISTS json_cache (
+    kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (kind, key));
+"""
+
+
+def cache_dir() -> Path:
+    """``$WORKBENCH_CACHE_DIR`` or ``~/.cache/workbench``."""
+    return Path(os.environ.get("WORKBENCH_CACHE_DIR") or Path.home() / ".cache" / "workbench")
+
+
+def _connect() -> sqlite3.Connection | None:
+    """The cache database, or None when it cannot be opened (the caller then just computes)."""
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(cache_dir() / "identity.sqlite", timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")  # several workers may hash at once
+        conn.executescript(_SCHEMA)
+        return conn
+    except (OSError, sqlite3.Error):
+        return None
+
+
+def _stat(path: str | os.PathLike) -> os.stat_result:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FormatError(path, "path", "no such file") from None
+    if os.path.isdir(path):
+        raise FormatError(path, "path", "is a directory, not a file")
+    return st
+
+
+def hash_file(path: str | os.PathLike) -> str:
+    """``"xxh3_128:<hex>"`` over the whole file, read without touching its page-cache residency."""
+    h = xxhash.xxh3_128()
+    for _, data in iter_untouched(path):
+        h.update(data)
+    return f"xxh3_128:{h.hexdigest()}"
+
+
+def file_identity(path: str | os.PathLike) -> FileIdentity:
+    """The file's identity, its hash from the cache when realpath, size, mtime and inode match."""
+    real = os.path.realpath(path)
+    st = _stat(real)
+    key = (real, st.st_size, st.st_mtime_ns, st.st_ino)
+    conn = _connect()
+    try:
+        row = conn.execute("SELECT hash FROM identity WHERE realpath=? AND size=? AND mtime_ns=? "
+                           "AND inode=?", key).fetchone() if conn else None
+        if row:
+            return FileIdentity(real, st.st_size, st.st_mtime_ns, row[0])
+        digest = hash_file(real)
+        after = _stat(real)
+        if (after.st_size, after.st_mtime_ns, after.st_ino) != key[1:]:
+            raise FormatError(real, "content", "file changed while it was being hashed")
+        if conn:
+            with conn:
+                conn.execute("INSERT OR REPLACE INTO identity VALUES (?, ?, ?, ?, ?)", (*key, digest))
+        return FileIdentity(real, st.st_size, st.st_mtime_ns, digest)
+    finally:
+        if conn:
+            conn.close()
+
+
+def cached_json(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per (kind, key), the JSON result kept in the identity database.
+
+    ``key`` is any JSON-serialisable value (a FileIdentity's hash, a tuple of them, ...); it is stored
+    in canonical form so equal keys hit the same row. Returns what was stored (JSON round-tripped).
+    """
+    skey = json.dumps(key, sort_keys=True, separators=(",", ":"), default=_default)
+    conn = _connect()
+    try:
+        row = conn.execute("SELECT value FROM json_cache WHERE kind=? AND key=?",
+                           (kind, skey)).fetchone() if conn else None
+        if row:
+            return json.loads(row[0])
+        value = json.dumps(compute())
+        if conn:
+            with conn:
+                conn.execute("INSERT OR REPLACE INTO json_cache VALUES (?, ?, ?)", (kind, skey, value))
+        return json.loads(value)
+    finally:
+        if conn:
+            conn.close()
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, FileIdentity):
+        return [obj.path, obj.size, obj.mtime_ns, obj.hash]
+    raise TypeError(f"cache key part {obj!r} is not JSON-serialisable")

@@ -1,0 +1,154 @@
+"""Read a file without changing its page-cache residency — for hashing and verification, which must
+not warm a file that the next run expects cold, nor evict one it expects warm.
+
+O_DIRECT when the file system takes it (the page cache is bypassed); otherwise buffered reads with
+readahead off, after which exactly the pages that were not resident before the window are evicted.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from typing import Iterator, Sequence
+
+import xxhash
+
+from workbench.errors import FormatError
+from workbench.io import pagecache
+from workbench.io.direct import AlignedBuffer, logical_block_size, open_direct, read_direct
+
+CHUNK = 8 << 20
+MERGE_GAP = 1 << 20  # ranges closer than this are streamed as one span rather than two
+MODES = ("auto", "direct", "buffered")
+
+
+def _size(path: str | os.PathLike) -> int:
+    if os.path.isdir(path):
+        raise FormatError(path, "path", "is a directory, not a file")
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        raise FormatError(path, "path", "no such file") from None
+
+
+def _iter_windows(lo: int, hi: int, align: int, chunk: int) -> Iterator[tuple[int, int]]:
+    """(start, length) windows aligned to ``align`` that cover [lo, hi)."""
+    chunk = max(align, chunk - chunk % align)
+    pos, end = lo - lo % align, -(-hi // align) * align
+    while pos < end:
+        yield pos, min(chunk, end - pos)
+        pos += chunk
+
+
+def _iter_direct(path, lo: int, hi: int, chunk: int) -> Iterator[tuple[int, memoryview]]:
+    fd = open_direct(path)
+    block = max(logical_block_size(path), pagecache.page_size())
+    buf = AlignedBuffer(max(block, chunk - chunk % block), block)
+    try:
+        for start, length in _iter_windows(lo, hi, block, chunk):
+            got = read_direct(fd, buf.view, start, length)
+            a, b = max(lo, start), min(hi, start + got)
+            if b < min(hi, start + length):
+                raise FormatError(path, "size", f"file shrank while reading (EOF at {start + got})")
+            piece = buf.view[a - start : b - start]
+            try:
+                yield a, piece
+            finally:
+                piece.release()
+    finally:
+        os.close(fd)
+        buf.close()
+
+
+def _evict_missing(fd: int, start: int, before) -> None:
+    ps = pagecache.page_size()
+    for a, b in pagecache.page_runs(~before):
+        os.posix_fadvise(fd, start + a * ps, (b - a) * ps, os.POSIX_FADV_DONTNEED)
+
+
+def _iter_buffered(path, lo: int, hi: int, chunk: int) -> Iterator[tuple[int, memoryview]]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead into the next window's pages
+    ps = pagecache.page_size()
+    buf = bytearray(max(ps, chunk - chunk % ps))
+    try:
+        for start, length in _iter_windows(lo, hi, ps, chunk):
+            a, b = max(lo, start), min(hi, start + length)
+            before = pagecache.resident_map(path, start, length)
+            view = memoryview(buf)[: b - a]
+            try:
+                if os.preadv(fd, [view], a) < b - a:
+                    raise FormatError(path, "size", "file shrank while reading")
+                yield a, view
+            finally:
+                view.release()
+                _evict_missing(fd, start, before)
+    finally:
+        os.close(fd)
+
+
+def iter_untouched(path: str | os.PathLike, start: int = 0, end: int | None = None, chunk: int = CHUNK,
+                   *, mode: str = "auto") -> Iterator[tuple[int, memoryview]]:
+    """Yield ``(offset, bytes)`` covering ``[start, end)`` without changing the file's page-cache residency.
+
+    Each memoryview is valid only until the next item (the buffer is reused). ``mode`` is "auto"
+    (O_DIRECT if it works here, else buffered), "direct" or "buffered".
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    size = _size(path)
+    hi = size if end is None else min(end, size)
+    if start < 0 or start > hi:
+        raise FormatError(path, "range", f"start {start} outside [0, {hi}]")
+    if hi == start:
+        return
+    if mode != "buffered":
+        done = start
+        try:
+            for pos, data in _iter_direct(path, start, hi, chunk):
+                yield pos, data
+                done = pos + len(data)
+            return
+        except OSError as exc:
+            # O_DIRECT refused (EINVAL where unsupported): in auto mode carry on buffered from where it stopped.
+            if mode == "direct" or exc.errno != errno.EINVAL:
+                raise
+        start = done
+    yield from _iter_buffered(path, start, hi, chunk)
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    spans: list[list[int]] = []
+    for off, n in sorted(ranges):
+        if spans and off <= spans[-1][1] + MERGE_GAP:
+            spans[-1][1] = max(spans[-1][1], off + n)
+        else:
+            spans.append([off, off + n])
+    return [(a, b) for a, b in spans if b > a]
+
+
+def range_checksums(path: str | os.PathLike, ranges: Sequence[tuple[int, int]], *,
+                    mode: str = "auto") -> list[str]:
+    """xxh3_64 hex digest of each ``(offset, nbytes)`` range, in the order given, in one untouched pass.
+
+    Compare with ``xxhash.xxh3_64(device_bytes).hexdigest()``.
+    """
+    size = _size(path)
+    for off, n in ranges:
+        if off < 0 or n < 0 or off + n > size:
+            raise FormatError(path, "range", f"({off}, {n}) lies outside the {size}-byte file")
+    hashers = [xxhash.xxh3_64() for _ in ranges]
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+    nxt, active = 0, []
+    for lo, hi in _merge([tuple(r) for r in ranges]):
+        for pos, data in iter_untouched(path, lo, hi, mode=mode):
+            stop = pos + len(data)
+            while nxt < len(order) and ranges[order[nxt]][0] < stop:
+                active.append(order[nxt])
+                nxt += 1
+            for i in active:
+                off, n = ranges[i]
+                a, b = max(off, pos), min(off + n, stop)
+                if b > a:
+                    hashers[i].update(data[a - pos : b - pos])
+            active = [i for i in active if sum(ranges[i]) > stop]
+    return [h.hexdigest() for h in hashers]
