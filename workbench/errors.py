@@ -94,3 +94,12 @@ class SweepError(WorkbenchError):
     def __init__(self, path: object, detail: str):
         self.path, self.detail = str(path), detail
         super().__init__(f"{self.path}: {detail}")
+
+
+class DeviceError(WorkbenchError):
+    """A GPU runtime call that failed: names the device, the call and the runtime's error."""
+
+    def __init__(self, device: str, call: str, code: str, detail: str = ""):
+        self.device, self.call, self.code, self.detail = device, call, code, detail
+        tail = f" ({detail})" if detail else ""
+        super().__init__(f"{device}: {call} failed: {code}{tail}")
