@@ -1,0 +1,344 @@
+"""The GPU backend, written once for cuda-python and hip-python.
+
+hip-python mirrors cuda-python's call shapes (``err, value = api.cudaMalloc(n)`` / ``api.hipMalloc(n)``,
+enum error codes, ints accepted as pointers), so the backend is written over a :class:`GpuRuntime` that
+names the functions; ``cuda.py`` and ``hip.py`` only fill in the names, how to import the binding and
+how to read the architecture and UMA flag from the device properties. Tests drive this module with a
+fake binding object that records calls.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping
+
+import numpy as np
+
+from workbench.errors import BackendUnavailable, DeviceError
+from workbench.registry import Availability
+from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, HostStaging
+
+_ROLES = {  # role → function name after the prefix; the two that differ are passed as overrides
+    "device_count": "GetDeviceCount", "set_device": "SetDevice", "properties": "GetDeviceProperties",
+    "driver_version": "DriverGetVersion", "runtime_version": "RuntimeGetVersion",
+    "error_string": "GetErrorString", "malloc": "Malloc", "free": "Free", "memcpy": "Memcpy",
+    "memcpy_async": "MemcpyAsync", "stream_create": "StreamCreate", "stream_destroy": "StreamDestroy",
+    "device_sync": "DeviceSynchronize", "event_create": "EventCreate", "event_record": "EventRecord",
+    "event_sync": "EventSynchronize", "event_destroy": "EventDestroy", "host_register": "HostRegister",
+    "host_unregister": "HostUnregister",
+}
+
+
+def call_names(prefix: str, **overrides: str) -> dict[str, str]:
+    """Role → function name for a binding whose functions are ``prefix + Name``."""
+    names = {role: prefix + suffix for role, suffix in _ROLES.items()}
+    names.update(overrides)
+    return names
+
+
+@dataclass(frozen=True)
+class GpuRuntime:
+    """What one binding calls things; everything else about the backend is shared."""
+
+    backend: str  # registry name: "cuda", "hip"
+    prefix: str  # "cuda", "hip": error enum ``{prefix}Error_t``, ``{prefix}MemcpyKind``
+    calls: Mapping[str, str]  # role → function name, from :func:`call_names`
+    pinned_flags: str  # module constant for page-locked host allocations
+    register_flags: str  # module constant for host registration
+    register_readonly_flags: str  # for read-only mappings; a binding may lack it
+    no_device_codes: tuple[str, ...]  # error names meaning "driver fine, no device"
+    no_driver_codes: tuple[str, ...]  # error names meaning "runtime present, driver missing or old"
+    driver_lib: str  # the shared library whose absence means "no driver"
+    driver_name: str  # "NVIDIA driver", "ROCm runtime"
+    distributions: tuple[str, ...] = field(default=())  # pip names whose version is the binding's
+
+
+@dataclass(frozen=True)
+class HostRegistration:
+    """A host range page-locked by :meth:`GpuDevice.register_host`."""
+
+    addr: int
+    nbytes: int
+    read_only: bool
+
+
+class GpuEvent:
+    """A marker recorded on the device's copy stream."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Any):
+        self.handle = handle
+
+
+def host_address(src: Any) -> tuple[int, int]:
+    """Address and length of any contiguous buffer (bytes, bytearray, read-only mmap memoryview)."""
+    arr = np.frombuffer(src, dtype=np.uint8)
+    return int(arr.ctypes.data), int(arr.nbytes)
+
+
+def _error_name(err: Any) -> str:
+    return str(getattr(err, "name", err))
+
+
+def describe_error(module: Any, rt: GpuRuntime, err: Any) -> str:
+    """The runtime's own text for an error code; empty if even that call fails."""
+    try:
+        text = getattr(module, rt.calls["error_string"])(err)
+    except Exception:  # the driver may be too broken to describe itself; the code still names it
+        return ""
+    text = text[-1] if isinstance(text, tuple) else text
+    return text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+
+
+def call_runtime(module: Any, rt: GpuRuntime, device: str, role: str, *args: Any) -> Any:
+    """Call ``role`` on the binding; raise DeviceError naming the call unless it returned success."""
+    name = rt.calls[role]
+    result = getattr(module, name)(*args)
+    err, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+    if err != getattr(getattr(module, f"{rt.prefix}Error_t"), f"{rt.prefix}Success"):
+        raise DeviceError(device, name, _error_name(err), describe_error(module, rt, err))
+    return rest[0] if len(rest) == 1 else (rest or None)
+
+
+def probe_runtime(rt: GpuRuntime, load: Callable[[], Any]) -> Availability:
+    """Module missing, no driver, no device, or available: the first that applies."""
+    try:
+        module = load()
+    except ImportError:
+        return Availability(False, f"module missing: pip install 'workbench[{rt.backend}]'")
+    count_call = rt.calls["device_count"]
+    try:
+        count = call_runtime(module, rt, rt.backend, "device_count")
+    except DeviceError as exc:
+        if exc.code in rt.no_device_codes:
+            return Availability(False, f"no device: {count_call} returned 0")
+        kind = "no driver" if exc.code in rt.no_driver_codes else "no device"
+        return Availability(False, f"{kind}: {count_call}: {exc.code} ({exc.detail})")
+    except (RuntimeError, OSError) as exc:  # the binding dlopens the runtime on first call
+        text = str(exc)
+        if "dlopen" in text or rt.driver_lib in text:
+            return Availability(False, f"no driver: {rt.driver_lib} not found ({rt.driver_name} missing)")
+        return Availability(False, f"no driver: {text}")
+    if not count:
+        return Availability(False, f"no device: {count_call} returned 0")
+    return Availability(True)
+
+
+def binding_version(rt: GpuRuntime) -> str:
+    """``"cuda-bindings 13.0.1"``: the first installed distribution of the binding."""
+    for dist in rt.distributions:
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return rt.distributions[0] if rt.distributions else rt.prefix
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).split(b"\0", 1)[0].decode(errors="replace")
+    return str(value).strip("\0 ")
+
+
+_current = threading.local()  # which ordinal each thread last made current, per backend
+
+
+class GpuDevice(Device):
+    """The shared device backend; a subclass names its :class:`GpuRuntime` and binding loader."""
+
+    runtime: ClassVar[GpuRuntime]
+
+    @staticmethod
+    def load_module() -> Any:
+        """Import and return the binding module (ImportError when it is not installed)."""
+        raise NotImplementedError
+
+    @classmethod
+    def describe_arch(cls, props: Any) -> tuple[str, bool]:
+        """(architecture name, unified memory) from the binding's device properties."""
+        raise NotImplementedError
+
+    @staticmethod
+    def format_version(version: int) -> str:
+        return str(version)
+
+    @classmethod
+    def available(cls) -> Availability:
+        return probe_runtime(cls.runtime, cls.load_module)
+
+    def __init__(self, ordinal: int = 0, module: Any = None):
+        self.ordinal, self.label = ordinal, f"{self.name}:{ordinal}"
+        self.module = module if module is not None else self.load_module()
+        count = self._call("device_count")
+        if not 0 <= ordinal < count:
+            raise BackendUnavailable(self.name, f"no device {ordinal}: {count} present")
+        self._buffers: dict[int, DeviceBuffer] = {}
+        self._pinned: dict[int, HostStaging] = {}
+        self._registered: dict[int, HostRegistration] = {}
+        self._events: dict[int, GpuEvent] = {}
+        self._info: DeviceInfo | None = None
+        self._use()
+        self._stream = self._call("stream_create")
+        self._closed = False
+
+    def _call(self, role: str, *args: Any) -> Any:
+        return call_runtime(self.module, self.runtime, self.label, role, *args)
+
+    def _use(self) -> None:
+        """Make this ordinal current on the calling thread (the runtime's current device is per thread)."""
+        if getattr(_current, self.name, None) != (id(self.module), self.ordinal):
+            self._call("set_device", self.ordinal)
+            setattr(_current, self.name, (id(self.module), self.ordinal))
+
+    def _const(self, name: str) -> Any:
+        return getattr(self.module, name)
+
+    def _kind(self, direction: str) -> Any:
+        p = self.runtime.prefix
+        return getattr(getattr(self.module, f"{p}MemcpyKind"), f"{p}Memcpy{direction}")
+
+    def info(self) -> DeviceInfo:
+        if self._info is None:
+            props = self._call("properties", self.ordinal)
+            arch, uma = self.describe_arch(props)
+            driver = self.format_version(self._call("driver_version"))
+            runtime = self.format_version(self._call("runtime_version"))
+            self._info = DeviceInfo(
+                backend=self.name, name=_text(props.name), arch=arch, uma=uma,
+                memory_bytes=int(props.totalGlobalMem),
+                driver=f"{self.runtime.driver_name} {driver}, runtime {runtime}",
+                binding=binding_version(self.runtime),
+            )
+        return self._info
+
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        if nbytes < 0:
+            raise ValueError(f"{self.label}: cannot allocate {nbytes} B")
+        if nbytes == 0:  # the runtimes return NULL for 0 B anyway; no driver call needed
+            buf = DeviceBuffer(0, 0)
+        else:
+            self._use()
+            raw = self._call("malloc", nbytes)
+            buf = DeviceBuffer(nbytes, int(raw), handle=raw)
+        self._buffers[id(buf)] = buf
+        return buf
+
+    def free(self, buf: DeviceBuffer) -> None:
+        if buf.freed:
+            return
+        if buf.ptr:
+            self._use()
+            self._call("free", buf.handle)
+        self._buffers.pop(id(buf), None)
+        buf.handle, buf.freed = None, True
+
+    def _check_range(self, buf: DeviceBuffer, offset: int, nbytes: int, what: str) -> None:
+        if buf.freed:
+            raise ValueError(f"{self.label}: {what} on a freed buffer {buf!r}")
+        if offset < 0 or offset + nbytes > buf.nbytes:
+            raise ValueError(f"{self.label}: {what} of {nbytes} B at {offset} overruns a {buf.nbytes} B buffer")
+
+    def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:
+        addr, nbytes = host_address(src)
+        self._check_range(dst, dst_offset, nbytes, "copy")
+        if nbytes == 0:
+            return
+        self._use()
+        kind = self._kind("HostToDevice")
+        if asynchronous:
+            self._call("memcpy_async", dst.ptr + dst_offset, addr, nbytes, kind, self._stream)
+        else:
+            self._call("memcpy", dst.ptr + dst_offset, addr, nbytes, kind)
+
+    def synchronize(self) -> None:
+        self._use()
+        self._call("device_sync")
+
+    def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
+        self._check_range(buf, offset, nbytes, "read-back")
+        out = bytearray(nbytes)
+        if nbytes:
+            self.synchronize()  # outside any timed window: wait for async copies still in flight
+            addr, _ = host_address(out)
+            self._call("memcpy", addr, buf.ptr + offset, nbytes, self._kind("DeviceToHost"))
+        return bytes(out)
+
+    def record_event(self) -> GpuEvent:
+        self._use()
+        event = GpuEvent(self._call("event_create"))
+        self._events[id(event)] = event
+        # Our stream is a blocking one, so the event also follows sync copies on the null stream.
+        self._call("event_record", event.handle, self._stream)
+        return event
+
+    def wait_event(self, event: Any) -> None:
+        live = self._events.pop(id(event), None) if event is not None else None
+        if live is None:  # None, already waited on, or not ours: nothing left to wait for
+            return
+        try:
+            self._call("event_sync", live.handle)
+        finally:
+            self._call("event_destroy", live.handle)
+
+    def alloc_pinned(self, nbytes: int) -> HostStaging:
+        self._use()
+        size = max(nbytes, 1)
+        raw = self._call("host_alloc", size, self._const(self.runtime.pinned_flags))
+        array = (ctypes.c_char * size).from_address(int(raw))
+        staging = HostStaging(nbytes, memoryview(array).cast("B")[:nbytes], handle=raw, locked=True)
+        self._pinned[id(staging)] = staging
+        return staging
+
+    def free_pinned(self, staging: HostStaging) -> None:
+        if staging.handle is None:
+            return
+        staging.view.release()  # BufferError while something still views it: better than a dangling view
+        self._release_pinned(staging)
+
+    def _release_pinned(self, staging: HostStaging) -> None:
+        self._pinned.pop(id(staging), None)
+        raw, staging.handle, staging.locked = staging.handle, None, False
+        self._call("host_free", raw)
+
+    def register_host(self, view: Any) -> HostRegistration:
+        addr, nbytes = host_address(view)
+        read_only = memoryview(view).readonly
+        reg = HostRegistration(addr, nbytes, read_only)
+        if nbytes == 0:  # the runtimes reject an empty range; nothing to lock
+            return reg
+        flags = self.runtime.register_flags
+        if read_only and hasattr(self.module, self.runtime.register_readonly_flags):
+            flags = self.runtime.register_readonly_flags  # a PROT_READ mapping cannot be locked for writing
+        self._use()
+        self._call("host_register", addr, nbytes, self._const(flags))
+        self._registered[id(reg)] = reg
+        return reg
+
+    def unregister_host(self, handle: Any) -> None:
+        if handle is None or self._registered.pop(id(handle), None) is None:
+            return
+        self._use()
+        self._call("host_unregister", handle.addr)
+
+    def close(self) -> None:
+        """Free what is still allocated, then destroy the stream; raises the first failure at the end."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        steps: list[Callable[[], None]] = [self.synchronize]
+        steps += [lambda e=e: self.wait_event(e) for e in list(self._events.values())]
+        steps += [lambda b=b: self.free(b) for b in list(self._buffers.values())]
+        steps += [lambda s=s: self._release_pinned(s) for s in list(self._pinned.values())]
+        steps += [lambda r=r: self.unregister_host(r) for r in list(self._registered.values())]
+        steps.append(lambda: self._call("stream_destroy", self._stream))
+        first: Exception | None = None
+        for step in steps:
+            try:
+                step()
+            except DeviceError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
