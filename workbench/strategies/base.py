@@ -1,20 +1,25 @@
 """What a load strategy is: a name, typed parameters, an availability check and ``load``.
 
-A strategy subclass sets ``name`` and ``Params`` (a frozen dataclass with defaults) and implements
-``_load(ctx)``; the base class does the bookkeeping every strategy needs identically: phase times,
-page-fault deltas, the eviction policy, and the frozen :class:`LoadResult`.
+A strategy subclass sets ``name``, ``summary`` and ``Params`` (a frozen dataclass with defaults,
+deriving from :class:`BaseParams`) and implements ``_load(ctx)``. The template :meth:`Strategy.load`
+does what every strategy needs identically: the eviction policy, phase times, page-fault deltas,
+cleanup of threads, mappings, fds and staging even when ``_load`` raises, a device synchronize inside
+the timed window, and the frozen :class:`LoadResult`.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 import resource
+import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, Callable, ClassVar, Iterator, Mapping
 
-from workbench.errors import ParamError
-from workbench.formats.index import TensorIndex
+from workbench.errors import ParamError, StrategyUnavailable
+from workbench.formats.index import TensorIndex, TensorInfo
 from workbench.registry import Availability
 from workbench.upload.base import Device, DeviceBuffer
 
@@ -57,7 +62,11 @@ class Placement:
 
 @dataclass(frozen=True)
 class LoadResult:
-    """One load, frozen. ``placements`` stay in-process (device handles); the rest is JSON."""
+    """One load, frozen. ``placements`` stay in-process (device handles); the rest is JSON.
+
+    ``counters`` are the strategy's own tallies (``shift_copy_bytes``, ``dontneed_calls``,
+    ``warm_chunks``, …), kept as numbers so tests and notebooks need not parse notes.
+    """
 
     strategy: str
     params: Mapping[str, Any]
@@ -73,10 +82,15 @@ class LoadResult:
     engaged: tuple[Engaged, ...]
     notes: tuple[str, ...] = ()
     placements: tuple[Placement, ...] = field(default=(), repr=False, compare=False)
+    counters: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def gbps(self) -> float:
         return self.bytes_moved / self.load_s / 1e9 if self.load_s > 0 else 0.0
+
+    def engaged_by(self, feature: str) -> Engaged | None:
+        """The first engaged fact named ``feature``, if any."""
+        return next((e for e in self.engaged if e.feature == feature), None)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,11 +108,15 @@ class LoadResult:
             "evict_source": self.evict_source,
             "engaged": [e.to_json() for e in self.engaged],
             "notes": list(self.notes),
+            "counters": dict(self.counters),
         }
 
 
 class PhaseClock:
-    """Accumulates wall time per phase; phases may repeat and interleave (read, upload, read, …)."""
+    """Accumulates wall time per phase; phases may repeat and interleave (read, upload, read, …).
+
+    Only the loading thread uses it: worker threads' time shows up as the main thread's wait.
+    """
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = {p: 0.0 for p in PHASES}
@@ -152,12 +170,98 @@ def _coerce(owner: str, key: str, annotation: Any, value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class BaseParams:
+    """Parameters every strategy shares. ``evict``: None follows the device (UMA → evict)."""
+
+    evict: bool | None = None
+
+
+def check_param(owner: str, name: str, ok: bool, detail: str) -> None:
+    """Raise ParamError(owner, name, detail) unless ``ok`` (for Params.__post_init__)."""
+    if not ok:
+        raise ParamError(owner, name, detail)
+
+
+class LoadContext:
+    """What ``_load`` works with: the index, the device, the eviction policy, the clock, and helpers
+    that allocate one device buffer per tensor, upload and count bytes, record engaged facts and notes,
+    and register cleanups that run whether the load succeeds or raises."""
+
+    def __init__(self, index: TensorIndex, device: Device, evict: bool, evict_source: str):
+        self.index, self.device = index, device
+        self.evict, self.evict_source = evict, evict_source
+        self.clock = PhaseClock()
+        self.tensors: tuple[TensorInfo, ...] = index.sorted_by_offset()  # file order: readahead-friendly
+        self.stack = ExitStack()
+        self.placements: list[Placement] = []
+        self.engaged: list[Engaged] = []
+        self.notes: list[str] = []
+        self.counters: dict[str, int] = {}
+        self.bytes_moved = 0
+        self._lock = threading.Lock()
+
+    def phase(self, name: str) -> Any:
+        """Time a block as phase ``name`` (loading thread only)."""
+        return self.clock(name)
+
+    @property
+    def data_range(self) -> tuple[int, int]:
+        return self.index.data_range
+
+    def open_fd(self, flags: int = os.O_RDONLY) -> int:
+        """Open the model file; closed when the load ends."""
+        fd = os.open(self.index.path, flags | os.O_CLOEXEC)
+        self.stack.callback(os.close, fd)
+        return fd
+
+    def cleanup(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` when the load ends (last registered runs first)."""
+        self.stack.callback(fn, *args)
+
+    def enter(self, cm: Any) -> Any:
+        """Enter a context manager whose exit runs when the load ends."""
+        return self.stack.enter_context(cm)
+
+    def place(self, tensor: TensorInfo) -> DeviceBuffer:
+        """Allocate the tensor's own device buffer and record where it lands."""
+        buf = self.device.alloc(tensor.nbytes)
+        self.placements.append(Placement(tensor.name, buf, 0, tensor.nbytes))
+        return buf
+
+    def upload(self, buf: DeviceBuffer, offset: int, src: Any, nbytes: int | None = None) -> None:
+        """copy_h2d ``src`` into ``buf`` at ``offset`` and count its bytes (thread-safe; untimed)."""
+        self.device.copy_h2d(buf, offset, src)
+        self.count("bytes", memoryview(src).nbytes if nbytes is None else nbytes)
+
+    def count(self, counter: str, n: int = 1) -> None:
+        """Add ``n`` to a counter (``bytes`` is the bytes moved to the device); thread-safe."""
+        with self._lock:
+            if counter == "bytes":
+                self.bytes_moved += n
+            else:
+                self.counters[counter] = self.counters.get(counter, 0) + n
+
+    def engage(self, feature: str, done: int, total: int, unit: str = "tensors", note: str = "") -> Engaged:
+        fact = Engaged(feature, done, total, unit, note)
+        self.engaged.append(fact)
+        return fact
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def free_placements(self) -> None:
+        for p in self.placements:
+            self.device.free(p.buffer)
+        self.placements.clear()
+
+
 class Strategy:
     """Base of every load strategy. Subclasses: ``name``, ``Params``, ``summary``, ``_load``."""
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
-    Params: ClassVar[type]
+    Params: ClassVar[type] = BaseParams
 
     def __init__(self, params: Any = None, **overrides: Any):
         base = params if params is not None else self.Params()
@@ -175,5 +279,78 @@ class Strategy:
     def param_defaults(cls) -> dict[str, Any]:
         return {f.name: f.default for f in dataclasses.fields(cls.Params)}
 
-    def load(self, index: TensorIndex, device: Device) -> LoadResult:  # pragma: no cover - abstract
+    def resolve_evict(self, device: Device) -> tuple[bool, str]:
+        """The eviction policy for this load: the param, else WORKBENCH_PAGE_EVICTION, else the device."""
+        from workbench.io.policy import resolve_eviction
+
+        return resolve_eviction(device.info().uma, getattr(self.params, "evict", None))
+
+    def load(self, index: TensorIndex, device: Device) -> LoadResult:
+        """Load every tensor of ``index`` onto ``device``, one device buffer per tensor.
+
+        Raises
+        ------
+        StrategyUnavailable
+            When :meth:`available` says no. Anything ``_load`` raises propagates after cleanup; the
+            device buffers of a failed load are freed.
+        """
+        avail = self.available()
+        if not avail:
+            raise StrategyUnavailable(self.name, avail.reason)
+        evict, source = self.resolve_evict(device)
+        ctx = LoadContext(index, device, evict, source)
+        f0 = page_faults()
+        t0 = time.perf_counter()
+        self._run(ctx)
+        load_s = time.perf_counter() - t0
+        f1 = page_faults()
+        return self._result(ctx, device, load_s, f1[0] - f0[0], f1[1] - f0[1])
+
+    def _run(self, ctx: LoadContext) -> None:
+        try:
+            self._load(ctx)
+            with ctx.phase("sync"):
+                ctx.device.synchronize()
+        except BaseException:
+            try:  # copies in flight may still read staging that cleanup is about to release
+                ctx.device.synchronize()
+            except Exception:
+                pass
+            try:
+                ctx.stack.close()
+            finally:
+                ctx.free_placements()
+            raise
+        try:
+            ctx.stack.close()
+        except BaseException:
+            ctx.free_placements()
+            raise
+
+    def _result(self, ctx: LoadContext, device: Device, load_s: float, minflt: int, majflt: int) -> LoadResult:
+        return LoadResult(
+            strategy=self.name,
+            params=MappingProxyType(dataclasses.asdict(self.params)),
+            device=device.info().backend,
+            bytes_moved=ctx.bytes_moved,
+            n_tensors=len(ctx.placements),
+            load_s=load_s,
+            phases=MappingProxyType(dict(ctx.clock.totals)),
+            minflt=minflt,
+            majflt=majflt,
+            evict=ctx.evict,
+            evict_source=ctx.evict_source,
+            engaged=tuple(ctx.engaged),
+            notes=tuple(ctx.notes),
+            placements=tuple(ctx.placements),
+            counters=MappingProxyType(dict(ctx.counters)),
+        )
+
+    def _load(self, ctx: LoadContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def free_placements(device: Device, result: LoadResult) -> None:
+    """Free the device buffers a load left in ``result`` (the caller owns them after verification)."""
+    for p in result.placements:
+        device.free(p.buffer)

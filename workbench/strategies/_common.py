@@ -1,0 +1,164 @@
+"""Pieces several strategy families share: reading a tensor with pread, the per-read eviction policy,
+the plain pread → upload loop (the baseline and every fallback), a borrowed mapping, and a thread guard
+that always stops and joins its threads."""
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from workbench.errors import FormatError
+from workbench.formats.index import PAGE_SIZE, TensorInfo
+from workbench.strategies.base import LoadContext
+
+MIB = 1 << 20
+
+
+def pread_into(fd: int, view: Any, offset: int, path: str = "") -> None:
+    """Fill all of ``view`` from the file at ``offset``, looping over short reads."""
+    mv = memoryview(view).cast("B")
+    done, total = 0, mv.nbytes
+    while done < total:
+        n = os.preadv(fd, [mv[done:]], offset + done)
+        if n == 0:
+            raise FormatError(path, "size", f"end of file at {offset + done}, wanted {offset + total}")
+        done += n
+
+
+def read_tensor(fd: int, tensor: TensorInfo, path: str = "") -> np.ndarray:
+    """The tensor's bytes in a fresh heap buffer (what an engine's per-tensor Vec is)."""
+    buf = np.empty(tensor.nbytes, dtype=np.uint8)
+    pread_into(fd, buf, tensor.offset, path)
+    return buf
+
+
+class Evictor:
+    """posix_fadvise(DONTNEED) after each read when the policy says evict, else nothing.
+
+    The kernel drops only pages a call covers fully, so a page shared by two tensors survives both
+    per-tensor calls; :meth:`finish` releases those boundary pages once every read is done (the
+    boundary-page rule of seeds/pr143: release a shared page only when its neighbours are gone).
+    """
+
+    def __init__(self, ctx: LoadContext, fd: int):
+        self.ctx, self.fd, self.enabled = ctx, fd, ctx.evict
+
+    def drop(self, offset: int, nbytes: int) -> None:
+        if self.enabled and nbytes > 0:
+            os.posix_fadvise(self.fd, offset, nbytes, os.POSIX_FADV_DONTNEED)
+            self.ctx.count("dontneed_calls")
+
+    def finish(self) -> None:
+        """Release the partly covered boundary pages of the data region (whole pages, once)."""
+        if not self.enabled or not self.ctx.tensors:
+            return
+        start, end = self.ctx.data_range
+        lo, hi = start - start % PAGE_SIZE, -(-end // PAGE_SIZE) * PAGE_SIZE
+        os.posix_fadvise(self.fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
+        self.ctx.count("dontneed_calls")
+
+
+def pread_upload(ctx: LoadContext, fd: int, tensors: tuple[TensorInfo, ...] | None = None) -> None:
+    """Per tensor: pread into a fresh heap buffer, DONTNEED if the policy evicts, copy to the device."""
+    evictor = Evictor(ctx, fd)
+    for t in ctx.tensors if tensors is None else tensors:
+        buf = ctx.place(t)
+        with ctx.phase("read"):
+            host = read_tensor(fd, t, ctx.index.path)
+            evictor.drop(t.offset, t.nbytes)
+        with ctx.phase("upload"):
+            ctx.upload(buf, 0, host)
+    with ctx.phase("read"):
+        evictor.finish()
+    if ctx.evict:
+        ctx.note(f"evict ({ctx.evict_source}): DONTNEED after each read, then the boundary pages")
+
+
+def eviction_reason(ctx: LoadContext) -> str:
+    return f"eviction policy on ({ctx.evict_source})"
+
+
+def probe_resident(ctx: LoadContext) -> float:
+    """Resident fraction of the data region, probed once per load (prefetch phase).
+
+    Probing per tensor or per layer is the seed's ~17 s mistake: one mincore pass per load is enough.
+    """
+    from workbench.io.pagecache import resident_fraction
+
+    start, end = ctx.data_range
+    with ctx.phase("prefetch"):
+        frac = resident_fraction(ctx.index.path, start, end - start)
+    ctx.count("residency_probes")
+    return frac
+
+
+class Mapping:
+    """A read-only mapping of the whole file kept alive for the load; ``slice`` lends views of it."""
+
+    def __init__(self, fd: int):
+        self.map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        self.view = memoryview(self.map)
+
+    def slice(self, offset: int, nbytes: int) -> memoryview:
+        return self.view[offset : offset + nbytes]
+
+    def close(self) -> None:
+        self.view.release()
+        self.map.close()  # BufferError if a backend kept a slice alive: a bug worth seeing
+
+
+def open_mapping(ctx: LoadContext, fd: int) -> Mapping:
+    m = Mapping(fd)
+    ctx.cleanup(m.close)
+    return m
+
+
+def upload_borrowed(ctx: LoadContext, mapping: Mapping) -> None:
+    """Upload every tensor straight from the mapping: no heap copy; page faults happen in the copy."""
+    for t in ctx.tensors:
+        buf = ctx.place(t)
+        with ctx.phase("upload"), mapping.slice(t.offset, t.nbytes) as src:
+            ctx.upload(buf, 0, src)
+
+
+class ThreadGuard:
+    """Starts worker threads and, on exit — normal or by exception — stops and joins every one.
+
+    ``stop`` is the event workers poll between units of work; the first exception a worker raises is
+    kept in ``error`` and re-raised by :meth:`check`.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.error: BaseException | None = None
+
+    def spawn(self, target: Callable[..., None], *args: Any) -> None:
+        t = threading.Thread(target=self._run, args=(target, args), daemon=True,
+                             name=f"{self.name}-{len(self.threads)}")
+        self.threads.append(t)
+        t.start()
+
+    def _run(self, target: Callable[..., None], args: tuple) -> None:
+        try:
+            target(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the loading thread
+            if self.error is None:
+                self.error = exc
+            self.stop.set()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def __enter__(self) -> "ThreadGuard":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()

@@ -1,0 +1,90 @@
+"""Byte-exact verification: read back what landed on the device and compare it with the file's bytes.
+
+The file side is one xxh3_64 per tensor, computed once per file identity and cached, and read without
+disturbing the page cache (:func:`workbench.io.untouched.range_checksums`), so verifying never warms a
+file the next run expects cold nor evicts one it expects warm.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import xxhash
+
+from workbench.errors import VerificationError
+from workbench.formats.index import TensorIndex
+from workbench.strategies.base import Placement
+from workbench.upload.base import Device
+
+CACHE_KIND = "tensor-xxh3_64"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Outcome of comparing every tensor: ``ok`` only when all ``total`` tensors matched."""
+
+    ok: bool
+    checked: int
+    total: int
+    mismatches: int
+    first_mismatch: str | None = None  # tensor name
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "checked": self.checked, "total": self.total, "mismatches": self.mismatches,
+                "first_mismatch": self.first_mismatch, "detail": self.detail}
+
+    def raise_for_mismatch(self, path: str) -> None:
+        """Raise VerificationError naming the first mismatching tensor, if any."""
+        if not self.ok:
+            raise VerificationError(path, self.first_mismatch or "?", self.detail)
+
+
+def _ranges_key(index: TensorIndex) -> str:
+    h = xxhash.xxh3_64()
+    for t in index.tensors:
+        h.update(f"{t.name}\0{t.offset}\0{t.nbytes}\n".encode())
+    return h.hexdigest()
+
+
+def reference_checksums(index: TensorIndex) -> dict[str, str]:
+    """Per-tensor xxh3_64 hex of the file's bytes, cached per (file identity, tensor ranges)."""
+    from workbench.io.identity import cached_json, file_identity
+    from workbench.io.untouched import range_checksums
+
+    ident = file_identity(index.path)
+
+    def compute() -> dict[str, str]:
+        sums = range_checksums(index.path, [(t.offset, t.nbytes) for t in index.tensors])
+        return {t.name: s for t, s in zip(index.tensors, sums)}
+
+    return cached_json(CACHE_KIND, [ident.hash, _ranges_key(index)], compute)
+
+
+def _check_one(device: Device, p: Placement | None, nbytes: int, want: str) -> str:
+    """'' when the placement holds the right bytes, else what is wrong."""
+    if p is None:
+        return "no placement: the tensor never reached the device"
+    if p.nbytes != nbytes:
+        return f"placement holds {p.nbytes} B, the tensor has {nbytes} B"
+    if p.buffer.freed:
+        return "device buffer already freed"
+    got = xxhash.xxh3_64(device.read_back(p.buffer, p.offset, p.nbytes)).hexdigest()
+    return "" if got == want else f"xxh3_64 {got} on the device, {want} in the file"
+
+
+def verify_placements(index: TensorIndex, device: Device, placements: Iterable[Placement]) -> VerifyReport:
+    """Read back every placement and compare with the file; never raises for a mismatch, reports it."""
+    by_name = {p.tensor: p for p in placements}
+    want = reference_checksums(index)
+    bad, checked, first, detail = 0, 0, None, ""
+    for t in index.tensors:
+        checked += t.name in by_name
+        problem = _check_one(device, by_name.get(t.name), t.nbytes, want[t.name])
+        if problem:
+            bad += 1
+            if first is None:
+                first, detail = t.name, problem
+    total = len(index.tensors)
+    return VerifyReport(ok=bad == 0, checked=checked, total=total, mismatches=bad,
+                        first_mismatch=first, detail=detail)
