@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from workbench.formats.index import TensorInfo
+from workbench.registry import Availability
 from workbench.strategies._common import MIB, ThreadGuard, pread_upload
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 from workbench.upload.base import DeviceBuffer
@@ -82,6 +83,10 @@ class OdirectStrategy(Strategy):
     name: ClassVar[str] = "odirect"
     summary: ClassVar[str] = "O_DIRECT reads of the aligned window into a bounce buffer + shift copy; buffered fallback where refused"
     Params: ClassVar[type] = OdirectParams
+
+    @classmethod
+    def available(cls) -> Availability:
+        return Availability(True, "per file at load time: buffered pread fallback where O_DIRECT is refused")
 
     def _load(self, ctx: LoadContext) -> None:
         n = len(ctx.tensors)

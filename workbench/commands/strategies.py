@@ -1,0 +1,54 @@
+"""``workbench strategies``: every registered load strategy, its parameters and whether it runs here."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import click
+
+
+def describe_strategy(name: str) -> dict[str, Any]:
+    """Name, summary, parameters (name, type, default) and availability of one registered strategy."""
+    from workbench.strategies import STRATEGIES
+
+    entry = STRATEGIES.entries[name]
+    try:
+        cls = STRATEGIES.get(name)
+    except ImportError as exc:  # an optional peer strategy whose package is not installed
+        return {"name": name, "summary": "", "params": [], "available": False,
+                "reason": f"module missing: {exc}", "hint": entry.hint, "target": entry.target}
+    avail = cls.available()
+    params = [{"name": f.name, "type": str(f.type), "default": f.default}
+              for f in dataclasses.fields(cls.Params)]
+    return {"name": name, "summary": cls.summary, "params": params, "available": bool(avail),
+            "reason": avail.reason, "hint": entry.hint, "target": entry.target}
+
+
+def describe_strategies() -> list[dict[str, Any]]:
+    """:func:`describe_strategy` for every registered name, in registry order."""
+    from workbench.strategies import STRATEGIES
+
+    return [describe_strategy(name) for name in STRATEGIES]
+
+
+def _human(info: dict[str, Any]) -> list[str]:
+    state = "available" if info["available"] else "UNAVAILABLE"
+    reason = f" — {info['reason']}" if info["reason"] else ""
+    lines = [f"{info['name']:<9} {info['summary']}", f"{'':<9} {state}{reason}"]
+    if info["params"]:
+        shown = ", ".join(f"{p['name']}={p['default']} ({p['type']})" for p in info["params"])
+        lines.append(f"{'':<9} params: {shown}")
+    return lines
+
+
+@click.command("strategies")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def strategies(as_json: bool) -> None:
+    """List load strategies, their parameters with defaults, and availability."""
+    infos = describe_strategies()
+    if as_json:
+        click.echo(json.dumps(infos, indent=2))
+        return
+    for info in infos:
+        click.echo("\n".join(_human(info)))
