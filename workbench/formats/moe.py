@@ -1,0 +1,70 @@
+"""Group a MoE model's expert tensors into :class:`ExpertBlob` s, one per (layer, projection).
+
+Two layouts exist in the wild:
+
+* GGUF stacks all experts of a (layer, projection) into one tensor, ``blk.N.ffn_gate_exps.weight``
+  with numpy shape ``(n_experts, rows, cols)``; expert ``e`` is the byte range
+  ``offset + e * stride`` of length ``stride = nbytes / n_experts``, so the blob is contiguous.
+* safetensors stores one tensor per expert (``model.layers.N.mlp.experts.E.gate_proj.weight``);
+  where they lie in the file is up to the writer, so contiguity and stride are measured.
+
+Blob names are the projection (``gate``, ``up``, ``down``, ``gate_up``), the same for both formats;
+a non-weight companion tensor (e.g. ``.weight_scale_inv``) gets its own blob named after its suffix.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Iterable
+
+from workbench.errors import FormatError
+from workbench.formats.index import ExpertBlob, TensorInfo
+
+_GGUF_EXPS = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down|gate_up)_exps\.weight$")
+_ST_EXPERT = re.compile(r"(?:^|\.)layers\.(\d+)\..*?experts\.(\d+)\..*?(gate|up|down|gate_up)_proj(.*)$")
+
+
+def group_gguf_experts(path: str, tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:
+    """Split each stacked ``blk.N.ffn_*_exps.weight`` tensor into per-expert slices."""
+    blobs = []
+    for t in tensors:
+        m = _GGUF_EXPS.match(t.name)
+        if m is None:
+            continue
+        if len(t.shape) < 2 or t.shape[0] < 1:
+            raise FormatError(path, f"tensor '{t.name}'.shape", f"stacked experts need >= 2 dims, got {t.shape}")
+        n = t.shape[0]
+        if t.nbytes % n:
+            raise FormatError(path, f"tensor '{t.name}'.nbytes", f"{t.nbytes} bytes do not split into {n} experts")
+        stride = t.nbytes // n
+        slices = tuple((t.offset + e * stride, stride) for e in range(n))
+        blobs.append(ExpertBlob(int(m.group(1)), m.group(2), n, stride, True, slices, (t.name,)))
+    return tuple(sorted(blobs, key=lambda b: (b.layer, b.offset)))
+
+
+def group_safetensors_experts(tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:
+    """Group per-expert tensors by (layer, projection), in expert order, and measure their layout."""
+    groups: dict[tuple[int, str], list[tuple[int, TensorInfo]]] = defaultdict(list)
+    for t in tensors:
+        m = _ST_EXPERT.search(t.name)
+        if m is None:
+            continue
+        suffix = m.group(4)
+        name = m.group(3) if suffix in ("", ".weight") else f"{m.group(3)}{suffix}"
+        groups[(int(m.group(1)), name)].append((int(m.group(2)), t))
+    blobs = [_measure_blob(layer, name, sorted(members, key=lambda et: et[0]))
+             for (layer, name), members in groups.items()]
+    return tuple(sorted(blobs, key=lambda b: (b.layer, b.offset)))
+
+
+def _measure_blob(layer: int, name: str, members: list[tuple[int, TensorInfo]]) -> ExpertBlob:
+    """Contiguous iff every expert starts where the previous one ended; stride if constant, else 0."""
+    slices = tuple((t.offset, t.nbytes) for _, t in members)
+    contiguous = all(slices[i][0] == slices[i - 1][0] + slices[i - 1][1] for i in range(1, len(slices)))
+    gaps = {slices[i][0] - slices[i - 1][0] for i in range(1, len(slices))}
+    if not gaps:
+        stride = slices[0][1]  # one expert: its own length, as for a stacked tensor
+    else:
+        stride = gaps.pop() if len(gaps) == 1 else 0
+        stride = max(stride, 0)
+    return ExpertBlob(layer, name, len(slices), stride, contiguous, slices, tuple(t.name for _, t in members))

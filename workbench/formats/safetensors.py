@@ -1,0 +1,119 @@
+"""safetensors → :class:`TensorIndex`, read from the header directly (no safetensors package needed).
+
+Layout: an 8-byte little-endian header length ``N``, ``N`` bytes of JSON (optionally padded with
+spaces), then the data region. Each tensor's ``data_offsets`` are relative to the data region; the
+index stores absolute offsets (``8 + N + begin``). ``__metadata__`` is a str → str map.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any, ClassVar
+
+from workbench.errors import FormatError
+from workbench.formats.index import TensorIndex, TensorInfo
+from workbench.formats.moe import group_safetensors_experts
+
+# Bits per element of every dtype the safetensors spec knows.
+DTYPE_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
+MAX_DIMS = 8  # no real tensor has more; a longer shape is a corrupt header
+
+
+class SafetensorsFormat:
+    """Registry entry for safetensors: content sniffing and indexing."""
+
+    name: ClassVar[str] = "safetensors"
+
+    @staticmethod
+    def sniff(head: bytes) -> bool:
+        """An 8-byte length followed by '{' (the JSON header)."""
+        return len(head) >= 9 and head[8:9] == b"{"
+
+    @staticmethod
+    def read_index(path: str, size: int) -> TensorIndex:
+        return read_safetensors_index(path, size)
+
+
+def read_safetensors_index(path: str, size: int) -> TensorIndex:
+    """Index a safetensors file of ``size`` bytes; raises :class:`FormatError` on anything malformed."""
+    header, data_offset = _read_header(path, size)
+    metadata = _read_metadata(path, header.pop("__metadata__", None))
+    tensors = [_read_tensor(path, name, entry, data_offset, size) for name, entry in header.items()]
+    tensors.sort(key=lambda t: (t.offset, t.nbytes))
+    _check_overlaps(path, tensors)
+    return TensorIndex(
+        path=path, format="safetensors", size=size, data_offset=data_offset, alignment=8,
+        tensors=tuple(tensors), blobs=group_safetensors_experts(tensors), metadata=metadata,
+    )
+
+
+def _read_header(path: str, size: int) -> tuple[dict[str, Any], int]:
+    if size < 8:
+        raise FormatError(path, "header length", f"truncated: file has {size} bytes, needs at least 8")
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        if n > size - 8:
+            raise FormatError(path, "header length", f"{n} bytes runs past the end of the {size}-byte file")
+        if n > MAX_HEADER:
+            raise FormatError(path, "header length", f"{n} bytes exceeds the {MAX_HEADER}-byte limit")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(path, "header", f"not valid UTF-8 JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise FormatError(path, "header", f"expected a JSON object, got {type(header).__name__}")
+    return header, 8 + n
+
+
+def _read_metadata(path: str, meta: object) -> tuple[tuple[str, str], ...]:
+    if meta is None:
+        return ()
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise FormatError(path, "__metadata__", "must be an object of string values")
+    return tuple(sorted(meta.items()))
+
+
+def _read_tensor(path: str, name: str, entry: object, data_offset: int, size: int) -> TensorInfo:
+    field = f"tensor '{name}'"
+    if not isinstance(entry, dict):
+        raise FormatError(path, field, "entry is not an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in DTYPE_BITS:
+        raise FormatError(path, f"{field}.dtype", f"unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise FormatError(path, f"{field}.shape", f"must be a list of non-negative ints, got {shape!r}")
+    if len(shape) > MAX_DIMS:
+        raise FormatError(path, f"{field}.shape", f"{len(shape)} dimensions (at most {MAX_DIMS})")
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(o, int) and o >= 0 for o in offsets) or offsets[0] > offsets[1]):
+        raise FormatError(path, f"{field}.data_offsets", f"must be [begin, end] with begin <= end, got {offsets!r}")
+    begin, end = offsets
+    bits = math.prod(shape) * DTYPE_BITS[dtype]
+    if bits % 8 or bits // 8 != end - begin:
+        raise FormatError(path, f"{field}.data_offsets",
+                          f"{end - begin} bytes but {dtype}{list(shape)} needs {bits / 8:g}")
+    if data_offset + end > size:
+        raise FormatError(path, f"{field}.data_offsets",
+                          f"range [{data_offset + begin}, {data_offset + end}) runs past the end of the "
+                          f"{size}-byte file")
+    return TensorInfo(name, data_offset + begin, end - begin, dtype, tuple(shape))
+
+
+def _check_overlaps(path: str, tensors: list[TensorInfo]) -> None:
+    """``tensors`` sorted by offset; empty tensors overlap nothing."""
+    prev: TensorInfo | None = None
+    for t in tensors:
+        if t.nbytes == 0:
+            continue
+        if prev is not None and t.offset < prev.end:
+            raise FormatError(path, f"tensor '{t.name}'.data_offsets",
+                              f"overlaps tensor '{prev.name}' ([{t.offset}, {t.end}) vs [{prev.offset}, {prev.end}))")
+        prev = t

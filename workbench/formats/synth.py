@@ -1,0 +1,186 @@
+"""Synthetic model files: real GGUF / safetensors layouts with deterministic pseudo-random content.
+
+Shapes follow real models. Dense (llama-like): token embedding, per layer attention q/k/v/o and an MLP
+gate/up/down with their norms, a final norm and an output head. MoE (Qwen3-A3B-like): per layer
+attention, a router, ``experts`` × gate/up/down (GGUF: stacked ``ffn_*_exps`` tensors; safetensors:
+one tensor per expert, each projection's experts back to back), a shared expert and norms.
+
+GGUF uses the quant types real files use (Q4_0 for the big matrices, Q8_0 for embedding and head, F32
+for norms and router), so at hidden size 2048 an expert slice is 2048 × 768 Q4_0 = 884736 B = 216
+pages, and with the default ``alignment=32`` tensor offsets sit off page boundaries as in real files.
+safetensors uses F16 matrices and F32 norms (dtypes numpy, and so the safetensors package, can read).
+
+Content: tensor ``i`` is PCG64 seeded by ``(seed, i)``, generated and written in 8 MiB chunks, so
+memory stays bounded whatever the size. Float sign/exponent top bits are cleared so every value
+(and every quant block scale) is finite — byte comparisons via numpy never meet a NaN.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from typing import BinaryIO
+
+import numpy as np
+
+from workbench.errors import ParamError
+from workbench.formats.index import TensorIndex
+from workbench.formats.synth_layout import LAYOUTS, TensorSpec, plan_model
+
+CHUNK_BYTES = 8 << 20
+FORMATS = ("gguf", "safetensors")
+_UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
+          "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+# Bytes per quant block and where its float scales sit, to keep values finite (see _make_finite).
+_BLOCK = {"Q4_0": 18, "Q8_0": 34, "F16": 2, "F32": 4, "U8": 1, "I8": 1}
+
+
+def parse_size(text: str | int) -> int:
+    """``"256MiB"`` → 268435456. Units B, KiB, MiB, GiB, TiB (1024) and KB, MB, GB, TB (1000)."""
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _SIZE_RE.match(str(text))
+        if m is None or m.group(2).upper() not in _UNITS:
+            raise ParamError("synth", "size", f"cannot parse {text!r} (e.g. 1048576, 64MiB, 2GiB, 500MB)")
+        value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if value <= 0:
+        raise ParamError("synth", "size", f"must be positive, got {text!r}")
+    return value
+
+
+def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, size: int,
+                    experts: int = 8, alignment: int = 32, seed: int = 0) -> TensorIndex:
+    """Write a synthetic model file of about ``size`` bytes and return its index.
+
+    Parameters
+    ----------
+    path
+        Output file; written as ``path + ".partial"`` and renamed when complete.
+    format
+        ``"gguf"`` or ``"safetensors"``.
+    layout
+        ``"dense"`` or ``"moe"``.
+    size
+        Target file size in bytes (the result is within a few percent; see :func:`parse_size`).
+    experts
+        Experts per MoE layer (ignored for dense).
+    alignment
+        GGUF ``general.alignment`` (power of two); for safetensors, the data region start is padded
+        to it (tensors inside stay back to back, as the format requires).
+    seed
+        Content seed: the same seed gives a byte-identical file.
+    """
+    _check_args(format, layout, size, experts, alignment, seed)
+    specs, meta = plan_model(format, layout, size, experts, alignment)
+    path = os.fspath(path)
+    tmp = path + ".partial"
+    try:
+        if format == "gguf":
+            _write_gguf(tmp, specs, meta, alignment, seed)
+        else:
+            _write_safetensors(tmp, specs, meta, alignment, seed)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ParamError("synth", "out", f"{path}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    from workbench.formats import open_index
+
+    return open_index(path)
+
+
+def _check_args(format: str, layout: str, size: int, experts: int, alignment: int, seed: int) -> None:
+    if format not in FORMATS:
+        raise ParamError("synth", "format", f"{format!r} is not one of {', '.join(FORMATS)}")
+    if layout not in LAYOUTS:
+        raise ParamError("synth", "layout", f"{layout!r} is not one of {', '.join(LAYOUTS)}")
+    if size <= 0:
+        raise ParamError("synth", "size", f"must be positive, got {size}")
+    if experts < 1:
+        raise ParamError("synth", "experts", f"must be >= 1, got {experts}")
+    if alignment < 1 or alignment & (alignment - 1):
+        raise ParamError("synth", "alignment", f"{alignment} is not a power of two")
+    if seed < 0:
+        raise ParamError("synth", "seed", f"must be >= 0, got {seed}")
+
+
+def _write_gguf(path: str, specs: list[TensorSpec], meta: dict[str, int | str], alignment: int,
+                seed: int) -> None:
+    """gguf-py's writer for header, key/values and tensor infos; the data is streamed here."""
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    arch = str(meta["architecture"])
+    writer = GGUFWriter(path, arch)
+    writer.add_name(f"workbench synthetic {meta['layout']}")
+    if alignment != 32:  # real files omit the key at the default; gguf-py then assumes 32
+        writer.add_custom_alignment(alignment)
+    for key, value in meta.items():
+        if key.startswith(f"{arch}.") and isinstance(value, int):
+            writer.add_uint32(key, value)
+    writer.add_uint64("workbench.synth.seed", seed)
+    writer.add_uint64("workbench.synth.size", int(meta["size"]))
+    for s in specs:
+        writer.add_tensor_info(s.name, s.shape, np.dtype(np.float32), s.nbytes,
+                               raw_dtype=GGMLQuantizationType[s.dtype])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    with open(path, "r+b") as f:
+        f.seek(0, os.SEEK_END)
+        _pad(f, alignment)
+        for i, s in enumerate(specs):
+            _write_content(f, s, seed, i)
+            _pad(f, alignment)  # next tensor's offset, as gguf-py's writer lays them out
+
+
+def _write_safetensors(path: str, specs: list[TensorSpec], meta: dict[str, int | str], alignment: int,
+                       seed: int) -> None:
+    header: dict[str, object] = {"__metadata__": {
+        "format": "pt", "workbench.synth": json.dumps({**meta, "seed": seed}, sort_keys=True)}}
+    pos = 0
+    for s in specs:
+        header[s.name] = {"dtype": s.dtype, "shape": list(s.shape), "data_offsets": [pos, pos + s.nbytes]}
+        pos += s.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    # Pad with spaces (valid JSON whitespace, as the safetensors writer does) to align the data start.
+    unit = max(8, alignment)
+    raw += b" " * (-(8 + len(raw)) % unit)
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for i, s in enumerate(specs):
+            _write_content(f, s, seed, i)
+
+
+def _pad(f: BinaryIO, alignment: int) -> None:
+    f.write(b"\0" * (-f.tell() % alignment))
+
+
+def _write_content(f: BinaryIO, spec: TensorSpec, seed: int, index: int) -> None:
+    """Stream ``spec.nbytes`` pseudo-random bytes from PCG64(seed, index), chunk by chunk."""
+    bits = np.random.PCG64(np.random.SeedSequence([seed, index]))
+    unit = math.lcm(8, _BLOCK[spec.dtype])  # whole blocks and whole 64-bit words per chunk
+    chunk = max(unit, CHUNK_BYTES // unit * unit)
+    left = spec.nbytes
+    while left:
+        n = min(chunk, left)
+        buf = bits.random_raw(-(-n // 8)).view(np.uint8)[:n]
+        _make_finite(buf, spec.dtype)
+        f.write(memoryview(buf))
+        left -= n
+
+
+def _make_finite(buf: np.ndarray, dtype: str) -> None:
+    """Clear the top exponent bit of every float (and quant block scale): no inf, no NaN, |x| < 2."""
+    if dtype == "F16":
+        buf.view(np.uint16)[...] &= 0xBFFF
+    elif dtype == "F32":
+        buf.view(np.uint32)[...] &= 0xBFFFFFFF
+    elif dtype in ("Q4_0", "Q8_0"):  # block = f16 scale, then the quants
+        buf.reshape(-1, _BLOCK[dtype])[:, 1] &= 0xBF
+

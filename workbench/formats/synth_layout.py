@@ -1,0 +1,190 @@
+"""The shape plan of a synthetic model: which tensors, in file order, sized to a byte budget.
+
+Hidden size comes from a ladder of real sizes (the largest that still leaves room for 8 layers),
+then the layer count fills the budget and the vocabulary size absorbs the remainder, so the file
+lands within about one vocabulary row (plus the header estimate's error) of the target.
+Every GGUF row length (numpy's last dimension) is a multiple of 32, the Q4_0/Q8_0 block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.errors import ParamError
+
+LAYOUTS = ("dense", "moe")
+_LADDER = (64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 5120, 8192)
+_TARGET_LAYERS = 8
+_MIN_VOCAB = 256
+_HEADER_PER_TENSOR = 160  # generous estimate of one tensor's header entry (GGUF info / JSON)
+_HEADER_FIXED = 1024
+_BLOCKS = {"Q4_0": (32, 18), "Q8_0": (32, 34), "F32": (1, 4), "F16": (1, 2)}
+_DTYPES = {
+    "gguf": {"matrix": "Q4_0", "embed": "Q8_0", "norm": "F32", "router": "F32"},
+    "safetensors": {"matrix": "F16", "embed": "F16", "norm": "F32", "router": "F32"},
+}
+_ARCH = {"dense": "llama", "moe": "qwen2moe"}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor to write: numpy-order shape, dtype name of the target format, bytes."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Model hyper-parameters derived from the hidden size."""
+
+    hidden: int
+    layers: int
+    vocab: int
+    experts: int
+
+    @property
+    def head_dim(self) -> int:
+        return 64 if self.hidden < 1024 else 128
+
+    @property
+    def kv(self) -> int:  # grouped-query attention: a quarter of the heads for k and v
+        return max(1, self.hidden // self.head_dim // 4) * self.head_dim
+
+    @property
+    def ff(self) -> int:
+        return _round_up(self.hidden * 8 // 3, 64)
+
+    @property
+    def expert_ff(self) -> int:  # A3B: hidden 2048 → expert FFN 768
+        return _round_up(self.hidden * 3 // 8, 32)
+
+
+def plan_model(fmt: str, layout: str, size: int, experts: int,
+               alignment: int) -> tuple[list[TensorSpec], dict[str, int | str]]:
+    """Tensor specs in file order and the metadata describing them, for a file of about ``size``."""
+    align = alignment if fmt == "gguf" else 1  # safetensors packs tensors back to back
+    hidden = _pick_hidden(fmt, layout, size, experts, align)
+    per_layer, row, fixed = _costs(fmt, layout, hidden, experts, align)
+    layers = (size - fixed - _MIN_VOCAB * row) // per_layer
+    if layers < 1:
+        need = fixed + _MIN_VOCAB * row + per_layer
+        raise ParamError("synth", "size", f"{size} bytes is too small for a {layout} {fmt} model with "
+                                          f"these settings (at least {need} bytes)")
+    vocab = max(_MIN_VOCAB, (size - fixed - layers * per_layer) // row)
+    dims = Dims(hidden, layers, vocab, experts)
+    return model_specs(fmt, layout, dims), _metadata(layout, dims, size)
+
+
+def model_specs(fmt: str, layout: str, dims: Dims) -> list[TensorSpec]:
+    """Every tensor of the model, in the order it is written."""
+    names = _GGUF_NAMES if fmt == "gguf" else _ST_NAMES
+    entries = [(names["embed"], "embed", (dims.vocab, dims.hidden))]
+    for layer in range(dims.layers):
+        entries += _layer_roles(layout, dims, names, layer)
+    entries += [(names["norm"], "norm", (dims.hidden,)), (names["head"], "embed", (dims.vocab, dims.hidden))]
+    dt = _DTYPES[fmt]
+    return [TensorSpec(name, shape, dt[kind], _nbytes(dt[kind], shape)) for name, kind, shape in entries]
+
+
+def _layer_roles(layout: str, d: Dims, names: dict[str, str], layer: int) -> list[tuple[str, str, tuple]]:
+    """(name, dtype kind, shape) of one layer's tensors; names already carry the layer number."""
+    h = d.hidden
+
+    def n(role: str, expert: int | None = None) -> str:
+        return names[role].format(L=layer, E=expert)
+
+    roles = [(n("attn_norm"), "norm", (h,)), (n("q"), "matrix", (h, h)), (n("k"), "matrix", (d.kv, h)),
+             (n("v"), "matrix", (d.kv, h)), (n("o"), "matrix", (h, h)), (n("ffn_norm"), "norm", (h,))]
+    if layout == "dense":
+        return roles + [(n("gate"), "matrix", (d.ff, h)), (n("up"), "matrix", (d.ff, h)),
+                        (n("down"), "matrix", (h, d.ff))]
+    fe, e = d.expert_ff, d.experts
+    roles.append((n("router"), "router", (e, h)))
+    if names is _GGUF_NAMES:  # stacked: experts are the first numpy dimension
+        roles += [(n("gate_exps"), "matrix", (e, fe, h)), (n("up_exps"), "matrix", (e, fe, h)),
+                  (n("down_exps"), "matrix", (e, h, fe))]
+    else:  # one tensor per expert, each projection's experts back to back
+        for proj, shape in (("gate_exp", (fe, h)), ("up_exp", (fe, h)), ("down_exp", (h, fe))):
+            roles += [(n(proj, x), "matrix", shape) for x in range(e)]
+    return roles + [(n("shexp_gate_inp"), "router", (1, h)), (n("gate_shexp"), "matrix", (fe, h)),
+                    (n("up_shexp"), "matrix", (fe, h)), (n("down_shexp"), "matrix", (h, fe))]
+
+
+def _pick_hidden(fmt: str, layout: str, size: int, experts: int, align: int) -> int:
+    """The largest ladder hidden size that leaves room for the target layer count."""
+    best = _LADDER[0]
+    for hidden in _LADDER:
+        per_layer, row, fixed = _costs(fmt, layout, hidden, experts, align)
+        if fixed + _MIN_VOCAB * row + _TARGET_LAYERS * per_layer <= size:
+            best = hidden
+    return best
+
+
+def _costs(fmt: str, layout: str, hidden: int, experts: int, align: int) -> tuple[int, int, int]:
+    """(bytes per layer, bytes per vocabulary row, fixed bytes) including padding and header."""
+    names = _GGUF_NAMES if fmt == "gguf" else _ST_NAMES
+    one = Dims(hidden, 1, 1, experts)
+    layer = _layer_roles(layout, one, names, 0)
+    dt = _DTYPES[fmt]
+    per_layer = sum(_round_up(_nbytes(dt[k], s), align) + _HEADER_PER_TENSOR for _, k, s in layer)
+    row = 2 * _nbytes(dt["embed"], (1, hidden))
+    fixed = _HEADER_FIXED + 3 * (align + _HEADER_PER_TENSOR) + _nbytes(dt["norm"], (hidden,)) + align
+    return per_layer, row, fixed
+
+
+def _metadata(layout: str, d: Dims, size: int) -> dict[str, int | str]:
+    arch = _ARCH[layout]
+    meta: dict[str, int | str] = {
+        "architecture": arch, "layout": layout, "size": size,
+        f"{arch}.block_count": d.layers, f"{arch}.context_length": 4096,
+        f"{arch}.embedding_length": d.hidden, f"{arch}.feed_forward_length": d.ff,
+        f"{arch}.attention.head_count": d.hidden // d.head_dim,
+        f"{arch}.attention.head_count_kv": d.kv // d.head_dim, f"{arch}.vocab_size": d.vocab,
+    }
+    if layout == "moe":
+        meta.update({f"{arch}.expert_count": d.experts, f"{arch}.expert_used_count": min(8, d.experts),
+                     f"{arch}.expert_feed_forward_length": d.expert_ff,
+                     f"{arch}.expert_shared_feed_forward_length": d.expert_ff})
+    return meta
+
+
+def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+    block, type_size = _BLOCKS[dtype]
+    n = 1
+    for s in shape:
+        n *= s
+    return n // block * type_size
+
+
+def _round_up(x: int, n: int) -> int:
+    return -(-x // n) * n
+
+
+_GGUF_NAMES = {
+    "embed": "token_embd.weight", "norm": "output_norm.weight", "head": "output.weight",
+    "attn_norm": "blk.{L}.attn_norm.weight", "q": "blk.{L}.attn_q.weight", "k": "blk.{L}.attn_k.weight",
+    "v": "blk.{L}.attn_v.weight", "o": "blk.{L}.attn_output.weight", "ffn_norm": "blk.{L}.ffn_norm.weight",
+    "gate": "blk.{L}.ffn_gate.weight", "up": "blk.{L}.ffn_up.weight", "down": "blk.{L}.ffn_down.weight",
+    "router": "blk.{L}.ffn_gate_inp.weight", "gate_exps": "blk.{L}.ffn_gate_exps.weight",
+    "up_exps": "blk.{L}.ffn_up_exps.weight", "down_exps": "blk.{L}.ffn_down_exps.weight",
+    "shexp_gate_inp": "blk.{L}.ffn_gate_inp_shexp.weight", "gate_shexp": "blk.{L}.ffn_gate_shexp.weight",
+    "up_shexp": "blk.{L}.ffn_up_shexp.weight", "down_shexp": "blk.{L}.ffn_down_shexp.weight",
+}
+_ST_NAMES = {
+    "embed": "model.embed_tokens.weight", "norm": "model.norm.weight", "head": "lm_head.weight",
+    "attn_norm": "model.layers.{L}.input_layernorm.weight", "q": "model.layers.{L}.self_attn.q_proj.weight",
+    "k": "model.layers.{L}.self_attn.k_proj.weight", "v": "model.layers.{L}.self_attn.v_proj.weight",
+    "o": "model.layers.{L}.self_attn.o_proj.weight",
+    "ffn_norm": "model.layers.{L}.post_attention_layernorm.weight",
+    "gate": "model.layers.{L}.mlp.gate_proj.weight", "up": "model.layers.{L}.mlp.up_proj.weight",
+    "down": "model.layers.{L}.mlp.down_proj.weight", "router": "model.layers.{L}.mlp.gate.weight",
+    "gate_exp": "model.layers.{L}.mlp.experts.{E}.gate_proj.weight",
+    "up_exp": "model.layers.{L}.mlp.experts.{E}.up_proj.weight",
+    "down_exp": "model.layers.{L}.mlp.experts.{E}.down_proj.weight",
+    "shexp_gate_inp": "model.layers.{L}.mlp.shared_expert_gate.weight",
+    "gate_shexp": "model.layers.{L}.mlp.shared_expert.gate_proj.weight",
+    "up_shexp": "model.layers.{L}.mlp.shared_expert.up_proj.weight",
+    "down_shexp": "model.layers.{L}.mlp.shared_expert.down_proj.weight",
+}
