@@ -78,3 +78,20 @@ def test_markdown_slower_and_written_to_file(tmp_path):
 def test_markdown_of_nothing_says_so(tmp_path, campaign):
     with Ledger(tmp_path / "l.sqlite") as led:
         assert markdown_table(led, campaign).startswith("_No attempts")
+
+
+def test_markdown_says_when_cache_was_not_reached_and_why_it_failed(tmp_path):
+    from ledger_helpers import NBYTES, make_run
+    from workbench.measure.records import RunConfig
+    from workbench.measure.stats import summarize
+
+    with Ledger(tmp_path / "l.sqlite") as led:
+        attempt_id = led.start_attempt(campaign="c", config=RunConfig("/m.gguf", "pread"), cache="cold")
+        runs = [make_run(0, 0.1, cache_reached=False), make_run(1, 0.1, cache_reached=True)]
+        for run in runs:
+            led.add_run(attempt_id, run)
+        led.finish_attempt(attempt_id, summarize(runs, NBYTES), baseline_id=None, speedup=None,
+                           verdict="failed", notes="cold state not reached on tmpfs\nsecond line")
+        row = markdown_table(led).splitlines()[-1]
+    assert "| cold (not reached 1/2) |" in row
+    assert row.endswith("| failed — cold state not reached on tmpfs |")

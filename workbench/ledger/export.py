@@ -134,7 +134,7 @@ def _verdict(a: dict[str, Any], runs: pd.DataFrame | None) -> str:
         return "unfinished (runner stopped before the verdict)"
     text = verdict if not auto or auto == verdict else f"{verdict} (measured: {auto})"
     if "failed" in (verdict, auto) or a["n_failed"]:
-        reason = _failure_reason(runs)
+        reason = _failure_reason(runs) or (a["notes"] or "").strip().split("\n")[0][:100]
         text += f" — {reason}" if reason else ""
     return text
 
