@@ -1,0 +1,170 @@
+"""``workbench sweep``: parsing, the grid, papermill execution, failures, resume and dry run."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from click.testing import CliRunner
+
+from workbench.cli import main
+from workbench.errors import SweepError
+from workbench.sweep import expand_grid, load_sweep, point_completed
+
+PARAMS = 'x = 0\nfail_on = -1\ngate = ""\nmarks = ""\ncampaign = "none"\nledger_path = ""\n'
+BODY = """
+import json, os, pathlib, time
+if gate and x == 2:  # the point the interrupt test catches in the middle
+    deadline = time.time() + 120
+    while not os.path.exists(gate):
+        if time.time() > deadline:
+            raise TimeoutError("gate never opened")
+        time.sleep(0.05)
+if x == fail_on:
+    raise RuntimeError(f"point {x} fails on purpose")
+pathlib.Path(marks, f"ran-{x}-{os.getpid()}").write_text(json.dumps({"campaign": campaign, "ledger": ledger_path}))
+"""
+
+
+def write_notebook(path: Path) -> Path:
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell(PARAMS)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(BODY)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture()
+def space(tmp_path: Path) -> dict[str, Path]:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    return {"root": tmp_path, "nb": write_notebook(tmp_path / "tiny.ipynb"), "marks": marks,
+            "ledger": tmp_path / "ledger.sqlite", "out": tmp_path / "runs"}
+
+
+def write_sweep(space: dict[str, Path], grid: dict, **fixed) -> Path:
+    doc = {"notebook": str(space["nb"]), "campaign": "t-sweep",
+           "parameters": {"marks": str(space["marks"]), **fixed}, "grid": grid}
+    path = space["root"] / "sweep.yaml"
+    path.write_text(json.dumps(doc))  # JSON is YAML
+    return path
+
+
+def ran(space: dict[str, Path]) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in space["marks"].iterdir())
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("notebook: [unclosed", "not valid YAML"),
+    ("- a list", "a sweep file is a mapping"),
+    ("notebook: tiny.ipynb\ncampaign: c\ngrdi: {x: [1]}", "unknown key(s) grdi"),
+    ("notebook: tiny.ipynb\ncampaign: c\ngrid: {x: 3}", "grid 'x' must be a non-empty list"),
+    ("notebook: tiny.ipynb\ncampaign: ''", "'campaign' must be a non-empty string"),
+    ("notebook: nowhere.ipynb\ncampaign: c", "notebook 'nowhere.ipynb' not found"),
+    ("notebook: tiny.ipynb\ncampaign: c\nparameters: {x: 1}\ngrid: {x: [1]}", "both fixed and in the grid"),
+])
+def test_malformed_sweep_is_one_line_exit_2(space, text, needle):
+    bad = space["root"] / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(SweepError) as err:
+        load_sweep(bad)
+    assert needle in str(err.value) and str(bad) in str(err.value)
+    result = CliRunner().invoke(main, ["sweep", str(bad)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output and needle in result.output
+
+
+def test_grid_is_cartesian_and_names_are_stable(space):
+    sweep = load_sweep(write_sweep(space, {"x": [1, 2], "cache": ["cold", "warm"]}))
+    points = expand_grid(sweep)
+    assert [dict(p.grid_values) for p in points] == [
+        {"x": 1, "cache": "cold"}, {"x": 1, "cache": "warm"}, {"x": 2, "cache": "cold"}, {"x": 2, "cache": "warm"}]
+    assert len({p.name for p in points}) == 4
+    assert all(p.params["marks"] == str(space["marks"]) for p in points)
+    # Reordering the grid's values keeps each point's name: resume finds finished points again.
+    again = load_sweep(write_sweep(space, {"x": [2, 1], "cache": ["cold", "warm"]}))
+    by_values = {json.dumps(dict(p.grid_values), sort_keys=True): p.name for p in expand_grid(again)}
+    assert all(by_values[json.dumps(dict(p.grid_values), sort_keys=True)] == p.name for p in points)
+
+
+def test_dry_run_lists_points_and_runs_nothing(space):
+    path = write_sweep(space, {"x": [1, 2, 3]})
+    result = cli("sweep", str(path), "--dry-run", "--out", str(space["out"]))
+    assert result.exit_code == 0
+    assert result.output.count("tiny-x=") == 3 and "3 point(s)" in result.output
+    assert ran(space) == [] and not space["out"].exists()
+
+
+def test_two_point_sweep_runs_each_point_with_campaign_and_ledger(space):
+    path = write_sweep(space, {"x": [1, 2]})
+    result = cli("sweep", str(path), "--ledger", str(space["ledger"]), "--out", str(space["out"]))
+    assert result.exit_code == 0, result.output
+    assert "2 done, 0 skipped (resumed), 0 failed" in result.output
+    assert ran(space) == [1, 2]
+    outputs = sorted(space["out"].glob("*.ipynb"))
+    assert len(outputs) == 2 and all(point_completed(p) for p in outputs)
+    seen = json.loads(next(space["marks"].iterdir()).read_text())
+    assert seen == {"campaign": "t-sweep", "ledger": str(space["ledger"].resolve())}
+
+
+def test_failing_point_is_recorded_and_the_sweep_goes_on(space):
+    from workbench.ledger import Ledger
+
+    path = write_sweep(space, {"x": [1, 2, 3]}, fail_on=2)
+    result = CliRunner().invoke(main, ["sweep", str(path), "--ledger", str(space["ledger"]), "--out", str(space["out"])])
+    assert result.exit_code == 1
+    assert "2 done, 0 skipped (resumed), 1 failed" in result.output
+    assert ran(space) == [1, 3]
+    failed = [p for p in space["out"].glob("*.ipynb") if not point_completed(p)]
+    assert len(failed) == 1 and "x=2" in failed[0].name  # the failed point's notebook is kept
+    with Ledger(space["ledger"]) as ledger:
+        attempts = ledger.attempts(campaign="t-sweep")
+        runs = ledger.runs(campaign="t-sweep")
+    assert list(attempts["verdict"]) == ["failed"]
+    assert "point 2 fails on purpose" in attempts["notes"][0]
+    assert "RuntimeError: point 2 fails on purpose" in runs["error"][0]
+
+
+def test_resume_after_interrupt_runs_only_what_is_left(space):
+    gate = space["root"] / "gate"
+    path = write_sweep(space, {"x": [1, 2, 3]}, gate=str(gate))
+    cmd = [sys.executable, "-m", "workbench.cli", "sweep", str(path), "--ledger", str(space["ledger"]),
+           "--out", str(space["out"])]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        # Interrupt while point x=2 waits at its gate: point 1 finished, point 2 half-way, point 3 not begun.
+        while not (ran(space) == [1] and any("x=2" in p.name for p in space["out"].glob("*.ipynb"))):
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.time() < deadline, "the sweep never reached point 2"
+            time.sleep(0.1)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: the sweep stops and shuts its kernel down
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    assert ran(space) == [1]
+    half = [p for p in space["out"].glob("*.ipynb") if "x=2" in p.name]
+    assert len(half) == 1 and not point_completed(half[0])
+    gate.write_text("open")
+    result = cli("sweep", str(path), "--resume", "--ledger", str(space["ledger"]), "--out", str(space["out"]))
+    assert result.exit_code == 0, result.output
+    assert "2 done, 1 skipped (resumed), 0 failed" in result.output
+    assert ran(space) == [1, 2, 3]  # point 1 ran once: its marker is the only one
+    assert len(list(space["marks"].iterdir())) == 3

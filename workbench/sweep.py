@@ -1,0 +1,305 @@
+"""Papermill sweeps: a YAML file names a notebook, a campaign, fixed parameters and a grid.
+
+Each grid point (the cartesian product of the grid's lists) is one papermill execution whose output
+notebook lands under ``data/runs/<campaign>/`` with a name derived from the point's parameters, so a
+re-run finds it again: ``resume`` skips points whose output notebook completed. A failed point is
+recorded in the ledger as a failed attempt (with its error) and the sweep goes on.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+from workbench.errors import SweepError
+
+SWEEP_KEYS = {"notebook", "campaign", "description", "hypothesis", "parameters", "grid"}
+RUNS_DIR = Path("data") / "runs"
+KERNEL_NAME = "python3"  # ipykernel's own kernel; present wherever the project's deps are installed
+# Injected when the notebook declares them, so every point writes to the sweep's campaign and ledger.
+INJECTED = ("campaign", "ledger_path", "hypothesis")
+_SLUG_BAD = re.compile(r"[^A-Za-z0-9._=+-]+")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A parsed sweep file."""
+
+    path: Path
+    notebook: Path
+    campaign: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    grid: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    description: str = ""
+    hypothesis: str = ""
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One grid point: the parameters papermill injects and a stable output name."""
+
+    index: int
+    params: Mapping[str, Any]
+    grid_values: Mapping[str, Any]
+    name: str
+
+    def output(self, out_dir: Path) -> Path:
+        return out_dir / f"{self.name}.ipynb"
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    """What became of one point: ``done``, ``skipped`` (resumed) or ``failed`` (with the error)."""
+
+    point: SweepPoint
+    status: str
+    output: Path
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """Every point's outcome, in grid order."""
+
+    sweep: Sweep
+    out_dir: Path
+    outcomes: tuple[PointOutcome, ...]
+
+    def count(self, status: str) -> int:
+        return sum(o.status == status for o in self.outcomes)
+
+    @property
+    def ok(self) -> bool:
+        return self.count("failed") == 0
+
+
+def notebooks_dir() -> Path:
+    """The notebooks shipped with the workbench: the checkout's ``notebooks/``, else the package copy."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "notebooks"
+    return checkout if checkout.is_dir() else here / "notebooks"
+
+
+def find_notebook(name: str, sweep_file: Path) -> Path:
+    """Resolve a sweep's ``notebook``: a path (cwd, then beside the sweep file) or a shipped name."""
+    base = sweep_file.parent
+    candidates = [Path(name), base / name]
+    stem = Path(name).name if name.endswith(".ipynb") else f"{Path(name).name}.ipynb"
+    candidates.append(notebooks_dir() / stem)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise SweepError(sweep_file, f"notebook '{name}' not found (looked in ., {base} and {notebooks_dir()})")
+
+
+def load_sweep(path: str | os.PathLike[str]) -> Sweep:
+    """Parse and check a sweep file; raises :class:`SweepError` naming the file and the problem."""
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SweepError(path, f"cannot read the sweep file: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise SweepError(path, f"not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(doc, dict):
+        raise SweepError(path, "a sweep file is a mapping with notebook, campaign, parameters and grid")
+    unknown = sorted(set(doc) - SWEEP_KEYS)
+    if unknown:
+        raise SweepError(path, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(SWEEP_KEYS))}")
+    for key in ("notebook", "campaign"):
+        if not isinstance(doc.get(key), str) or not doc[key].strip():
+            raise SweepError(path, f"'{key}' must be a non-empty string")
+    parameters, grid = doc.get("parameters") or {}, doc.get("grid") or {}
+    if not isinstance(parameters, dict):
+        raise SweepError(path, "'parameters' must be a mapping of name: value")
+    if not isinstance(grid, dict):
+        raise SweepError(path, "'grid' must be a mapping of name: [values]")
+    for name, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise SweepError(path, f"grid '{name}' must be a non-empty list of values")
+    both = sorted(set(parameters) & set(grid))
+    if both:
+        raise SweepError(path, f"{', '.join(both)} both fixed and in the grid; pick one")
+    notebook = find_notebook(doc["notebook"], path)
+    return Sweep(path, notebook, doc["campaign"].strip(), dict(parameters), dict(grid),
+                 str(doc.get("description") or ""), str(doc.get("hypothesis") or ""))
+
+
+def expand_grid(sweep: Sweep) -> list[SweepPoint]:
+    """The cartesian product of the grid (in the file's key order) over the fixed parameters."""
+    keys = list(sweep.grid)
+    points = []
+    for i, combo in enumerate(itertools.product(*(sweep.grid[k] for k in keys))):
+        values = dict(zip(keys, combo))
+        params = {**sweep.parameters, **values}
+        points.append(SweepPoint(i, params, values, _point_name(sweep, values, params)))
+    return points
+
+
+def _point_name(sweep: Sweep, values: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    # The name depends on the parameters only (not the point's index), so reordering the grid or
+    # adding values keeps finished points findable; the hash separates points whose slugs collide.
+    blob = json.dumps({"notebook": sweep.notebook.name, "params": params}, sort_keys=True, default=str)
+    digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
+    parts = [f"{k}={_slug_value(v)}" for k, v in values.items()]
+    slug = _SLUG_BAD.sub("-", "_".join(parts)).strip("-")[:80]
+    return "-".join(p for p in (sweep.notebook.stem, slug, digest) if p)
+
+
+def _slug_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "+".join(_slug_value(v) for v in value)
+    if isinstance(value, dict):
+        return "+".join(f"{k}{_slug_value(v)}" for k, v in value.items())
+    return str(value)
+
+
+def point_completed(output: Path) -> bool:
+    """Whether this output notebook carries the sweep's completion stamp.
+
+    papermill's own metadata cannot tell: after a Ctrl-C it still writes ``end_time`` and marks the
+    cells completed, so the sweep stamps a notebook only once papermill returned without an error.
+    """
+    try:
+        meta = json.loads(output.read_text()).get("metadata", {})
+    except (OSError, ValueError):
+        return False
+    return bool(meta.get("workbench", {}).get("completed")) and not meta.get("papermill", {}).get("exception")
+
+
+def _stamp_completed(output: Path, point: SweepPoint, seconds: float) -> None:
+    nb = json.loads(output.read_text())
+    nb.setdefault("metadata", {})["workbench"] = {
+        "completed": True, "sweep_point": point.name, "seconds": round(seconds, 3)}
+    tmp = output.with_suffix(".ipynb.tmp")
+    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, output)  # atomic: a notebook is either stamped whole or not at all
+
+
+def default_out_dir(campaign: str) -> Path:
+    """``data/runs/<campaign>`` under the working directory."""
+    return RUNS_DIR / _SLUG_BAD.sub("-", campaign)
+
+
+def run_sweep(
+    sweep: Sweep, *, ledger_path: str | os.PathLike[str] | None = None, resume: bool = False,
+    out_dir: str | os.PathLike[str] | None = None, progress: bool = True,
+    kernel_name: str = KERNEL_NAME, on_point: Callable[[PointOutcome], None] | None = None,
+) -> SweepReport:
+    """Execute every point with papermill; failures are recorded and the sweep goes on.
+
+    Parameters
+    ----------
+    sweep
+        From :func:`load_sweep`.
+    ledger_path
+        The ledger every point records to (injected as ``ledger_path``); default the ledger's own.
+    resume
+        Skip points whose output notebook already completed.
+    out_dir
+        Where output notebooks go; default ``data/runs/<campaign>``.
+    on_point
+        Called after each point (done, skipped or failed), e.g. to print it.
+    """
+    from tqdm.auto import tqdm
+
+    from workbench.ledger.schema import resolve_path
+
+    out = Path(out_dir) if out_dir is not None else default_out_dir(sweep.campaign)
+    out.mkdir(parents=True, exist_ok=True)
+    ledger = resolve_path(ledger_path).resolve()
+    declared = _declared_parameters(sweep.notebook)
+    points = expand_grid(sweep)
+    outcomes: dict[int, PointOutcome] = {}
+    if resume:
+        for p in points:
+            if point_completed(p.output(out)):
+                outcomes[p.index] = PointOutcome(p, "skipped", p.output(out))
+                if on_point:
+                    on_point(outcomes[p.index])
+    todo = [p for p in points if p.index not in outcomes]
+    bar = tqdm(total=len(points), initial=len(outcomes), desc=f"sweep {sweep.campaign}", unit="point",
+               disable=not progress, dynamic_ncols=True)
+    try:
+        for point in todo:
+            bar.set_postfix_str(point.name[-40:])
+            injected = _injected(sweep, declared, ledger)
+            outcome = _execute_point(sweep, point, out, injected, kernel_name)
+            if outcome.status == "failed":
+                _record_failed_point(sweep, outcome, ledger)
+            outcomes[point.index] = outcome
+            bar.update(1)
+            if on_point:
+                on_point(outcome)
+    finally:
+        bar.close()
+    return SweepReport(sweep, out, tuple(outcomes[p.index] for p in points))
+
+
+def _declared_parameters(notebook: Path) -> set[str]:
+    import papermill
+
+    try:
+        return set(papermill.inspect_notebook(str(notebook)))
+    except Exception as exc:  # a notebook papermill cannot read: say which one
+        raise SweepError(notebook, f"papermill cannot read the notebook's parameters: {exc}") from exc
+
+
+def _injected(sweep: Sweep, declared: set[str], ledger: Path) -> dict[str, Any]:
+    values = {"campaign": sweep.campaign, "ledger_path": str(ledger), "hypothesis": sweep.hypothesis}
+    return {k: values[k] for k in INJECTED if k in declared and (k != "hypothesis" or values[k])}
+
+
+def _execute_point(sweep: Sweep, point: SweepPoint, out: Path, injected: Mapping[str, Any],
+                   kernel_name: str) -> PointOutcome:
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    output = point.output(out)
+    start = time.monotonic()
+    try:
+        papermill.execute_notebook(
+            str(sweep.notebook), str(output), parameters={**point.params, **injected},
+            kernel_name=kernel_name, progress_bar=False, log_output=False, cwd=os.getcwd(),
+            # ipykernel warns on stderr about TCP on every start; it would tear the progress bar.
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        )
+    except PapermillExecutionError as exc:
+        error = f"{exc.ename}: {exc.evalue} (cell {exc.exec_count})"
+        return PointOutcome(point, "failed", output, time.monotonic() - start, error)
+    except Exception as exc:  # a dead kernel or a timeout fails this point, not the sweep
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        return PointOutcome(point, "failed", output, time.monotonic() - start, error)
+    seconds = time.monotonic() - start
+    _stamp_completed(output, point, seconds)
+    return PointOutcome(point, "done", output, seconds)
+
+
+def _record_failed_point(sweep: Sweep, outcome: PointOutcome, ledger_path: Path) -> str:
+    """A failed point becomes a failed attempt in the ledger: its numbers are results too."""
+    from workbench.ledger import Ledger
+    from workbench.measure.records import AttemptStats, RunConfig, RunRecord
+
+    params = json.loads(json.dumps(dict(outcome.point.params), default=str))
+    cache = str(params.get("cache", "asis"))
+    config = RunConfig(file=str(params.get("file", "")), strategy=f"notebook:{sweep.notebook.stem}",
+                       params=params, device=str(params.get("device") or ""), label=outcome.point.name)
+    run = RunRecord(position=0, pid=None, load_s=None, wall_s=outcome.seconds, bytes=0, resident_before=None,
+                    cache_state=cache, cache_reached=False, verified=None, error=outcome.error)
+    stats = AttemptStats(0, 1, None, None, None, None, None, stable=False)
+    with Ledger(ledger_path) as ledger:
+        attempt_id = ledger.start_attempt(campaign=sweep.campaign, config=config, cache=cache,
+                                          hypothesis=sweep.hypothesis, label=outcome.point.name)
+        ledger.add_run(attempt_id, run)
+        ledger.finish_attempt(attempt_id, stats, baseline_id=None, speedup=None, verdict="failed",
+                              notes=f"sweep point failed: {outcome.error}; notebook kept at {outcome.output}")
+    return attempt_id
