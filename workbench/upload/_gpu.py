@@ -238,7 +238,7 @@ class GpuDevice(Device):
     def _check_range(self, buf: DeviceBuffer, offset: int, nbytes: int, what: str) -> None:
         if buf.freed:
             raise ValueError(f"{self.label}: {what} on a freed buffer {buf!r}")
-        if offset < 0 or offset + nbytes > buf.nbytes:
+        if offset < 0 or nbytes < 0 or offset + nbytes > buf.nbytes:
             raise ValueError(f"{self.label}: {what} of {nbytes} B at {offset} overruns a {buf.nbytes} B buffer")
 
     def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:

@@ -77,6 +77,8 @@ class HostDevice(Device):
     def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:
         data = np.frombuffer(src, dtype=np.uint8)
         end = dst_offset + data.nbytes
+        if dst.freed:
+            raise ValueError(f"copy into a freed buffer {dst!r}")
         if dst_offset < 0 or end > dst.nbytes:
             raise ValueError(f"copy of {data.nbytes} B at {dst_offset} overruns a {dst.nbytes} B buffer")
         dst.handle[dst_offset:end] = data
@@ -85,6 +87,8 @@ class HostDevice(Device):
         return None
 
     def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
+        if buf.freed or offset < 0 or nbytes < 0 or offset + nbytes > buf.nbytes:
+            raise ValueError(f"read-back of {nbytes} B at {offset} overruns {buf!r} (or it was freed)")
         return buf.handle[offset : offset + nbytes].tobytes()
 
     def alloc_pinned(self, nbytes: int) -> HostStaging:
