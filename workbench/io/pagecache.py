@@ -50,7 +50,8 @@ def _open_regular(path: str | os.PathLike) -> tuple[int, os.stat_result]:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise FormatError(path, "path", "not a regular file")
+        what = "is a directory, not a file" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise FormatError(path, "path", what)
     return fd, st
 
 
@@ -128,8 +129,10 @@ def resident_fraction(path: str | os.PathLike, offset: int = 0, length: int | No
 def evict_file_pages(path: str | os.PathLike, offset: int = 0, length: int | None = None) -> None:
     """Drop the range's clean pages from the page cache (fdatasync, then fadvise DONTNEED).
 
-    The kernel keeps a page the range covers only partly (a neighbour may still need it) and any page
-    a process has mapped or locked; :func:`prepare` verifies the result instead of trusting this.
+    The kernel drops whole folios only: it keeps a page the range covers partly (a neighbour may still
+    need it), a large folio the range cuts (ext4 on Linux >= 6.16 caches freshly *written* data in
+    large folios; data read back with readahead off sits in single pages) and any page a process has
+    mapped or locked. :func:`prepare` verifies the result instead of trusting this.
     """
     fd, st = _open_regular(path)
     try:
@@ -245,6 +248,8 @@ def restore_residency(path: str | os.PathLike, offset: int, before: np.ndarray) 
     """Put pages back the way :func:`resident_map` ``(path, offset, ...)`` saw them in ``before``.
 
     Pages not resident then are evicted; pages resident then but dropped since are read back.
+    Eviction works on whole folios (see :func:`evict_file_pages`), so check with :func:`resident_map`
+    where exactness matters.
     """
     now = resident_map(path, offset, before.size * page_size() - offset % page_size())
     ps, first = page_size(), offset // page_size()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from typing import Iterator, Sequence
 
 import xxhash
@@ -18,6 +19,7 @@ from workbench.io.direct import AlignedBuffer, logical_block_size, open_direct, 
 
 CHUNK = 8 << 20
 MERGE_GAP = 1 << 20  # ranges closer than this are streamed as one span rather than two
+RA_MARGIN = 64 << 20  # how far past a range the kernel's readahead may reach
 MODES = ("auto", "direct", "buffered")
 
 
@@ -65,15 +67,29 @@ def _evict_missing(fd: int, start: int, before) -> None:
         os.posix_fadvise(fd, start + a * ps, (b - a) * ps, os.POSIX_FADV_DONTNEED)
 
 
+def _restore(path, fd: int, first: int, before) -> None:
+    """Evict every page of the snapshot's span that was not resident in it (retrying pages under I/O)."""
+    for attempt in range(4):
+        extra = pagecache.resident_map(path, first, before.size * pagecache.page_size()) & ~before
+        if not extra.any():
+            return
+        time.sleep(0.01 * attempt)  # an async readahead may still hold its pages locked
+        _evict_missing(fd, first, ~extra)
+
+
 def _iter_buffered(path, lo: int, hi: int, chunk: int) -> Iterator[tuple[int, memoryview]]:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead into the next window's pages
     ps = pagecache.page_size()
+    first = lo - lo % ps
+    # One snapshot up front, reaching past the range: a page marked for async readahead (left by an
+    # earlier ordinary read) starts readahead even under FADV_RANDOM, and the pages it brings in
+    # must not pass for "resident before" when their window comes.
+    before = pagecache.resident_map(path, first, min(_size(path), hi + RA_MARGIN) - first)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead of our own
     buf = bytearray(max(ps, chunk - chunk % ps))
     try:
         for start, length in _iter_windows(lo, hi, ps, chunk):
             a, b = max(lo, start), min(hi, start + length)
-            before = pagecache.resident_map(path, start, length)
             view = memoryview(buf)[: b - a]
             try:
                 if os.preadv(fd, [view], a) < b - a:
@@ -81,9 +97,13 @@ def _iter_buffered(path, lo: int, hi: int, chunk: int) -> Iterator[tuple[int, me
                 yield a, view
             finally:
                 view.release()
-                _evict_missing(fd, start, before)
+                k = (start - first) // ps  # evict as we go, so a cold 100 GiB read never fills memory
+                _evict_missing(fd, start, before[k : k + length // ps])
     finally:
-        os.close(fd)
+        try:
+            _restore(path, fd, first, before)
+        finally:
+            os.close(fd)
 
 
 def iter_untouched(path: str | os.PathLike, start: int = 0, end: int | None = None, chunk: int = CHUNK,
