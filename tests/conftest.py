@@ -1,0 +1,73 @@
+"""Shared fixtures. Add new ones additively; keep files small (KiB to a few MiB)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pytest
+
+from workbench.formats.index import TensorIndex, TensorInfo
+
+
+@pytest.fixture(scope="session")
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Point WORKBENCH_CACHE_DIR (file identities, reference checksums) at a session temp dir."""
+    path = tmp_path_factory.mktemp("wb-cache")
+    old = os.environ.get("WORKBENCH_CACHE_DIR")
+    os.environ["WORKBENCH_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("WORKBENCH_CACHE_DIR", None)
+    else:
+        os.environ["WORKBENCH_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def synth_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., TensorIndex]:
+    """``synth_model(format, layout, alignment=32, size=3 MiB, experts=8)`` → index of a synthetic file,
+    written once per argument set for the whole session."""
+    from workbench.formats.synth import write_synthetic
+
+    root = tmp_path_factory.mktemp("synth")
+    made: dict[tuple, TensorIndex] = {}
+
+    def make(format: str, layout: str, alignment: int = 32, size: int = 3 << 20, experts: int = 8) -> TensorIndex:
+        key = (format, layout, alignment, size, experts)
+        if key not in made:
+            path = root / f"{format}-{layout}-a{alignment}-s{size}-e{experts}.{format}"
+            made[key] = write_synthetic(path, format=format, layout=layout, size=size,
+                                        experts=experts, alignment=alignment, seed=len(made))
+        return made[key]
+
+    return make
+
+
+def write_raw_model(path: Path, sizes: Sequence[int], *, first: int = 0, gap: int = 0,
+                    tail: int = 0, seed: int = 0) -> TensorIndex:
+    """A file of random bytes and a hand-made index over it: tensors of ``sizes`` bytes starting at
+    ``first``, ``gap`` bytes apart, ``tail`` bytes after the last. For layouts no format produces."""
+    tensors, off = [], first
+    for i, n in enumerate(sizes):
+        tensors.append(TensorInfo(f"t{i:03d}", off, n, "u8", (n,)))
+        off += n + gap
+    size = off - gap + tail if sizes else first + tail
+    data = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+    with open(path, "wb") as fh:
+        fh.write(data.tobytes())
+        fh.flush()
+        os.fsync(fh.fileno())
+    return TensorIndex(str(path), "raw", size, first, 1, tuple(tensors))
+
+
+@pytest.fixture
+def raw_model(tmp_path: Path) -> Callable[..., TensorIndex]:
+    """``raw_model(sizes, first=0, gap=0, tail=0, seed=0)`` → index over a random file in tmp_path."""
+    count = [0]
+
+    def make(sizes: Sequence[int], **kw: int) -> TensorIndex:
+        count[0] += 1
+        return write_raw_model(tmp_path / f"raw{count[0]}.bin", sizes, **kw)
+
+    return make
