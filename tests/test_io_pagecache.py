@@ -160,6 +160,9 @@ def test_mincore_blind_for_foreign_files_is_an_error(data_file, monkeypatch):
     monkeypatch.setattr(os, "access", lambda *a, **k: False)
     with pytest.raises(CacheStateError, match="mincore hides"):
         resident_fraction(data_file)
+    with pytest.raises(CacheStateError, match="mincore hides") as err:
+        prepare(data_file, "cold")
+    assert err.value.wanted == "cold"
 
 
 def test_restore_residency(data_file):

@@ -144,3 +144,15 @@ def test_bad_input(model, tmp_path):
     with pytest.raises(ValueError):
         list(iter_untouched(path, mode="sideways"))
     assert list(iter_untouched(path, 5, 5)) == []
+
+
+def test_auto_reads_a_fully_resident_file_through_the_cache(model, monkeypatch):
+    path, data = model
+    warm_file(path)
+
+    def refuse(p):
+        raise AssertionError("O_DIRECT used for a fully resident file")
+
+    monkeypatch.setattr(untouched, "open_direct", refuse)
+    assert _read_all(path, "auto") == data
+    assert resident_map(path).all()

@@ -111,7 +111,8 @@ def iter_untouched(path: str | os.PathLike, start: int = 0, end: int | None = No
     """Yield ``(offset, bytes)`` covering ``[start, end)`` without changing the file's page-cache residency.
 
     Each memoryview is valid only until the next item (the buffer is reused). ``mode`` is "auto"
-    (O_DIRECT if it works here, else buffered), "direct" or "buffered".
+    (buffered when every page is resident already — nothing to evict, and faster than the disk —
+    else O_DIRECT if it works here, else buffered), "direct" or "buffered".
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -121,6 +122,8 @@ def iter_untouched(path: str | os.PathLike, start: int = 0, end: int | None = No
         raise FormatError(path, "range", f"start {start} outside [0, {hi}]")
     if hi == start:
         return
+    if mode == "auto" and pagecache.resident_fraction(path, start, hi - start) == 1.0:
+        mode = "buffered"
     if mode != "buffered":
         done = start
         try:
