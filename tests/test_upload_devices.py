@@ -326,3 +326,194 @@ def test_close_releases_what_is_left(device: Any) -> None:
     if isinstance(getattr(device, "module", None), FakeRuntime):
         fake = device.module
         assert not fake.device_mem and not fake.events and not fake.streams
+
+
+# --- the shared GPU logic, call by call, in both bindings' shapes -----------------------------------
+
+PREFIXES = pytest.mark.parametrize("prefix", ["cuda", "hip"])
+
+
+@PREFIXES
+def test_alloc_copy_read_back_call_sequence(prefix: str) -> None:
+    dev, fake = open_fake(prefix)
+    assert fake.names()[:3] == ["GetDeviceCount", "SetDevice", "StreamCreate"]
+    fake.calls.clear()
+    buf = dev.alloc(100)
+    ptr = buf.ptr
+    dev.copy_h2d(buf, 40, b"abc")
+    dev.copy_h2d(buf, 0, b"xy", asynchronous=True)
+    assert dev.read_back(buf, 40, 3) == b"abc"
+    dev.free(buf)
+    assert fake.names() == ["Malloc", "Memcpy", "MemcpyAsync", "DeviceSynchronize", "Memcpy", "Free"]
+    (_, malloc), (_, h2d), (_, h2d_async), _, (_, d2h), (_, free) = fake.calls
+    assert malloc == (100,) and int(free[0]) == ptr and ptr in fake_freed(fake, ptr)
+    assert h2d[0] == ptr + 40 and h2d[2] == 3 and h2d[3].name == f"{prefix}MemcpyHostToDevice"
+    assert h2d_async[:3] == (ptr, h2d_async[1], 2) and h2d_async[4] is dev._stream
+    assert d2h[1] == ptr + 40 and d2h[2] == 3 and d2h[3].name == f"{prefix}MemcpyDeviceToHost"
+
+
+def fake_freed(fake: FakeRuntime, ptr: int) -> list[int]:
+    """Addresses the backend freed: each must be one the fake handed out and no longer holds."""
+    return [int(args[0]) for name, args in fake.calls if name.endswith("Free") and int(args[0]) not in fake.device_mem]
+
+
+def test_each_thread_makes_the_ordinal_current() -> None:
+    import threading
+    dev = CudaDevice(1, module=FakeRuntime("cuda", devices=2))
+    fake = dev.module
+    fake.calls.clear()
+    worker = threading.Thread(target=lambda: dev.copy_h2d(dev.alloc(4), 0, b"1234"))
+    worker.start()
+    worker.join()
+    assert fake.names() == ["SetDevice", "Malloc", "Memcpy"] and fake.calls[0][1] == (1,)
+
+
+@PREFIXES
+def test_overrun_never_reaches_the_driver(prefix: str) -> None:
+    dev, fake = open_fake(prefix)
+    buf = dev.alloc(8)
+    fake.calls.clear()
+    with pytest.raises(ValueError, match="overruns a 8 B buffer"):
+        dev.copy_h2d(buf, 4, b"12345")
+    with pytest.raises(ValueError, match="overruns"):
+        dev.read_back(buf, 0, 9)
+    assert fake.calls == []
+
+
+def test_pinned_staging_uses_each_bindings_names() -> None:
+    for prefix, alloc, free in [("cuda", "cudaHostAlloc", "cudaFreeHost"), ("hip", "hipHostMalloc", "hipHostFree")]:
+        dev, fake = open_fake(prefix)
+        staging = dev.alloc_pinned(10)
+        staging.view[:] = b"0123456789"
+        addr = next(a for a in fake.host_mem)
+        assert ctypes.string_at(addr, 10) == b"0123456789"  # the view is the runtime's memory
+        dev.free_pinned(staging)
+        dev.free_pinned(staging)  # idempotent
+        names = [n for n, _ in fake.calls]
+        assert names.count(alloc) == 1 and names.count(free) == 1 and not fake.host_mem
+
+
+@PREFIXES
+def test_register_flags_follow_the_source(prefix: str, mapped_file: Any) -> None:
+    dev, fake = open_fake(prefix, readonly_flag=(prefix == "cuda"))  # hip-python 10 has no ReadOnly flag
+    writable = bytearray(4096)
+    rw = dev.register_host(writable)
+    m, _ = mapped_file
+    view = memoryview(m)
+    ro = dev.register_host(view)
+    flags = {args[0]: args[2] for name, args in fake.calls if name.endswith("HostRegister")}
+    assert flags[rw.addr] == 0 and rw.nbytes == 4096 and not rw.read_only
+    assert ro.read_only and flags[ro.addr] == (8 if prefix == "cuda" else 0)
+    dev.unregister_host(rw)
+    dev.unregister_host(rw)  # idempotent
+    dev.close()  # unregisters what is still registered
+    view.release()
+    assert not fake.registered
+
+
+@PREFIXES
+def test_events_record_on_the_copy_stream(prefix: str) -> None:
+    dev, fake = open_fake(prefix)
+    fake.calls.clear()
+    event = dev.record_event()
+    dev.wait_event(event)
+    assert fake.names() == ["EventCreate", "EventRecord", "EventSynchronize", "EventDestroy"]
+    assert fake.calls[1][1] == (event.handle, dev._stream)
+    assert not fake.events
+
+
+@PREFIXES
+def test_a_failed_call_names_the_device_the_call_and_the_error(prefix: str) -> None:
+    dev, fake = open_fake(prefix, fail={f"{prefix}Malloc": "ErrorMemoryAllocation"})
+    with pytest.raises(DeviceError) as err:
+        dev.alloc(1 << 40)
+    assert isinstance(err.value, WorkbenchError)
+    assert str(err.value) == (f"{prefix}:0: {prefix}Malloc failed: {prefix}ErrorMemoryAllocation "
+                              f"(fake text for {prefix}ErrorMemoryAllocation)")
+    assert err.value.call == f"{prefix}Malloc" and err.value.device == f"{prefix}:0"
+
+
+@PREFIXES
+def test_close_frees_everything_and_reports_a_failure(prefix: str) -> None:
+    dev, fake = open_fake(prefix, fail={f"{prefix}Free": "ErrorInvalidValue"})
+    dev.alloc(8)
+    staging = dev.alloc_pinned(8)
+    dev.record_event()
+    with pytest.raises(DeviceError, match=f"{prefix}Free failed"):
+        dev.close()
+    assert not fake.host_mem and not fake.events and not fake.streams  # the rest still released
+    assert staging.handle is None
+
+
+def test_info_cuda_reads_sm_arch_and_integrated() -> None:
+    dev, _ = open_fake("cuda")
+    info = dev.info()
+    assert (info.backend, info.name, info.arch, info.uma) == ("cuda", "Fake GPU", "sm_90", False)
+    assert info.memory_bytes == 8 << 30 and info.driver == "NVIDIA driver 12.8, runtime 12.8"
+    assert open_fake("cuda", props={"integrated": 1, "major": 8, "minor": 7})[0].info().arch == "sm_87"
+    assert open_fake("cuda", props={"integrated": 1})[0].info().uma is True
+    assert format_cuda_version(13000) == "13.0"
+
+
+@pytest.mark.parametrize("arch,integrated,uma", [("gfx1100", 0, False), ("gfx1151:xnack-", 0, True),
+                                                 (b"gfx1103\0\0", 0, True), ("gfx90a:sramecc+:xnack-", 1, True)])
+def test_info_hip_uma_from_integrated_or_apu_arch(arch: Any, integrated: int, uma: bool) -> None:
+    info = open_fake("hip", props={"gcnArchName": arch, "integrated": integrated})[0].info()
+    assert info.uma is uma and info.arch.startswith("gfx") and ":" not in info.arch
+    assert info.driver == "ROCm runtime 6.2.41134, runtime 6.2.41134"
+
+
+def test_ordinal_beyond_the_device_count_is_unavailable() -> None:
+    with pytest.raises(BackendUnavailable, match="no device 2: 2 present"):
+        CudaDevice(2, module=FakeRuntime("cuda", devices=2))
+
+
+# --- availability: module missing, no driver, no device ---------------------------------------------
+
+
+def _raise(exc: BaseException) -> Any:
+    def load() -> Any:
+        raise exc
+    return load
+
+
+@pytest.mark.parametrize("rt", [CUDA_RUNTIME, HIP_RUNTIME], ids=["cuda", "hip"])
+def test_probe_reasons(rt: Any) -> None:
+    p, lib = rt.prefix, rt.driver_lib
+    assert probe_runtime(rt, lambda: FakeRuntime(p)).ok
+    missing = probe_runtime(rt, _raise(ImportError("No module named 'x'")))
+    assert missing.reason == f"module missing: pip install 'workbench[{rt.backend}]'"
+    zero = probe_runtime(rt, lambda: FakeRuntime(p, devices=0))
+    assert zero.reason == f"no device: {p}GetDeviceCount returned 0"
+    nodev = probe_runtime(rt, lambda: FakeRuntime(p, fail={f"{p}GetDeviceCount": "ErrorNoDevice"}))
+    assert nodev.reason == zero.reason
+    old = probe_runtime(rt, lambda: FakeRuntime(p, fail={f"{p}GetDeviceCount": "ErrorInsufficientDriver"}))
+    assert old.reason.startswith(f"no driver: {p}GetDeviceCount: {p}ErrorInsufficientDriver (fake text")
+
+    class NoLib(FakeRuntime):
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError(f"failed to dlopen '{lib}': cannot open shared object file")
+    dlopen = probe_runtime(rt, lambda: NoLib(p))
+    assert not dlopen and dlopen.reason == f"no driver: {lib} not found ({rt.driver_name} missing)"
+
+
+def test_cuda_availability_here_matches_the_installed_binding() -> None:
+    avail = device_availability("cuda")
+    try:
+        import cuda.bindings.runtime  # noqa: F401
+    except ImportError:
+        try:
+            from cuda import cudart  # noqa: F401
+        except ImportError:
+            assert avail.reason == "module missing: pip install 'workbench[cuda]'"
+            return
+    assert avail.ok or avail.reason.startswith(("no driver:", "no device:"))
+
+
+def test_the_real_cuda_binding_has_every_name_we_call() -> None:
+    runtime = pytest.importorskip("cuda.bindings.runtime", reason="cuda-python (cuda-bindings) not installed")
+    for name in list(CUDA_RUNTIME.calls.values()) + [CUDA_RUNTIME.pinned_flags, CUDA_RUNTIME.register_flags,
+                                                     CUDA_RUNTIME.register_readonly_flags]:
+        assert hasattr(runtime, name), name
+    assert hasattr(runtime.cudaError_t, "cudaSuccess")
+    assert hasattr(runtime.cudaMemcpyKind, "cudaMemcpyDeviceToHost")
