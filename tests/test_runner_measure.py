@@ -1,0 +1,127 @@
+"""The runner end to end: fresh worker per run, cache state per run, interleaving, failures, ledger."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from workbench.io.envinfo import eviction_support
+from workbench.ledger import Ledger
+from workbench.measure import RunConfig, interleave, measure
+from workbench.measure.attempt import ATTEMPT_KEYS, RUN_KEYS
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from workbench.formats.synth import write_synthetic
+
+    path = tmp_path_factory.mktemp("runner") / "dense.gguf"
+    write_synthetic(path, format="gguf", layout="dense", size=1 << 20, seed=3)
+    return str(path)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, isolated_cache: Path) -> Ledger:
+    with Ledger(tmp_path / "ledger.sqlite") as led:
+        yield led
+
+
+@pytest.fixture
+def locks(tmp_path: Path) -> str:
+    return str(tmp_path / "locks")
+
+
+def test_interleave_abab_cycles_configs() -> None:
+    assert interleave(3, 2, "abab") == [0, 1, 2, 0, 1, 2]
+
+
+def test_interleave_shuffle_is_seeded_and_complete() -> None:
+    a, b, c = interleave(2, 6, "shuffle", seed=1), interleave(2, 6, "shuffle", seed=1), interleave(2, 6, "shuffle", seed=2)
+    assert a == b
+    assert sorted(a) == [0] * 6 + [1] * 6
+    assert a != c and a != interleave(2, 6, "abab")
+    with pytest.raises(ValueError):
+        interleave(2, 2, "zigzag")
+
+
+def test_runs_are_fresh_processes_interleaved_and_cold(model: str, ledger: Ledger, locks: str) -> None:
+    configs = [RunConfig(model, "pread", {"evict": "1"}), RunConfig(model, "mmap")]
+    results = measure(configs, runs=2, cache="cold", ledger=ledger, campaign="t", lock_dir=locks)
+    runs = [r for res in results for r in res.runs]
+    pids = [r.pid for r in runs]
+    assert len(set(pids)) == 4 and os.getpid() not in pids
+    assert sorted(r.position for r in runs) == [0, 1, 2, 3]
+    assert [r.position for r in results[0].runs] == [0, 2]  # A B A B
+    assert all(r.ok and r.verified for r in runs), [r.error for r in runs]
+    assert all(r.wall_s > r.load_s > 0 for r in runs)
+    if eviction_support(os.path.dirname(model)):
+        assert all(r.cache_reached and r.resident_before <= 0.02 for r in runs)
+        assert [res.cache for res in results] == ["cold", "cold"]
+    else:  # a file system that cannot drop pages must never be labelled cold
+        assert all(not r.cache_reached for r in runs) and results[0].cache.startswith("asis(unreachable")
+    assert results[0].verdict == "baseline" and results[0].baseline_id is None
+    assert results[1].baseline_id == results[0].attempt_id
+    assert results[1].verdict in ("faster", "slower", "inconclusive")
+    stored = ledger.runs(campaign="t")
+    assert len(stored) == 4 and set(stored["pid"]) == set(pids)
+    assert ledger.attempt(results[1].attempt_id)["verdict"] == results[1].verdict
+
+
+def test_warm_runs_start_resident_and_json_has_the_issue_keys(model: str, ledger: Ledger, locks: str) -> None:
+    (res,) = measure([RunConfig(model, "pread")], runs=2, cache="warm", ledger=ledger, lock_dir=locks)
+    assert all(r.cache_reached and r.resident_before >= 0.98 for r in res.runs)
+    data = res.to_json()
+    assert list(data)[: len(ATTEMPT_KEYS)] == list(ATTEMPT_KEYS)
+    assert data["n"] == 2 and data["cache"] == "warm" and data["strategy"] == "pread"
+    assert all(list(run)[: len(RUN_KEYS)] == list(RUN_KEYS) for run in data["runs"])
+    assert data["gbps"] == pytest.approx(res.runs[0].bytes / data["median_s"] / 1e9)
+
+
+def test_failed_worker_is_recorded_and_the_others_go_on(model: str, ledger: Ledger, locks: str,
+                                                         tmp_path: Path) -> None:
+    configs = [RunConfig(model, "pread"), RunConfig(model, "pread", {"no_such_param": "1"}),
+               RunConfig(str(tmp_path / "missing.gguf"), "pread")]
+    results = measure(configs, runs=2, cache="asis", ledger=ledger, lock_dir=locks)
+    good, bad, missing = results
+    assert good.stats.n == 2 and good.verdict == "baseline"
+    for res, text in ((bad, "no_such_param"), (missing, "missing.gguf")):
+        assert res.verdict == "failed" and res.stats.n == 0 and res.stats.n_failed == 2
+        assert all(r.error and text in r.error and r.load_s is None for r in res.runs)
+        assert all(r.pid for r in res.runs)  # the worker did start: its failure is its own
+    stored = ledger.runs(bad.attempt_id)
+    assert len(stored) == 2 and stored["error"].str.contains("no_such_param").all()
+
+
+def test_worker_timeout_is_a_failed_run(model: str, ledger: Ledger, locks: str) -> None:
+    (res,) = measure([RunConfig(model, "pread")], runs=1, cache="asis", ledger=ledger, lock_dir=locks,
+                     timeout_s=0.001)
+    assert res.verdict == "failed" and "timed out" in res.runs[0].error
+
+
+def test_baseline_attempt_from_the_ledger(model: str, ledger: Ledger, locks: str) -> None:
+    (first,) = measure([RunConfig(model, "pread")], runs=2, cache="warm", ledger=ledger, lock_dir=locks)
+    (second,) = measure([RunConfig(model, "mmap")], runs=2, cache="warm", ledger=ledger, lock_dir=locks,
+                        baseline=first.attempt_id[:8])
+    assert second.baseline_id == first.attempt_id
+    assert second.verdict in ("faster", "slower", "inconclusive")
+    assert second.speedup == pytest.approx(first.stats.median_s / second.stats.median_s)
+
+
+def test_unreachable_cold_state_is_not_labelled_cold(ledger: Ledger, locks: str) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or eviction_support(shm):
+        pytest.skip("needs a memory file system at /dev/shm")
+    from workbench.formats.synth import write_synthetic
+
+    path = shm / f"wb-runner-test-{os.getpid()}.gguf"
+    write_synthetic(path, format="gguf", layout="dense", size=256 << 10)
+    try:
+        (res,) = measure([RunConfig(str(path), "pread")], runs=1, cache="cold", ledger=ledger,
+                         lock_dir=locks)
+    finally:
+        path.unlink()
+    run = res.runs[0]
+    assert run.ok and not run.cache_reached and "tmpfs" in run.result["cache_error"]
+    assert res.cache.startswith("asis(unreachable: cold")
+    assert ledger.attempt(res.attempt_id)["cache"].startswith("asis(unreachable: cold")

@@ -1,0 +1,219 @@
+"""``workbench run | compare | external | ceilings``: measure, print a table, record in the ledger."""
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any, Callable, Sequence
+
+import click
+
+from workbench.errors import ParamError
+from workbench.measure.records import CACHE_STATES
+
+
+def _measure_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options run, compare and external share."""
+    options = [
+        click.option("--cache", type=click.Choice(CACHE_STATES), default="cold", show_default=True,
+                     help="Page-cache state set (and checked with mincore) before every run."),
+        click.option("--runs", type=click.IntRange(1), default=5, show_default=True,
+                     help="Fresh-process runs per configuration (≥ 5 for a claim)."),
+        click.option("--campaign", default="default", show_default=True, help="Ledger campaign."),
+        click.option("--hypothesis", default="", help="What this attempt is meant to show."),
+        click.option("--baseline", default=None, help="Compare against this ledger attempt (id or prefix)."),
+        click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+                     help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."),
+        click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
+                     show_default=True, help="Seconds before a run is killed and recorded as failed."),
+        click.option("--json", "as_json", is_flag=True, help="Print the attempts as JSON."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of commands that run strategies in workers (run, compare)."""
+    options = [
+        click.option("--param", "params", multiple=True, metavar="K=V",
+                     help="Strategy parameter (repeatable); with compare it applies to every strategy."),
+        click.option("--device", default="host", show_default=True, help="host, host-uma, cuda[:n], hip[:n]."),
+        click.option("--order", type=click.Choice(["abab", "shuffle"]), default="abab", show_default=True,
+                     help="Interleave A B A B …, or a seeded shuffle."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of --order shuffle."),
+        click.option("--verify/--no-verify", default=True, show_default=True,
+                     help="Read the device bytes back after each run and compare them with the file."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def parse_params(items: Sequence[str], owner: str = "--param") -> dict[str, str]:
+    """``["k=v", …]`` → ``{"k": "v"}``; anything without ``=`` is a ParamError."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ParamError(owner, item, "expected K=V")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_strategy(text: str, common: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """``"pread evict=1"`` → ("pread", {**common, "evict": "1"}): inline params win over --param."""
+    words = shlex.split(text)
+    if not words:
+        raise ParamError("--strategy", text, "empty strategy")
+    return words[0], {**common, **parse_params(words[1:], f"--strategy {words[0]}")}
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--strategy", required=True, help="Strategy name, optionally with inline K=V params.")
+@click.option("--label", default="", help="Name of the attempt in tables.")
+@_worker_options
+@_measure_options
+def run(file: str, strategy: str, label: str, **opts: Any) -> None:
+    """Measure one strategy on FILE, a fresh worker process per run."""
+    _run_configs(file, [strategy], [label] if label else None, **opts)
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--strategy", "strategies", multiple=True, required=True,
+              help="Repeat for each strategy; e.g. --strategy \"pread evict=1\" --strategy mmap.")
+@click.option("--label", "labels", multiple=True, help="One per --strategy, in the same order.")
+@_worker_options
+@_measure_options
+def compare(file: str, strategies: tuple[str, ...], labels: tuple[str, ...], **opts: Any) -> None:
+    """Measure strategies on FILE interleaved; the first is the baseline unless --baseline."""
+    if len(strategies) < 2 and not opts["baseline"]:
+        raise click.UsageError("compare needs two or more --strategy (or --baseline ATTEMPT_ID)")
+    if labels and len(labels) != len(strategies):
+        raise click.UsageError(f"{len(labels)} --label for {len(strategies)} --strategy")
+    _run_configs(file, list(strategies), list(labels) or None, **opts)
+
+
+def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, params: tuple[str, ...],
+                 device: str, order: str, seed: int, verify: bool, cache: str, runs: int,
+                 campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
+                 timeout_s: float, as_json: bool) -> None:
+    from workbench.measure.records import RunConfig
+    from workbench.measure.runner import measure, open_ledger
+
+    common = parse_params(params)
+    configs = []
+    for text in strategies:
+        name, merged = parse_strategy(text, common)
+        configs.append(RunConfig(file=file, strategy=name, params=merged, device=device))
+    _check_strategies(configs)
+    ledger = open_ledger(ledger_path)
+    with _progress(len(configs) * runs, as_json) as progress:
+        results = measure(configs, runs=runs, cache=cache, order=order, seed=seed, ledger=ledger,
+                          campaign=campaign, hypothesis=hypothesis, labels=labels, baseline=baseline,
+                          verify=verify, timeout_s=timeout_s, progress=progress)
+    _report(results, ledger, as_json, single=len(strategies) == 1)
+
+
+def _check_strategies(configs: list[Any]) -> None:
+    """Fail before any run on an unknown strategy or a parameter it does not have."""
+    from workbench.strategies import get_strategy
+
+    for config in configs:
+        get_strategy(config.strategy).from_strings(dict(config.params))
+
+
+@click.command()
+@click.option("--cmd", "command", required=True, help="Shell command line that loads the model.")
+@click.option("--marker", required=True, help="Regular expression of the output line that ends the load.")
+@click.option("--file", "file", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="The model file the command loads (cache state, identity, GB/s).")
+@click.option("--device", default="host", show_default=True, help="Device lock to hold (the engine's device).")
+@click.option("--label", default="", help="Name of the attempt in tables.")
+@_measure_options
+def external(command: str, marker: str, file: str, device: str, label: str, cache: str, runs: int,
+             campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
+             timeout_s: float, as_json: bool) -> None:
+    """Time an external engine: spawn → first output line matching --marker; then kill it."""
+    from workbench.measure.external import measure_external
+    from workbench.measure.runner import open_ledger
+
+    ledger = open_ledger(ledger_path)
+    with _progress(runs, as_json) as progress:
+        result = measure_external(command, marker, file, runs=runs, cache=cache, timeout_s=timeout_s,
+                                  device=device, label=label, baseline=baseline, ledger=ledger,
+                                  campaign=campaign, hypothesis=hypothesis, progress=progress)
+    _report([result], ledger, as_json, single=True)
+
+
+@click.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Directory on the file system to measure (default: cwd).")
+@click.option("--device", "devices", multiple=True, help="Backend(s) for host→device copies (default: host).")
+@click.option("--size", default="512MiB", show_default=True, help="Scratch file size, e.g. 256MiB, 2GiB.")
+@click.option("--threads", type=click.IntRange(1), default=None, help="Most reader threads (default: cores).")
+@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+              help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite).")
+@click.option("--json", "as_json", is_flag=True, help="Print the ceilings as JSON.")
+def ceilings(directory: str | None, devices: tuple[str, ...], size: str, threads: int | None,
+             ledger_path: str | None, as_json: bool) -> None:
+    """Measure this machine's bandwidth walls and store them in the ledger for this host."""
+    from workbench.formats.synth import parse_size
+    from workbench.measure.ceilings import measure_ceilings, thread_counts
+    from workbench.measure.runner import open_ledger
+
+    ledger = open_ledger(ledger_path)
+    say = None if as_json else (lambda msg: click.echo(f"measuring {msg} …", err=True))
+    report = measure_ceilings(directory, devices=devices or ("host",), size=parse_size(size),
+                              threads=thread_counts(threads) if threads else None, ledger=ledger,
+                              progress=say)
+    if as_json:
+        click.echo(json.dumps({**report.to_json(), "ledger": str(ledger.path)}, indent=2))
+        return
+    from workbench.measure.report import ceilings_table
+
+    click.echo(ceilings_table(report))
+    for name, reason in report.skipped:
+        click.secho(f"not measured: {name}: {reason}", fg="yellow", err=True)
+    click.echo(f"ledger: {ledger.path} (host {report.host})")
+
+
+class _progress:
+    """A tqdm bar on stderr fed by the runner's progress callback; silent with --json."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.quiet, self.bar = total, quiet, None
+
+    def __enter__(self) -> Callable[..., None] | None:
+        if self.quiet:
+            return None
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total, unit="run", file=click.get_text_stream("stderr"), leave=False)
+        return self._update
+
+    def _update(self, done: int, total: int, config: Any, run: Any) -> None:
+        last = "FAILED" if run.error else f"{run.load_s * 1e3:.1f} ms"
+        self.bar.set_postfix_str(f"{config.display}: {last}")
+        self.bar.update(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _report(results: list[Any], ledger: Any, as_json: bool, single: bool) -> None:
+    from workbench.measure.report import attempts_table
+
+    for r in results:  # loud, on stderr, in every mode: an unstable number must not pass unseen
+        if r.warning:
+            click.secho(f"{r.label}: {r.warning}", fg="yellow", bold=True, err=True)
+        if r.verdict == "failed" or r.cache != r.cache_requested:
+            click.secho(f"{r.label}: {r.verdict.upper()}: {r.notes or r.cache}", fg="red", bold=True, err=True)
+    if as_json:
+        payload = results[0].to_json() if single else [r.to_json() for r in results]
+        click.echo(json.dumps(payload, indent=2, default=str))
+        return
+    click.echo(attempts_table(results))
+    click.echo(f"ledger: {ledger.path}")

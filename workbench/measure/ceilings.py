@@ -1,0 +1,286 @@
+"""This machine's bandwidth walls, measured on a scratch file: what no load strategy can beat.
+
+cold read (buffered after eviction, and O_DIRECT) and page-cache read at 1..N threads, memcpy, and per
+device backend host→device from pageable, pinned and registered memory. Stored per host in the ledger;
+the runner reports every attempt's GB/s as a fraction of the wall that bounds it.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from workbench.errors import CacheStateError, WorkbenchError
+
+MiB = 1 << 20
+CHUNK = 4 * MiB  # per read call: large enough that syscall cost vanishes, small enough to stay in L2/L3
+COPY_MAX = 256 * MiB  # memcpy / host→device size cap: the rate is flat long before this
+REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """One measured wall: ``name`` (e.g. ``page_cache_read_2t``), GB/s, and how it was measured."""
+
+    name: str
+    gbps: float
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CeilingsReport:
+    """Every wall measured in one ``workbench ceilings`` run, and what could not be measured, why."""
+
+    host: str
+    directory: str
+    size: int
+    ceilings: tuple[Ceiling, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "directory": self.directory, "size": self.size,
+                "ceilings": [{"name": c.name, "gbps": c.gbps, "detail": dict(c.detail)}
+                             for c in self.ceilings],
+                "skipped": [{"name": n, "reason": r} for n, r in self.skipped]}
+
+
+def thread_counts(limit: int | None = None) -> list[int]:
+    """1, 2, 4, 8, … up to ``limit`` (default: the usable cores, at most 16)."""
+    cores = limit or min(16, len(os.sched_getaffinity(0)))
+    counts, t = [], 1
+    while t <= max(1, cores):
+        counts.append(t)
+        t *= 2
+    return counts
+
+
+def measure_ceilings(directory: str | os.PathLike[str] | None = None, *,
+                     devices: Sequence[str] = ("host",), size: int = 512 * MiB,
+                     threads: Sequence[int] | None = None, ledger: Any = None, record: bool = True,
+                     progress: Callable[[str], None] | None = None) -> CeilingsReport:
+    """Measure the walls on a ``size``-byte scratch file in ``directory`` (deleted afterwards).
+
+    Parameters
+    ----------
+    directory
+        Where the scratch file goes: the file system your models live on (default: cwd).
+    devices
+        Device specs whose host→device paths to measure (``host``, ``cuda:0`` …).
+    ledger
+        A ``Ledger``, a path, or None for the default; ``record=False`` keeps the ledger untouched.
+    """
+    from workbench.io.envinfo import host_id
+
+    directory = os.path.abspath(directory or os.getcwd())
+    size = max(CHUNK, size - size % CHUNK)
+    counts = list(threads or thread_counts())
+    say = progress or (lambda _msg: None)
+    found: list[Ceiling] = []
+    skipped: list[tuple[str, str]] = []
+    path = _write_scratch(directory, size)
+    try:
+        say("cold reads")
+        _cold_reads(path, size, counts, found, skipped)
+        say("page-cache reads")
+        _warm_reads(path, size, counts, found, skipped)
+    finally:
+        os.unlink(path)
+    say("memcpy")
+    found.append(_memcpy(min(size, COPY_MAX)))
+    for spec in devices:
+        say(f"host→device ({spec})")
+        _h2d(spec, min(size, COPY_MAX), found, skipped)
+    report = CeilingsReport(host_id(), directory, size, tuple(found), tuple(skipped))
+    if record:
+        _record(report, ledger)
+    return report
+
+
+def _record(report: CeilingsReport, ledger: Any) -> None:
+    from workbench.measure.runner import open_ledger
+
+    store = open_ledger(ledger)
+    for c in report.ceilings:
+        store.record_ceiling(c.name, c.gbps, {**c.detail, "directory": report.directory,
+                                              "size": report.size}, host=report.host)
+
+
+def _write_scratch(directory: str, size: int) -> str:
+    import numpy as np
+
+    block = np.random.default_rng(0).integers(0, 256, size=8 * MiB, dtype=np.uint8).tobytes()
+    try:
+        fd, path = tempfile.mkstemp(prefix=".wb-ceilings-", dir=directory)
+    except OSError as exc:
+        raise WorkbenchError(f"{directory}: cannot create the ceilings scratch file: {exc.strerror}") from None
+    try:
+        for done in range(0, size, len(block)):
+            os.write(fd, block[: min(len(block), size - done)])
+        os.fsync(fd)  # dirty pages cannot be evicted: the cold reads need them on disk
+    except OSError as exc:
+        os.close(fd)
+        os.unlink(path)
+        raise WorkbenchError(f"{path}: cannot write the ceilings scratch file: {exc.strerror}") from None
+    os.close(fd)
+    return path
+
+
+def _cold_reads(path: str, size: int, counts: Sequence[int], found: list[Ceiling],
+                skipped: list[tuple[str, str]]) -> None:
+    from workbench.io.direct import direct_io_support
+    from workbench.io.pagecache import prepare
+
+    direct = direct_io_support(path)
+    for t in counts:
+        try:
+            prepare(path, "cold")
+        except CacheStateError as exc:
+            skipped.append(("cold_read", str(exc)))
+            return
+        found.append(_ceiling(f"cold_read_buffered_{t}t", size, _read_all(path, size, t, False),
+                              threads=t, mode="buffered pread after fadvise(DONTNEED)"))
+        if not direct:
+            skipped.append((f"cold_read_direct_{t}t", direct.reason))
+            continue
+        prepare(path, "cold")  # O_DIRECT bypasses the cache, but a resident page would still be flushed
+        found.append(_ceiling(f"cold_read_direct_{t}t", size, _read_all(path, size, t, True),
+                              threads=t, mode="O_DIRECT pread"))
+
+
+def _warm_reads(path: str, size: int, counts: Sequence[int], found: list[Ceiling],
+                skipped: list[tuple[str, str]]) -> None:
+    from workbench.io.pagecache import prepare
+
+    try:
+        prepare(path, "warm")
+    except CacheStateError as exc:
+        skipped.append(("page_cache_read", str(exc)))
+        return
+    for t in counts:
+        best = min(_read_all(path, size, t, False) for _ in range(2))
+        found.append(_ceiling(f"page_cache_read_{t}t", size, best, threads=t,
+                              mode="pread from resident pages", repeats=2))
+
+
+def _read_all(path: str, size: int, threads: int, direct: bool) -> float:
+    """Seconds for ``threads`` threads to pread the file, each its own contiguous share."""
+    from workbench.io.direct import open_direct
+
+    fd = open_direct(path) if direct else os.open(path, os.O_RDONLY)
+    try:
+        share = -(-size // threads // CHUNK) * CHUNK
+        workers = [threading.Thread(target=_read_share, args=(fd, lo, min(size, lo + share), direct))
+                   for lo in range(0, size, share)]
+        t0 = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return time.perf_counter() - t0
+    finally:
+        os.close(fd)
+
+
+def _read_share(fd: int, lo: int, hi: int, direct: bool) -> None:
+    from workbench.io.direct import AlignedBuffer, read_direct
+
+    with AlignedBuffer(CHUNK) as buf:
+        for off in range(lo, hi, CHUNK):
+            n = min(CHUNK, hi - off)
+            if direct:
+                read_direct(fd, buf.view, off, n)
+            else:
+                os.preadv(fd, [buf.view[:n]], off)  # releases the GIL: threads really overlap
+
+
+def _memcpy(nbytes: int) -> Ceiling:
+    import numpy as np
+
+    src = np.random.default_rng(1).integers(0, 256, size=nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    dst[:] = 0  # fault the destination in before timing
+    best = _best(lambda: np.copyto(dst, src))
+    return _ceiling("memcpy", nbytes, best, mode="numpy copyto, one thread", repeats=REPEATS)
+
+
+def _h2d(spec: str, nbytes: int, found: list[Ceiling], skipped: list[tuple[str, str]]) -> None:
+    import numpy as np
+
+    from workbench.upload import open_device
+
+    try:
+        device = open_device(spec)
+    except WorkbenchError as exc:
+        skipped.append((f"h2d_{_backend(spec)}", str(exc)))
+        return
+    with device:
+        backend, dst = device.info().backend, device.alloc(nbytes)
+        src = np.random.default_rng(2).integers(0, 256, size=nbytes, dtype=np.uint8)
+        found.append(_ceiling(f"h2d_{_backend(backend)}_pageable", nbytes,
+                              _best(lambda: _copy(device, dst, src, False)), device=spec))
+        pinned = device.alloc_pinned(nbytes)
+        try:
+            pinned.view[:] = src.data
+            found.append(_ceiling(f"h2d_{_backend(backend)}_pinned", nbytes,
+                                  _best(lambda: _copy(device, dst, pinned.view, True)),
+                                  device=spec, locked=pinned.locked))
+        finally:
+            device.free_pinned(pinned)
+        handle = device.register_host(memoryview(src))
+        try:
+            found.append(_ceiling(f"h2d_{_backend(backend)}_registered", nbytes,
+                                  _best(lambda: _copy(device, dst, src, True)),
+                                  device=spec, locked=handle is not None))
+        finally:
+            device.unregister_host(handle)
+        device.free(dst)
+
+
+def _copy(device: Any, dst: Any, src: Any, asynchronous: bool) -> None:
+    device.copy_h2d(dst, 0, src, asynchronous=asynchronous)
+    device.synchronize()
+
+
+def _backend(spec: str) -> str:
+    """Ceiling names go by backend: ``cuda:1`` → cuda; ``host-uma`` copies like ``host``."""
+    name = spec.partition(":")[0]
+    return "host" if name.startswith("host") else name
+
+
+def _best(fn: Callable[[], Any], repeats: int = REPEATS) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _ceiling(name: str, nbytes: int, seconds: float, **detail: Any) -> Ceiling:
+    return Ceiling(name, nbytes / seconds / 1e9, {"bytes": nbytes, "seconds": seconds, **detail})
+
+
+def host_ceilings(ledger: Any, host: str | None = None) -> dict[str, float]:
+    """The latest GB/s of each ceiling recorded for ``host`` (default: this machine)."""
+    from workbench.io.envinfo import host_id
+
+    frame = ledger.ceilings(host=host or host_id())
+    return {str(n): float(g) for n, g in zip(frame["name"], frame["gbps"])}
+
+
+def bounding_ceiling(walls: Mapping[str, float], state: str | None,
+                     device: str) -> tuple[str, float] | None:
+    """The wall an attempt is up against: cold → the best disk read; warm → min(page cache, copy)."""
+    def best(prefix: str) -> tuple[str, float] | None:
+        hits = [(n, g) for n, g in walls.items() if n.startswith(prefix)]
+        return max(hits, key=lambda h: h[1]) if hits else None
+
+    if state == "cold":
+        return best("cold_read_")
+    if state == "warm":
+        found = [w for w in (best("page_cache_read_"), best(f"h2d_{_backend(device)}_")) if w]
+        return min(found, key=lambda w: w[1]) if found else None
+    return None

@@ -1,0 +1,76 @@
+"""Plain-text tables of attempts and ceilings, as the CLI prints them (and a PR can quote them)."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from workbench.measure.attempt import AttemptResult
+
+ATTEMPT_COLUMNS = ("attempt", "strategy", "cache", "median ms", "spread %", "n", "GB/s", "% ceiling",
+                   "vs baseline", "verdict", "engaged")
+
+
+def attempts_table(results: Sequence[AttemptResult]) -> str:
+    """One row per attempt: id prefix, median, spread, n, GB/s, share of the ceiling, verdict, engaged."""
+    rows = [_attempt_row(r) for r in results]
+    text = format_table(ATTEMPT_COLUMNS, rows)
+    walls = {(r.ceiling_name, r.ceiling_gbps) for r in results if r.ceiling_name}
+    notes = [f"ceiling {name}: {gbps:.2f} GB/s" for name, gbps in sorted(walls)]
+    if not walls:
+        notes.append("no ceilings recorded for this host: run `workbench ceilings` for % of ceiling")
+    return "\n".join([text, *notes])
+
+
+def _attempt_row(r: AttemptResult) -> list[str]:
+    s = r.stats
+    n = f"{s.n}" + (f" (+{s.n_failed} failed)" if s.n_failed else "")
+    if r.baseline_id is None and r.verdict == "baseline":
+        vs = "baseline"
+    else:
+        vs = "—" if r.speedup is None else f"{r.speedup:.2f}×"
+    return [
+        r.attempt_id[:8], r.label, r.cache if len(r.cache) <= 24 else r.cache[:23] + "…",
+        _num(s.median_s, 1e3, 1), _num(s.spread_pct, 1, 1), n, _num(s.gbps, 1, 2),
+        _num(r.ceiling_fraction, 100, 0), vs, r.verdict, _engaged(r),
+    ]
+
+
+def _engaged(r: AttemptResult) -> str:
+    """The engaged facts of the attempt's first successful run (they rarely differ between runs)."""
+    for run in r.runs:
+        if run.ok:
+            return "; ".join(run.engaged) or "—"
+    return "—"
+
+
+def _num(value: float | None, scale: float, digits: int) -> str:
+    return "—" if value is None else f"{value * scale:.{digits}f}"
+
+
+def ceilings_table(report: Any) -> str:
+    """The measured walls, one per line."""
+    rows = [[c.name, f"{c.gbps:.2f}", _detail(c.detail)] for c in report.ceilings]
+    return format_table(("ceiling", "GB/s", "how"), rows)
+
+
+def _detail(detail: Any) -> str:
+    parts = [str(detail.get("mode", ""))]
+    if "device" in detail:
+        parts.append(f"device {detail['device']}")
+    if detail.get("locked") is False:
+        parts.append("NOT page-locked (RLIMIT_MEMLOCK?)")
+    return ", ".join(p for p in parts if p)
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell, numbers right-aligned."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    lines = []
+    for row in [list(header), *rows]:
+        cells = [str(c).rjust(w) if _numeric(str(c)) else str(c).ljust(w) for c, w in zip(row, widths)]
+        lines.append("  ".join(cells).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _numeric(text: str) -> bool:
+    return text.replace(".", "", 1).replace("×", "").strip().isdigit()

@@ -1,0 +1,238 @@
+"""The runner: fresh worker per run, cache state set and checked before each, configs interleaved,
+every run written to the ledger as it finishes, verdicts against a baseline, ceilings attached.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable, Sequence
+
+from workbench.errors import CacheStateError, WorkbenchError
+from workbench.measure.attempt import (
+    AttemptResult, cache_label, decide, effective_state,
+)
+from workbench.measure.lock import DeviceLock
+from workbench.measure.order import interleave
+from workbench.measure.records import CACHE_STATES, AttemptStats, RunConfig, RunRecord
+from workbench.measure.spawn import Outcome, run_worker
+
+RunFn = Callable[[RunConfig], Outcome]
+Progress = Callable[[int, int, RunConfig, RunRecord], None]
+
+
+def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold", order: str = "abab",
+            seed: int = 0, ledger: Any = None, campaign: str = "default", hypothesis: str = "",
+            labels: Sequence[str] | None = None, baseline: str | None = None, verify: bool = True,
+            timeout_s: float = 600.0, progress: Progress | None = None,
+            lock_dir: str | os.PathLike[str] | None = None) -> list[AttemptResult]:
+    """Measure ``configs`` interleaved, one fresh ``python -m workbench.worker`` per run.
+
+    Parameters
+    ----------
+    configs
+        What to measure; the first is the baseline unless ``baseline`` names a ledger attempt.
+    runs, cache, order, seed
+        Runs per config (≥ 5 for a claim), page-cache state before each run (cold/warm/asis),
+        ``abab`` or a ``shuffle`` seeded by ``seed``.
+    ledger
+        A ``Ledger``, a path, or None for the default ledger (``$WORKBENCH_LEDGER`` or data/).
+    verify
+        Read the device bytes back after the timed window and compare them with the file.
+    timeout_s
+        Per-run limit; a worker past it is killed and its run recorded as failed.
+    progress
+        Called after each run with (done, total, config, run).
+    lock_dir
+        Where the per-device lock files live (default ``$WORKBENCH_LOCK_DIR`` or /tmp/workbench-locks).
+    """
+    run_fn = functools.partial(run_worker, verify=verify, timeout_s=timeout_s)
+    return measure_with(run_fn, configs, runs=runs, cache=cache, order=order, seed=seed,
+                        ledger=ledger, campaign=campaign, hypothesis=hypothesis, labels=labels,
+                        baseline=baseline, progress=progress, lock_dir=lock_dir)
+
+
+def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
+                 order: str = "abab", seed: int = 0, ledger: Any = None, campaign: str = "default",
+                 hypothesis: str = "", labels: Sequence[str] | None = None,
+                 baseline: str | None = None, progress: Progress | None = None,
+                 lock_dir: str | os.PathLike[str] | None = None) -> list[AttemptResult]:
+    """:func:`measure` with any way of doing one run (a worker, an external engine)."""
+    if not configs:
+        raise WorkbenchError("nothing to measure: no configurations given")
+    if cache not in CACHE_STATES:
+        raise WorkbenchError(f"unknown cache state {cache!r}; known: {', '.join(CACHE_STATES)}")
+    if labels is not None and len(labels) != len(configs):
+        raise WorkbenchError(f"{len(labels)} labels for {len(configs)} configurations")
+    try:
+        sequence = interleave(len(configs), runs, order, seed)
+    except ValueError as exc:
+        raise WorkbenchError(str(exc)) from None
+    session = _Session(open_ledger(ledger), list(configs), labels, campaign, hypothesis, cache)
+    if baseline:
+        baseline = session.ledger.resolve_id(baseline)  # a prefix is fine; a wrong one fails now
+        base_stats = session.ledger.attempt_stats(baseline)
+    else:
+        base_stats = None
+    try:
+        for position, i in enumerate(sequence):
+            record = _timed_run(run_fn, configs[i], position, cache, lock_dir)
+            session.add(i, record)
+            if progress is not None:
+                progress(position + 1, len(sequence), configs[i], record)
+    except BaseException:
+        session.abandon(f"interrupted after {sum(map(len, session.runs))}/{len(sequence)} runs")
+        raise
+    return session.finish(baseline, base_stats)
+
+
+def open_ledger(ledger: Any) -> Any:
+    """A ``Ledger`` from a ``Ledger``, a path, or None (the default ledger)."""
+    from workbench.ledger import Ledger
+
+    return ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+
+
+def prepare_cache(path: str, state: str) -> tuple[float | None, bool, str | None]:
+    """Set the page-cache state: (resident fraction, reached, the CacheStateError text if not)."""
+    from workbench.io.pagecache import prepare, resident_fraction
+
+    try:
+        return float(prepare(path, state)), True, None
+    except CacheStateError as exc:
+        resident = exc.resident
+        if resident is None:
+            try:
+                resident = resident_fraction(path)
+            except (OSError, WorkbenchError):
+                resident = None
+        return resident, False, str(exc)
+
+
+def _timed_run(run_fn: RunFn, config: RunConfig, position: int, cache: str,
+               lock_dir: str | os.PathLike[str] | None) -> RunRecord:
+    # The lock covers cache preparation too: evicting a file disturbs anyone timing the same disk.
+    with DeviceLock(config.device, lock_dir) as lock:
+        try:
+            resident, reached, cache_error = prepare_cache(config.file, cache)
+        except (OSError, WorkbenchError) as exc:  # a missing file: let the worker say so, too
+            resident, reached, cache_error = None, False, str(exc)
+        try:
+            out = run_fn(config)
+        except Exception as exc:  # noqa: BLE001 - a run that cannot even start is a failed run
+            out = Outcome(pid=None, load_s=None, wall_s=None, error=f"could not run: {exc!r}")
+    result = dict(out.result)
+    if cache_error:
+        result["cache_error"] = cache_error
+    return RunRecord(
+        position=position, pid=out.pid, load_s=out.load_s, wall_s=out.wall_s, bytes=out.bytes,
+        resident_before=resident, cache_state=cache, cache_reached=reached, verified=out.verified,
+        engaged=out.engaged, phases=out.phases, minflt=out.minflt, majflt=out.majflt,
+        lock_wait_s=lock.waited_s, error=out.error, result=result)
+
+
+class _Session:
+    """The attempts of one measure() call, opened in the ledger lazily and finished together."""
+
+    def __init__(self, ledger: Any, configs: list[RunConfig], labels: Sequence[str] | None,
+                 campaign: str, hypothesis: str, cache: str):
+        self.ledger, self.configs, self.campaign = ledger, configs, campaign
+        self.hypothesis, self.cache = hypothesis, cache
+        self.labels = list(labels) if labels is not None else [c.display for c in configs]
+        self.runs: list[list[RunRecord]] = [[] for _ in configs]
+        self.ids: list[str | None] = [None for _ in configs]
+        self._env: dict[str, dict[str, Any]] = {}
+        ledger.ensure_campaign(campaign)
+
+    def add(self, i: int, record: RunRecord) -> None:
+        """Record a run now, opening its attempt first (with the device facts the worker reported)."""
+        if self.ids[i] is None:
+            self.ids[i] = self._start(i, record)
+        self.runs[i].append(record)
+        self.ledger.add_run(self.ids[i], record)
+
+    def _start(self, i: int, first: RunRecord) -> str:
+        from workbench.io.envinfo import host_id
+
+        config = self.configs[i]
+        # The worker reports the device it opened; the parent never opens one (a CUDA context here
+        # would cost memory and time on the device being measured).
+        device_info = dict(first.result.get("device_info") or {"backend": config.device})
+        environment = {**self._environment(config.file), "device": device_info}
+        return self.ledger.start_attempt(
+            campaign=self.campaign, config=config, cache=cache_label(self.cache, [first]),
+            hypothesis=self.hypothesis, label=self.labels[i], file_identity=_identity(config.file),
+            environment=environment, device_info=device_info, host=host_id())
+
+    def _environment(self, path: str) -> dict[str, Any]:
+        from workbench.io.envinfo import collect_environment
+
+        directory = os.path.dirname(os.path.abspath(path))
+        if directory not in self._env:
+            try:
+                self._env[directory] = collect_environment(directory=directory)
+            except WorkbenchError as exc:  # a missing directory: the failed runs say the rest
+                self._env[directory] = {"error": str(exc)}
+        return self._env[directory]
+
+    def abandon(self, note: str) -> None:
+        """Close the attempts already opened as failed, keeping their runs; used on interruption."""
+        for i, attempt_id in enumerate(self.ids):
+            if attempt_id is None:
+                continue
+            try:
+                self.ledger.finish_attempt(attempt_id, _summarize(self.runs[i]), baseline_id=None,
+                                           speedup=None, verdict="failed", notes=note)
+            except Exception:  # noqa: BLE001 - never mask the error that interrupted the runs
+                pass
+
+    def finish(self, baseline: str | None, base_stats: AttemptStats | None) -> list[AttemptResult]:
+        from workbench.measure.ceilings import bounding_ceiling, host_ceilings
+
+        stats = [_summarize(r) for r in self.runs]
+        if baseline is None:
+            base_stats, baseline_id = stats[0], self.ids[0]
+        else:
+            baseline_id = baseline
+        walls = host_ceilings(self.ledger)
+        return [self._finish_one(i, stats[i], base_stats, baseline_id, walls, bounding_ceiling)
+                for i in range(len(self.configs))]
+
+    def _finish_one(self, i: int, stats: AttemptStats, base_stats: AttemptStats | None,
+                    baseline_id: str | None, walls: dict[str, float], bound: Any) -> AttemptResult:
+        from workbench.measure.stats import stability_warning
+
+        runs, config = tuple(self.runs[i]), self.configs[i]
+        is_base = baseline_id == self.ids[i]
+        speedup, verdict, note = decide(stats, runs, base_stats, is_base)
+        label = cache_label(self.cache, runs)
+        if label != cache_label(self.cache, runs[:1]):
+            note = "; ".join(filter(None, [note, f"cache state: {label}"]))
+        wall = bound(walls, effective_state(label, runs), config.device)
+        name, gbps = wall if wall else (None, None)
+        fraction = stats.gbps / gbps if gbps and stats.gbps else None
+        self.ledger.finish_attempt(self.ids[i], stats, baseline_id=None if is_base else baseline_id,
+                                   speedup=speedup, verdict=verdict, ceiling_name=name,
+                                   ceiling_gbps=gbps, notes=note)
+        return AttemptResult(
+            attempt_id=self.ids[i], config=config, cache=label, runs=runs, stats=stats,
+            baseline_id=None if is_base else baseline_id, speedup=speedup, verdict=verdict,
+            warning=stability_warning(stats), ceiling_name=name, ceiling_gbps=gbps,
+            ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note)
+
+
+def _summarize(runs: Sequence[RunRecord]) -> AttemptStats:
+    from workbench.measure.stats import summarize
+
+    nbytes = max((r.bytes for r in runs if r.ok), default=0)
+    return summarize(runs, nbytes)
+
+
+def _identity(path: str) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from workbench.io.identity import file_identity
+
+    try:
+        return asdict(file_identity(path))
+    except (OSError, WorkbenchError) as exc:  # a missing file is a failed attempt, still recorded
+        return {"path": str(path), "error": str(exc)}
