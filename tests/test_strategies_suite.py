@@ -97,7 +97,7 @@ def test_every_strategy_odd_layout(name, raw_model):
 
 
 SMALL_PIECES = {"lanes": {"chunk_mib": 1, "threads": 3}, "warmer": {"chunk_mib": 1},
-                "odirect": {"bounce_mib": 1}}  # force tensors across several pieces
+                "odirect": {"bounce_mib": 1, "threads": 2}}  # force tensors across several pieces
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -151,6 +151,12 @@ class ThreadGuard:
                 self.error = exc
             self.stop.set()
 
+    def join(self) -> None:
+        """Wait for every worker to finish its work (no stop request); re-raise a worker's error."""
+        for t in self.threads:
+            t.join()
+        self.check()
+
     def check(self) -> None:
         if self.error is not None:
             raise self.error

@@ -119,7 +119,7 @@ class OdirectStrategy(Strategy):
         with ctx.phase("read"), ThreadGuard("odirect") as guard:  # lanes upload themselves
             for k, lane in enumerate(lanes):
                 guard.spawn(self._lane_run, lane, bufs, k, p.threads, guard)
-        guard.check()
+            guard.join()
         ctx.note(f"{p.threads} lanes read, shift and upload themselves; the read phase includes uploads")
 
     @staticmethod
