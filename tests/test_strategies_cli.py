@@ -1,0 +1,42 @@
+"""``workbench strategies [--json]`` lists every registered strategy with parameters and availability."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from workbench.cli import main
+from workbench.strategies import STRATEGIES, get_strategy
+
+SEVEN = {"pread", "willneed", "warmer", "mmap", "populate", "lanes", "odirect"}
+
+
+def test_strategies_json_lists_every_registered_strategy():
+    out = CliRunner().invoke(main, ["strategies", "--json"])
+    assert out.exit_code == 0, out.output
+    infos = json.loads(out.output)
+    names = [i["name"] for i in infos]
+    assert names == STRATEGIES.names() and SEVEN <= set(names)
+    for info in infos:
+        cls = get_strategy(info["name"])
+        assert info["summary"] == cls.summary and info["available"] == bool(cls.available())
+        params = {p["name"]: p for p in info["params"]}
+        assert {k: p["default"] for k, p in params.items()} == cls.param_defaults()
+        assert params["evict"]["type"] == "bool | None"
+        assert isinstance(info["reason"], str)
+
+
+def test_strategies_json_shows_typed_defaults():
+    infos = {i["name"]: i for i in json.loads(CliRunner().invoke(main, ["strategies", "--json"]).output)}
+    warmer = {p["name"]: p for p in infos["warmer"]["params"]}
+    assert (warmer["threads"]["default"], warmer["threads"]["type"]) == (4, "int")
+    assert (warmer["chunk_mib"]["default"], warmer["gate"]["default"]) == (16, 0.9)
+    assert {p["name"] for p in infos["odirect"]["params"]} >= {"threads", "bounce_mib"}
+    assert "MADV_POPULATE_READ" in infos["populate"]["reason"]
+
+
+def test_strategies_human_output_names_each_strategy():
+    out = CliRunner().invoke(main, ["strategies"])
+    assert out.exit_code == 0
+    for name in STRATEGIES.names():
+        assert any(line.startswith(name) for line in out.output.splitlines())
