@@ -145,9 +145,11 @@ def _walk_counts(w: _Walker) -> tuple[int, int, int]:
         raise FormatError(w.path, "version", f"GGUF version {version} is not supported (2 or 3)")
     n_tensors, n_kv = w.uint(8, "tensor_count"), w.uint(8, "kv_count")
     if n_kv * _MIN_KV > w.remaining():
-        raise FormatError(w.path, "kv_count", f"{n_kv} key/values cannot fit in a {w.size}-byte file")
+        raise FormatError(w.path, "kv_count", f"{n_kv} key/values cannot fit in the {w.remaining()} bytes left "
+                                          "(truncated file or corrupt count)")
     if n_tensors * _MIN_TENSOR_INFO > w.remaining():
-        raise FormatError(w.path, "tensor_count", f"{n_tensors} tensors cannot fit in a {w.size}-byte file")
+        raise FormatError(w.path, "tensor_count", f"{n_tensors} tensors cannot fit in the {w.remaining()} bytes "
+                                              "left (truncated file or corrupt count)")
     return version, n_tensors, n_kv
 
 
