@@ -517,3 +517,25 @@ def test_the_real_cuda_binding_has_every_name_we_call() -> None:
         assert hasattr(runtime, name), name
     assert hasattr(runtime.cudaError_t, "cudaSuccess")
     assert hasattr(runtime.cudaMemcpyKind, "cudaMemcpyDeviceToHost")
+
+
+@pytest.mark.parametrize("prefix", ["cuda", "hip"])
+def test_gpu_smoke_paths_verify_on_the_shared_backend(prefix: str, tmp_path: Any) -> None:
+    """benchmarks/gpu_smoke.py runs on the H200 only; its every path is checked here on the fakes."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "gpu_smoke", os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_smoke.py"))
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    dev, fake = open_fake(prefix)
+    base = np.frombuffer(pattern(9000, seed=9), dtype=np.uint8)
+    path = tmp_path / "src.bin"
+    path.write_bytes(b"\0" * smoke.FILE_OFFSET + smoke.path_data(base, "mmap", 9000).tobytes())
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    for nbytes in (1, 4097):
+        for name in smoke.PATHS:
+            assert smoke.run_path(dev, name, nbytes, base, mapped, reps=2)["verified"], (name, nbytes)
+    mapped.close()
+    assert not fake.device_mem and not fake.host_mem and not fake.registered
+    assert smoke.parse_size("64Mi") == 64 << 20 and smoke.parse_size("4097") == 4097
