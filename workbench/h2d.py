@@ -1,0 +1,246 @@
+"""Host→device micro-benchmarks: the upload paths a load strategy is built from, sizes swept.
+
+Paths: a heap source, an mmap source with warm and with cold page-table entries (page cache warm in
+both: the difference is the soft faults), pread-then-copy, a pinned staging pipeline (pread into two
+page-locked buffers, asynchronous copies), and registered host memory where the backend can lock it.
+On ``host`` these are memcpy paths; on ``cuda``/``hip`` the real PCIe or fabric paths. Each path ×
+size becomes a ledger attempt (the heap copy of that size is its baseline), one run per repeat.
+"""
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+
+MiB = 1 << 20
+PATHS = ("heap", "mmap_warm_pte", "mmap_cold_pte", "pread_copy", "pinned_staging", "registered")
+STAGING_CHUNK = 4 * MiB
+FILE_PATHS = {"mmap_warm_pte", "mmap_cold_pte", "pread_copy", "pinned_staging"}
+Prepared = tuple[Callable[[], float], str, str]  # (one timed repeat, note, why skipped)
+
+
+@dataclass(frozen=True)
+class H2DResult:
+    """One path at one size: the seconds of every repeat, or why it was skipped."""
+
+    path: str
+    size: int
+    device: str
+    seconds: tuple[float, ...] = ()
+    verified: bool | None = None
+    note: str = ""
+    skipped: str = ""
+
+    @property
+    def median_s(self) -> float | None:
+        return float(np.median(self.seconds)) if self.seconds else None
+
+    @property
+    def gbps(self) -> float | None:
+        m = self.median_s
+        return self.size / m / 1e9 if m else None
+
+
+def measure_h2d(device: str = "host", sizes: Sequence[int] = (4 * MiB, 32 * MiB),
+                paths: Sequence[str] = PATHS, repeats: int = 5, scratch_dir: str | None = None,
+                progress: Callable[[str], None] | None = None) -> list[H2DResult]:
+    """Measure every path at every size on ``device``; the scratch file is deleted afterwards."""
+    from workbench.io.pagecache import prepare
+    from workbench.upload import open_device
+
+    unknown = sorted(set(paths) - set(PATHS))
+    if unknown or not sizes or repeats < 1:
+        raise WorkbenchError(f"h2d: unknown path(s) {unknown} (known: {', '.join(PATHS)}), or no sizes/repeats")
+    scratch = _write_scratch(scratch_dir or tempfile.gettempdir(), max(sizes))
+    results: list[H2DResult] = []
+    try:
+        prepare(scratch, "warm")
+        with open_device(device) as dev:
+            for size in sizes:
+                for path in paths:
+                    if progress:
+                        progress(f"{path} {size // MiB} MiB")
+                    results.append(_measure_one(dev, device, path, size, repeats, scratch))
+    finally:
+        os.unlink(scratch)
+    return results
+
+
+def _write_scratch(directory: str, size: int) -> str:
+    fd, path = tempfile.mkstemp(prefix=".wb-h2d-", dir=directory)
+    with os.fdopen(fd, "wb") as f:
+        f.write(np.random.default_rng(7).integers(0, 256, size=size, dtype=np.uint8).tobytes())
+    return path
+
+
+def _measure_one(dev: Any, spec: str, path: str, size: int, repeats: int, scratch: str) -> H2DResult:
+    dst = dev.alloc(size)
+    with contextlib.ExitStack() as stack:
+        stack.callback(dev.free, dst)
+        run, note, skipped = _PATH_FUNCS[path](dev, dst, size, scratch, stack)
+        if skipped:
+            return H2DResult(path, size, spec, skipped=skipped)
+        run()  # discarded warm-up: faults the destination in, so the first repeat is not special
+        seconds = tuple(run() for _ in range(repeats))
+        with open(scratch, "rb") as f:
+            verified = dev.read_back(dst, 0, size) == f.read(size)
+        return H2DResult(path, size, spec, seconds, verified, note)
+
+
+def _timed(fn: Callable[[], Any], dev: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    dev.synchronize()
+    return time.perf_counter() - t0
+
+
+def _heap(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+    with open(scratch, "rb") as f:
+        src = np.frombuffer(f.read(size), dtype=np.uint8).copy()  # faulted in before timing
+    return (lambda: _timed(lambda: dev.copy_h2d(dst, 0, src), dev)), "", ""
+
+
+def _mmap_warm(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+    with open(scratch, "rb") as f:
+        mm = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+    view = np.frombuffer(mm, dtype=np.uint8)
+    int(view[:: mmap.PAGESIZE].sum())  # touch every page: the page-table entries exist before timing
+    return (lambda: _timed(lambda: dev.copy_h2d(dst, 0, view), dev)), "page-table entries populated", ""
+
+
+def _mmap_cold(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+    def run() -> float:
+        with open(scratch, "rb") as f:
+            mm = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)  # a fresh mapping: no PTEs yet
+        try:
+            return _timed(lambda: dev.copy_h2d(dst, 0, memoryview(mm)), dev)
+        finally:
+            mm.close()
+    return run, "fresh mapping per repeat (soft faults inside the copy)", ""
+
+
+def _pread_copy(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+    buf = np.empty(size, dtype=np.uint8)
+    buf[:] = 0
+
+    def once() -> None:
+        fd = os.open(scratch, os.O_RDONLY)
+        try:
+            os.preadv(fd, [buf], 0)
+        finally:
+            os.close(fd)
+        dev.copy_h2d(dst, 0, buf)
+    return (lambda: _timed(once, dev)), "pread into a heap buffer, then copy", ""
+
+
+def _pinned(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+    chunk = min(size, STAGING_CHUNK)
+    bufs = [dev.alloc_pinned(chunk) for _ in range(2)]
+    for b in bufs:
+        stack.callback(dev.free_pinned, b)
+    locked = all(b.locked for b in bufs)
+
+    def once() -> None:
+        events: list[Any] = [None, None]
+        fd = os.open(scratch, os.O_RDONLY)
+        try:
+            for i, off in enumerate(range(0, size, chunk)):
+                k, n = i % 2, min(chunk, size - off)
+                if events[k] is not None:
+                    dev.wait_event(events[k])  # the copy out of this buffer must finish before reuse
+                os.preadv(fd, [bufs[k].view[:n]], off)
+                dev.copy_h2d(dst, off, bufs[k].view[:n], asynchronous=True)
+                events[k] = dev.record_event()
+        finally:
+            os.close(fd)
+    note = f"2 × {chunk // MiB} MiB staging buffers" + ("" if locked else " (mlock refused: not page-locked)")
+    return (lambda: _timed(once, dev)), note, ""
+
+
+def _registered(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+    with open(scratch, "rb") as f:
+        src = np.frombuffer(f.read(size), dtype=np.uint8).copy()
+    handle = dev.register_host(memoryview(src))
+    if handle is None:
+        return (lambda: 0.0), "", f"{dev.info().backend}: host registration refused (RLIMIT_MEMLOCK?)"
+    stack.callback(dev.unregister_host, handle)
+    return (lambda: _timed(lambda: dev.copy_h2d(dst, 0, src, asynchronous=True), dev)), "registered", ""
+
+
+_PATH_FUNCS = {"heap": _heap, "mmap_warm_pte": _mmap_warm, "mmap_cold_pte": _mmap_cold,
+               "pread_copy": _pread_copy, "pinned_staging": _pinned, "registered": _registered}
+
+
+def results_frame(results: Sequence[H2DResult]) -> Any:
+    """A DataFrame: path, size, size_mib, device, median_s, min_s, max_s, gbps, verified, note, skipped."""
+    import pandas as pd
+
+    rows = [{"path": r.path, "size": r.size, "size_mib": r.size / MiB, "device": r.device,
+             "median_s": r.median_s, "min_s": min(r.seconds) if r.seconds else None,
+             "max_s": max(r.seconds) if r.seconds else None, "gbps": r.gbps, "verified": r.verified,
+             "note": r.note, "skipped": r.skipped} for r in results]
+    return pd.DataFrame(rows)
+
+
+def record_h2d(results: Sequence[H2DResult], ledger: Any = None, *, campaign: str = "h2d",
+               hypothesis: str = "") -> list[str]:
+    """Store each measured path × size as an attempt (one run per repeat); returns the attempt ids.
+
+    At each size the heap copy is the baseline, and every other path gets the runner's noise-aware
+    verdict against it; a skipped path is recorded as failed with its reason.
+    """
+    from workbench.io.envinfo import collect_environment, host_id
+    from workbench.measure.runner import open_ledger
+    from workbench.measure.stats import judge, summarize
+
+    store = open_ledger(ledger)
+    environment = collect_environment(directory=tempfile.gettempdir())
+    ids, bases = [], {}
+    for r in sorted(results, key=lambda r: (r.size, r.path != "heap")):
+        runs = _run_records(r)
+        stats = summarize(runs, r.size)
+        base_id, base_stats = bases.get(r.size, (None, None))
+        attempt_id = store.start_attempt(
+            campaign=campaign, config=_config(r), cache="warm" if r.path in FILE_PATHS else "asis",
+            hypothesis=hypothesis, environment=environment, host=host_id(),
+            file_identity={"path": "(scratch file, deleted)", "size": r.size})
+        for run in runs:
+            store.add_run(attempt_id, run)
+        if r.path == "heap" and stats.n:
+            bases[r.size] = (attempt_id, stats)
+            speedup, verdict, base_id = 1.0, "baseline", None
+        elif r.skipped or not stats.n:
+            speedup, verdict = None, "failed"
+        elif base_stats is None:
+            speedup, verdict = None, "inconclusive"
+        else:
+            speedup, verdict = judge(base_stats, stats)
+        store.finish_attempt(attempt_id, stats, baseline_id=base_id, speedup=speedup, verdict=verdict,
+                             notes=r.skipped or r.note)
+        ids.append(attempt_id)
+    return ids
+
+
+def _config(r: H2DResult) -> Any:
+    from workbench.measure.records import RunConfig
+
+    return RunConfig(file="(scratch)", strategy=f"h2d:{r.path}", params={"size": r.size},
+                     device=r.device, label=f"{r.path} {r.size / MiB:g} MiB")
+
+
+def _run_records(r: H2DResult) -> list[Any]:
+    from workbench.measure.records import RunRecord
+
+    cache = "warm" if r.path in FILE_PATHS else "asis"
+    if r.skipped:
+        return [RunRecord(0, os.getpid(), None, None, r.size, None, cache, False, None, error=r.skipped)]
+    return [RunRecord(i, os.getpid(), s, s, r.size, 1.0 if cache == "warm" else None, cache, True,
+                      r.verified, phases={"upload": s}) for i, s in enumerate(r.seconds)]

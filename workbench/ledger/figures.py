@@ -1,0 +1,224 @@
+"""plotly figures from the ledger's DataFrames (``Ledger.attempts()``, ``.runs()``, ``.ceilings()``).
+
+Each function takes frames and returns a ``plotly.graph_objects.Figure`` (or None when the campaign
+has nothing for it), so notebooks, the HTML report and tests share one drawing of each fact.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import plotly.graph_objects as go
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PHASES = ("index", "prefetch", "read", "upload", "sync")
+CACHE_COLORS = {"cold": "#1f77b4", "warm": "#d62728", "asis": "#7f7f7f"}
+HEATMAP_STRATEGIES = ("warmer", "lanes")
+_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=30, t=60, b=60), height=420)
+
+
+def attempt_names(attempts: pd.DataFrame) -> list[str]:
+    """One readable, unique name per attempt: ``label · cache`` (+ id prefix when two collide)."""
+    names = [f"{_text(l) or _text(s)} · {_cache(c)}" for l, s, c in
+             zip(attempts["label"], attempts["strategy"], attempts["cache"])]
+    seen: dict[str, int] = {}
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+    return [f"{n} [{str(i)[:6]}]" if seen[n] > 1 else n for n, i in zip(names, attempts["id"])]
+
+
+def median_with_range(attempts: pd.DataFrame) -> go.Figure:
+    """Median load time per attempt with min–max error bars, coloured by cache state."""
+    frame = attempts.assign(name=attempt_names(attempts)).dropna(subset=["median_s"])
+    fig = go.Figure()
+    for cache, group in frame.groupby(frame["cache"].map(_cache), sort=False):
+        ms = group["median_s"] * 1000
+        fig.add_trace(go.Scatter(
+            x=group["name"], y=ms, mode="markers", name=cache, marker=dict(size=11, color=_color(cache)),
+            error_y=dict(type="data", symmetric=False, array=group["max_s"] * 1000 - ms,
+                         arrayminus=ms - group["min_s"] * 1000, thickness=1.5, width=6),
+            customdata=list(zip(group["verdict"], group["n"], group["spread_pct"])),
+            hovertemplate="%{x}<br>median %{y:.2f} ms<br>verdict %{customdata[0]}"
+                          "<br>n %{customdata[1]}, spread %{customdata[2]:.1f} %<extra></extra>"))
+    fig.update_layout(title="Load time per attempt: median, whiskers min–max", yaxis_title="load window (ms)",
+                      yaxis_rangemode="tozero", **_LAYOUT)
+    return _empty_note(fig, frame.empty, "no finished attempt with a successful run")
+
+
+def gbps_vs_ceilings(attempts: pd.DataFrame, ceilings: pd.DataFrame | None) -> go.Figure:
+    """GB/s per attempt as bars, and this machine's measured walls as horizontal lines."""
+    frame = attempts.assign(name=attempt_names(attempts)).dropna(subset=["gbps"])
+    fig = go.Figure(go.Bar(
+        x=frame["name"], y=frame["gbps"], marker_color=[_color(_cache(c)) for c in frame["cache"]],
+        text=[f"{g:.2f}" for g in frame["gbps"]], textposition="outside", name="GB/s",
+        hovertemplate="%{x}<br>%{y:.2f} GB/s<extra></extra>"))
+    walls = key_ceilings(ceilings)
+    for name, gbps in walls.items():
+        fig.add_hline(y=gbps, line_dash="dash", line_color="#555", annotation_text=f"{name} {gbps:.1f} GB/s",
+                      annotation_position="top left")
+    title = "GB/s against this machine's ceilings"
+    if not walls:
+        title += " (none measured here: run `workbench ceilings`)"
+    fig.update_layout(title=title, yaxis_title="GB/s (bytes / median load window)", showlegend=False, **_LAYOUT)
+    return _empty_note(fig, frame.empty, "no attempt has a GB/s figure")
+
+
+def key_ceilings(ceilings: pd.DataFrame | None) -> dict[str, float]:
+    """The walls worth drawing: best cold read, best page-cache read, memcpy, best host→device per kind."""
+    if ceilings is None or ceilings.empty:
+        return {}
+    walls: dict[str, float] = {}
+    for prefix in ("cold_read_", "page_cache_read_", "memcpy", "h2d_"):
+        rows = ceilings[ceilings["name"].str.startswith(prefix)]
+        if prefix == "h2d_":
+            for name, gbps in zip(rows["name"], rows["gbps"]):
+                walls[name] = float(gbps)
+        elif not rows.empty:
+            best = rows.loc[rows["gbps"].idxmax()]
+            walls[str(best["name"])] = float(best["gbps"])
+    return walls
+
+
+def phase_bars(attempts: pd.DataFrame, runs: pd.DataFrame) -> go.Figure:
+    """Median seconds per phase (index, prefetch, read, upload, sync) stacked per attempt."""
+    names = dict(zip(attempts["id"], attempt_names(attempts)))
+    ok = runs[runs["error"].isna() & runs["attempt_id"].isin(names)]
+    medians = {aid: _phase_medians(group["phases"]) for aid, group in ok.groupby("attempt_id", sort=False)}
+    order = [aid for aid in attempts["id"] if aid in medians]
+    fig = go.Figure()
+    for phase in PHASES:
+        fig.add_trace(go.Bar(name=phase, x=[names[a] for a in order],
+                             y=[medians[a].get(phase, 0.0) * 1000 for a in order],
+                             hovertemplate=f"%{{x}}<br>{phase} %{{y:.2f}} ms<extra></extra>"))
+    fig.update_layout(barmode="stack", title="Where the load window goes: median per phase",
+                      yaxis_title="ms", **_LAYOUT)
+    return _empty_note(fig, not order, "no successful run with a phase trace")
+
+
+def _phase_medians(phases: pd.Series) -> dict[str, float]:
+    import pandas as pd
+
+    table = pd.DataFrame([p or {} for p in phases])
+    return {k: float(v) for k, v in table.median(numeric_only=True).items()}
+
+
+def resident_before(attempts: pd.DataFrame, runs: pd.DataFrame) -> go.Figure:
+    """Page-cache residency measured before each run, by run order: a mislabelled state stands out.
+
+    Cold runs belong at 0, warm runs at 1; a run whose requested state was not reached is drawn as a
+    red cross whatever its label says.
+    """
+    names = dict(zip(attempts["id"], attempt_names(attempts)))
+    frame = runs[runs["attempt_id"].isin(names)].dropna(subset=["resident_before"])
+    fig = go.Figure()
+    for state, group in frame.groupby("cache_state", sort=False):
+        fig.add_trace(go.Scatter(
+            x=group["position"], y=group["resident_before"], mode="markers", name=f"asked {state}",
+            marker=dict(size=9, color=_color(str(state))), text=[names[a] for a in group["attempt_id"]],
+            hovertemplate="run %{x}: %{text}<br>resident %{y:.1%}<extra></extra>"))
+    missed = frame[frame["cache_reached"] == False]  # noqa: E712 - None means unknown, not missed
+    if not missed.empty:
+        fig.add_trace(go.Scatter(
+            x=missed["position"], y=missed["resident_before"], mode="markers", name="state NOT reached",
+            marker=dict(size=15, symbol="x-thin", line=dict(width=3, color="red")),
+            text=[names[a] for a in missed["attempt_id"]],
+            hovertemplate="run %{x}: %{text}<br>NOT reached, resident %{y:.1%}<extra></extra>"))
+    for y, label in ((0.0, "cold"), (1.0, "warm")):
+        fig.add_hline(y=y, line_dash="dot", line_color=_color(label), opacity=0.5)
+    fig.update_layout(title="Resident before each run (mincore)", xaxis_title="run position (interleaved order)",
+                      yaxis=dict(title="fraction of the file resident", range=[-0.05, 1.05], tickformat=".0%"),
+                      **_LAYOUT)
+    return _empty_note(fig, frame.empty, "no run recorded its residency")
+
+
+def threads_chunk_heatmap(attempts: pd.DataFrame) -> go.Figure | None:
+    """GB/s over threads × chunk_mib for warmer and lanes, one panel per strategy and cache state.
+
+    None when the campaign has no such attempts with both parameters.
+    """
+    from plotly.subplots import make_subplots
+
+    panels = _heatmap_panels(attempts)
+    if not panels:
+        return None
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _ in panels])
+    for col, (_, table) in enumerate(panels, start=1):
+        fig.add_trace(go.Heatmap(
+            z=table.values, x=[str(c) for c in table.columns], y=[str(i) for i in table.index],
+            coloraxis="coloraxis", text=table.round(2).values, texttemplate="%{text}",
+            hovertemplate="threads %{y}, chunk %{x} MiB<br>%{z:.2f} GB/s<extra></extra>"), row=1, col=col)
+        fig.update_xaxes(title_text="chunk_mib", type="category", row=1, col=col)
+        fig.update_yaxes(title_text="threads", type="category", row=1, col=col)
+    fig.update_layout(title="Median GB/s by threads × chunk size", coloraxis=dict(colorscale="Viridis"),
+                      **_LAYOUT)
+    return fig
+
+
+def _heatmap_panels(attempts: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    rows = []
+    for a in attempts.dropna(subset=["gbps"]).to_dict("records"):
+        params = a["params"] or {}
+        if a["strategy"] in HEATMAP_STRATEGIES and "threads" in params and "chunk_mib" in params:
+            rows.append({"panel": f"{a['strategy']} · {_cache(a['cache'])}", "threads": int(params["threads"]),
+                         "chunk_mib": _number(params["chunk_mib"]), "gbps": float(a["gbps"])})
+    if not rows:
+        return []
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    return [(panel, group.pivot_table(index="threads", columns="chunk_mib", values="gbps", aggfunc="median"))
+            for panel, group in frame.groupby("panel", sort=False)]
+
+
+def h2d_lines(frame: pd.DataFrame) -> go.Figure:
+    """Host→device GB/s against transfer size, one line per path (from ``h2d.results_frame``)."""
+    fig = go.Figure()
+    measured = frame.dropna(subset=["gbps"])
+    for path, group in measured.groupby("path", sort=False):
+        group = group.sort_values("size")
+        fig.add_trace(go.Scatter(x=group["size_mib"], y=group["gbps"], mode="lines+markers", name=str(path),
+                                 hovertemplate=f"{path}<br>%{{x:g}} MiB: %{{y:.2f}} GB/s<extra></extra>"))
+    device = ", ".join(sorted(set(map(str, frame["device"])))) if len(frame) else "?"
+    fig.update_layout(title=f"Host→device copy paths on {device}", xaxis=dict(title="transfer size (MiB)", type="log"),
+                      yaxis=dict(title="GB/s (median)", rangemode="tozero"), **_LAYOUT)
+    return _empty_note(fig, measured.empty, "no path measured")
+
+
+def campaign_figures(attempts: pd.DataFrame, runs: pd.DataFrame,
+                     ceilings: pd.DataFrame | None = None) -> dict[str, go.Figure]:
+    """Every figure that applies to a campaign, by a short key, in reading order."""
+    figures = {
+        "median": median_with_range(attempts),
+        "gbps": gbps_vs_ceilings(attempts, ceilings),
+        "phases": phase_bars(attempts, runs),
+        "resident": resident_before(attempts, runs),
+    }
+    heat = threads_chunk_heatmap(attempts)
+    if heat is not None:
+        figures["threads_chunk"] = heat
+    return figures
+
+
+def _number(value: Any) -> float | int:
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def _cache(value: Any) -> str:
+    text = _text(value)
+    return "asis" if text.startswith("asis") else text or "asis"
+
+
+def _color(cache: str) -> str:
+    return CACHE_COLORS.get(cache, "#7f7f7f")
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
+
+
+def _empty_note(fig: go.Figure, empty: bool, why: str) -> go.Figure:
+    if empty:
+        fig.add_annotation(text=why, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig

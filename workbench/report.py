@@ -1,0 +1,156 @@
+"""A campaign in, a PR-ready report out: CSV, Markdown and a static HTML page with the figures.
+
+Everything lands in ``data/reports/<campaign>/`` (or a directory you name): ``attempts.csv``,
+``runs.csv``, ``report.md`` (the attempts table and the attempt history, failed and reverted
+attempts included) and ``report.html`` (the same, with every figure embedded and plotly.js inline, so
+the page opens offline and can be attached to a pull request as one file).
+"""
+from __future__ import annotations
+
+import html
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.errors import LedgerError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.ledger import Ledger
+
+REPORTS_DIR = Path("data") / "reports"
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
+th{background:#f3f3f3}code{background:#f6f6f6;padding:0 3px}.figure{margin:2em 0}"""
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    """Where a report's files are."""
+
+    directory: Path
+    attempts_csv: Path
+    runs_csv: Path
+    markdown: Path
+    html: Path
+    figures: tuple[str, ...]
+
+
+def report_dir(campaign: str, root: str | os.PathLike[str] | None = None) -> Path:
+    """``<root or data/reports>/<campaign>`` with the campaign name made safe for a path."""
+    return Path(root) if root is not None else REPORTS_DIR / _SAFE.sub("-", campaign)
+
+
+def campaign_frames(ledger: Ledger, campaign: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(attempts, runs, ceilings of the campaign's hosts); raises LedgerError for an unknown campaign."""
+    known = set(ledger.campaigns()["name"])
+    if campaign not in known:
+        raise LedgerError(ledger.path, f"no campaign '{campaign}'; known: {', '.join(sorted(known)) or 'none'}")
+    attempts = ledger.attempts(campaign)
+    runs = ledger.runs(campaign=campaign)
+    hosts = sorted(set(attempts["host"]))
+    ceilings = ledger.ceilings()
+    ceilings = ceilings[ceilings["host"].isin(hosts)].copy()
+    if len(hosts) > 1:  # one machine's walls must not pass for another's
+        ceilings["name"] = ceilings["host"] + ":" + ceilings["name"]
+    return attempts, runs, ceilings
+
+
+def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] | None = None) -> ReportPaths:
+    """Write the campaign's CSV, Markdown and HTML report; returns the paths.
+
+    Parameters
+    ----------
+    ledger
+        An open :class:`~workbench.ledger.Ledger`.
+    campaign
+        The campaign to report on.
+    out_dir
+        Directory for the files (default ``data/reports/<campaign>``).
+    """
+    from workbench.ledger import export_csv, markdown_table
+    from workbench.ledger.figures import campaign_figures
+
+    attempts, runs, ceilings = campaign_frames(ledger, campaign)
+    directory = report_dir(campaign, out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    attempts_csv, runs_csv = export_csv(ledger, directory, campaign=campaign)
+    table = markdown_table(ledger, campaign)
+    history = history_lines(attempts)
+    figures = campaign_figures(attempts, runs, ceilings)
+    md = directory / "report.md"
+    md.write_text(_markdown(campaign, table, history, figures), encoding="utf-8")
+    page = directory / "report.html"
+    page.write_text(_html(campaign, table, history, figures), encoding="utf-8")
+    return ReportPaths(directory, attempts_csv, runs_csv, md, page, tuple(figures))
+
+
+def history_lines(attempts: pd.DataFrame) -> list[str]:
+    """The attempts in the order they were made, each with its hypothesis, verdict and notes."""
+    lines = []
+    for a in attempts.to_dict("records"):
+        when = str(a["created"])[:16].replace("T", " ")
+        what = f"{a['label']} ({a['cache']}, {a['device']})"
+        parts = [f"{when}", f"`{str(a['id'])[:8]}` {what}", f"**{a['verdict']}**"]
+        if _present(a["hypothesis"]):
+            parts.append(f"hypothesis: {a['hypothesis']}")
+        if _present(a["notes"]):
+            parts.append(" / ".join(str(a["notes"]).strip().splitlines()))
+        lines.append(" — ".join(parts))
+    return lines
+
+
+def _markdown(campaign: str, table: str, history: list[str], figures: dict[str, Any]) -> str:
+    out = [f"# Campaign `{campaign}`", "", table, "", "## Attempt history (oldest first)", ""]
+    out += [f"{i}. {line}" for i, line in enumerate(history, 1)] or ["_No attempts._"]
+    out += ["", "## Figures", "", "Interactive in `report.html` beside this file:", ""]
+    out += [f"- {fig.layout.title.text}" for fig in figures.values()]
+    out += ["", "Raw data: `attempts.csv`, `runs.csv`.", ""]
+    return "\n".join(out)
+
+
+def _html(campaign: str, table: str, history: list[str], figures: dict[str, Any]) -> str:
+    body = [f"<h1>Campaign <code>{html.escape(campaign)}</code></h1>", _table_html(table),
+            "<h2>Attempt history (oldest first)</h2>", "<ol>"]
+    body += [f"<li>{_inline(line)}</li>" for line in history] + ["</ol>", "<h2>Figures</h2>"]
+    for i, (key, fig) in enumerate(figures.items()):
+        # plotly.js goes in once, inline, so the page needs no network and no sibling file.
+        div = fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{key}")
+        body.append(f'<div class="figure" id="figure-{key}">{div}</div>')
+    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            f"<title>workbench report: {html.escape(campaign)}</title><style>{_CSS}</style></head>"
+            f"<body>{''.join(body)}<p>Raw data: <a href=\"attempts.csv\">attempts.csv</a>, "
+            "<a href=\"runs.csv\">runs.csv</a>, <a href=\"report.md\">report.md</a>.</p></body></html>\n")
+
+
+def _table_html(markdown: str) -> str:
+    """The ledger's Markdown table as HTML: the header line, then the rows (separator dropped)."""
+    out, rows = [], []
+    for line in markdown.splitlines():
+        if line.startswith("| ---"):
+            continue
+        if line.startswith("|"):
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            rows.append(cells)
+        elif line.strip():
+            out.append(f"<p>{_inline(line)}</p>")
+    if rows:
+        head = "".join(f"<th>{_inline(c)}</th>" for c in rows[0])
+        body = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rows[1:])
+        out.append(f'<table id="attempts"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+    return "".join(out)
+
+
+def _inline(text: str) -> str:
+    """Markdown's ``code`` and **bold** (all the table and history use) as HTML, everything escaped."""
+    escaped = html.escape(text)
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and value != value) and str(value).strip() != ""
