@@ -129,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for nbytes in sizes:
                 for path in PATHS:
+                    reps = min(args.reps, 3) if nbytes >= 1 << 30 else args.reps
                     try:
-                        rec = run_path(dev, path, nbytes, base, mapped, min(args.reps, 3) if nbytes >= 1 << 30 else args.reps)
+                        rec = run_path(dev, path, nbytes, base, mapped, reps)
                     except Exception as exc:  # report and go on: one broken path must not hide the rest
-                        rec = {"kind": "error", "path": path, "size": nbytes, "error": f"{type(exc).__name__}: {exc}"}
+                        rec = {"kind": "error", "path": path, "size": nbytes,
+                               "error": f"{type(exc).__name__}: {exc}"}
                     failures += not rec.get("verified", False)
                     emit(**rec)
         finally:

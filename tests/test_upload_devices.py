@@ -55,7 +55,8 @@ class FakeRuntime:
         self.props.__dict__.update(props or {})
         codes = {"Success": 0, "ErrorInvalidValue": 1, "ErrorMemoryAllocation": 2,
                  "ErrorInsufficientDriver": 35, "ErrorNoDevice": 100}
-        setattr(self, f"{prefix}Error_t", enum.IntEnum(f"{prefix}Error_t", {prefix + k: v for k, v in codes.items()}))
+        errors = enum.IntEnum(f"{prefix}Error_t", {prefix + k: v for k, v in codes.items()})
+        setattr(self, f"{prefix}Error_t", errors)
         kinds = {"HostToHost": 0, "HostToDevice": 1, "DeviceToHost": 2}
         setattr(self, f"{prefix}MemcpyKind",
                 enum.IntEnum(f"{prefix}MemcpyKind", {f"{prefix}Memcpy{k}": v for k, v in kinds.items()}))
@@ -129,7 +130,8 @@ class FakeRuntime:
     _HostFree = _FreeHost
 
     def _on_device(self, addr: int, size: int) -> bool:
-        return any(base <= addr and addr + size <= base + len(block) for base, block in self.device_mem.items())
+        blocks = self.device_mem.items()
+        return any(base <= addr and addr + size <= base + len(block) for base, block in blocks)
 
     def _Memcpy(self, dst: int, src: int, size: int, kind: Any) -> tuple:
         kinds = getattr(self, f"{self.prefix}MemcpyKind")
@@ -174,7 +176,8 @@ class FakeRuntime:
         return self._ok() if self.events.get(id(event)) else (self._err("ErrorInvalidValue"),)
 
     def _EventDestroy(self, event: Any) -> tuple:
-        return self._ok() if self.events.pop(id(event), None) is not None else (self._err("ErrorInvalidValue"),)
+        known = self.events.pop(id(event), None) is not None
+        return self._ok() if known else (self._err("ErrorInvalidValue"),)
 
     def _HostRegister(self, ptr: int, size: int, flags: int) -> tuple:
         if any(p < ptr + size and ptr < p + n for p, (n, _) in self.registered.items()):
@@ -193,7 +196,8 @@ def open_fake(prefix: str, **kwargs: Any) -> tuple[Any, FakeRuntime]:
 
 
 def _backend_params() -> list[Any]:
-    params = [pytest.param(n, id=n, marks=[pytest.mark.gpu] if n in GPU_BACKENDS else []) for n in DEVICES.names()]
+    params = [pytest.param(n, id=n, marks=[pytest.mark.gpu] if n in GPU_BACKENDS else [])
+              for n in DEVICES.names()]
     return params + [pytest.param("fake-cuda", id="fake-cuda"), pytest.param("fake-hip", id="fake-hip")]
 
 
@@ -346,15 +350,10 @@ def test_alloc_copy_read_back_call_sequence(prefix: str) -> None:
     dev.free(buf)
     assert fake.names() == ["Malloc", "Memcpy", "MemcpyAsync", "DeviceSynchronize", "Memcpy", "Free"]
     (_, malloc), (_, h2d), (_, h2d_async), _, (_, d2h), (_, free) = fake.calls
-    assert malloc == (100,) and int(free[0]) == ptr and ptr in fake_freed(fake, ptr)
+    assert malloc == (100,) and int(free[0]) == ptr and ptr not in fake.device_mem
     assert h2d[0] == ptr + 40 and h2d[2] == 3 and h2d[3].name == f"{prefix}MemcpyHostToDevice"
     assert h2d_async[:3] == (ptr, h2d_async[1], 2) and h2d_async[4] is dev._stream
     assert d2h[1] == ptr + 40 and d2h[2] == 3 and d2h[3].name == f"{prefix}MemcpyDeviceToHost"
-
-
-def fake_freed(fake: FakeRuntime, ptr: int) -> list[int]:
-    """Addresses the backend freed: each must be one the fake handed out and no longer holds."""
-    return [int(args[0]) for name, args in fake.calls if name.endswith("Free") and int(args[0]) not in fake.device_mem]
 
 
 def test_each_thread_makes_the_ordinal_current() -> None:
@@ -381,7 +380,8 @@ def test_overrun_never_reaches_the_driver(prefix: str) -> None:
 
 
 def test_pinned_staging_uses_each_bindings_names() -> None:
-    for prefix, alloc, free in [("cuda", "cudaHostAlloc", "cudaFreeHost"), ("hip", "hipHostMalloc", "hipHostFree")]:
+    shapes = [("cuda", "cudaHostAlloc", "cudaFreeHost"), ("hip", "hipHostMalloc", "hipHostFree")]
+    for prefix, alloc, free in shapes:
         dev, fake = open_fake(prefix)
         staging = dev.alloc_pinned(10)
         staging.view[:] = b"0123456789"
@@ -455,8 +455,10 @@ def test_info_cuda_reads_sm_arch_and_integrated() -> None:
     assert format_cuda_version(13000) == "13.0"
 
 
-@pytest.mark.parametrize("arch,integrated,uma", [("gfx1100", 0, False), ("gfx1151:xnack-", 0, True),
-                                                 (b"gfx1103\0\0", 0, True), ("gfx90a:sramecc+:xnack-", 1, True)])
+@pytest.mark.parametrize("arch,integrated,uma", [
+    ("gfx1100", 0, False), ("gfx1151:xnack-", 0, True), (b"gfx1103\0\0", 0, True),
+    ("gfx90a:sramecc+:xnack-", 1, True),
+])
 def test_info_hip_uma_from_integrated_or_apu_arch(arch: Any, integrated: int, uma: bool) -> None:
     info = open_fake("hip", props={"gcnArchName": arch, "integrated": integrated})[0].info()
     assert info.uma is uma and info.arch.startswith("gfx") and ":" not in info.arch

@@ -1,4 +1,4 @@
-"""The hip backend as far as hip-python goes without an AMD GPU or ROCm runtime (the case on every machine here)."""
+"""The hip backend as far as hip-python goes with no AMD GPU and no ROCm runtime (every machine here)."""
 from __future__ import annotations
 
 import ctypes.util
@@ -50,7 +50,8 @@ def _stub(**functions: Any) -> SimpleNamespace:
 
 def test_no_device_from_the_real_error_enum() -> None:
     stub = _stub(hipGetDeviceCount=lambda: (hip.hipError_t.hipErrorNoDevice, 0))
-    assert probe_runtime(HIP_RUNTIME, lambda: stub) == Availability(False, "no device: hipGetDeviceCount returned 0")
+    expected = Availability(False, "no device: hipGetDeviceCount returned 0")
+    assert probe_runtime(HIP_RUNTIME, lambda: stub) == expected
 
 
 def test_error_translation_with_real_codes_even_when_the_runtime_cannot_describe_them() -> None:
@@ -71,7 +72,8 @@ def test_the_real_binding_has_every_name_we_call() -> None:
         assert callable(getattr(hip, name)) or isinstance(getattr(hip, name), int), name
     for code in ("hipSuccess", *HIP_RUNTIME.no_device_codes, *HIP_RUNTIME.no_driver_codes):
         assert hasattr(hip.hipError_t, code), code
-    assert hasattr(hip.hipMemcpyKind, "hipMemcpyHostToDevice") and hasattr(hip.hipMemcpyKind, "hipMemcpyDeviceToHost")
+    for kind in ("hipMemcpyHostToDevice", "hipMemcpyDeviceToHost"):
+        assert hasattr(hip.hipMemcpyKind, kind), kind
     props = hip.hipDeviceProp_t()  # the fields describe_arch and info() read
     for field in ("name", "gcnArchName", "integrated", "totalGlobalMem"):
         assert hasattr(props, field), field

@@ -193,9 +193,6 @@ class GpuDevice(Device):
             self._call("set_device", self.ordinal)
             setattr(_current, self.name, (id(self.module), self.ordinal))
 
-    def _const(self, name: str) -> Any:
-        return getattr(self.module, name)
-
     def _kind(self, direction: str) -> Any:
         p = self.runtime.prefix
         return getattr(getattr(self.module, f"{p}MemcpyKind"), f"{p}Memcpy{direction}")
@@ -239,7 +236,8 @@ class GpuDevice(Device):
         if buf.freed:
             raise ValueError(f"{self.label}: {what} on a freed buffer {buf!r}")
         if offset < 0 or nbytes < 0 or offset + nbytes > buf.nbytes:
-            raise ValueError(f"{self.label}: {what} of {nbytes} B at {offset} overruns a {buf.nbytes} B buffer")
+            raise ValueError(
+                f"{self.label}: {what} of {nbytes} B at {offset} overruns a {buf.nbytes} B buffer")
 
     def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:
         addr, nbytes = host_address(src)
@@ -286,7 +284,7 @@ class GpuDevice(Device):
     def alloc_pinned(self, nbytes: int) -> HostStaging:
         self._use()
         size = max(nbytes, 1)
-        raw = self._call("host_alloc", size, self._const(self.runtime.pinned_flags))
+        raw = self._call("host_alloc", size, getattr(self.module, self.runtime.pinned_flags))
         array = (ctypes.c_char * size).from_address(int(raw))
         staging = HostStaging(nbytes, memoryview(array).cast("B")[:nbytes], handle=raw, locked=True)
         self._pinned[id(staging)] = staging
@@ -313,7 +311,7 @@ class GpuDevice(Device):
         if read_only and hasattr(self.module, self.runtime.register_readonly_flags):
             flags = self.runtime.register_readonly_flags  # a PROT_READ mapping cannot be locked for writing
         self._use()
-        self._call("host_register", addr, nbytes, self._const(flags))
+        self._call("host_register", addr, nbytes, getattr(self.module, flags))
         self._registered[id(reg)] = reg
         return reg
 
