@@ -39,6 +39,11 @@ def synth_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Tenso
             path = root / f"{format}-{layout}-a{alignment}-s{size}-e{experts}.{format}"
             made[key] = write_synthetic(path, format=format, layout=layout, size=size,
                                         experts=experts, alignment=alignment, seed=len(made))
+            fd = os.open(path, os.O_RDONLY)
+            try:  # dirty pages cannot be evicted: write them back so cold/evict tests mean something
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         return made[key]
 
     return make

@@ -130,6 +130,7 @@ def open_fds() -> set[str]:
 @pytest.mark.parametrize("name,params", [
     ("warmer", {"threads": 3, "chunk_mib": 1}), ("lanes", {"threads": 3, "chunk_mib": 1}),
     ("odirect", {"threads": 3, "bounce_mib": 1}), ("mmap", {}), ("populate", {}), ("pread", {}),
+    ("pread", {"upload": "pinned", "staging_mib": 1}), ("pread", {"upload": "registered"}),
 ])
 def test_a_raising_load_cleans_up(name, params, model):
     set_cache(model.path, "cold")
@@ -142,19 +143,22 @@ def test_a_raising_load_cleans_up(name, params, model):
     assert device._arrays == {}  # a failed load frees its device buffers
 
 
-def test_warmer_started_threads_before_the_failure(model):
+def test_warmer_threads_are_joined_after_a_failure(model, monkeypatch):
+    from workbench.strategies import _common
+
     set_cache(model.path, "cold")
-    seen = []
+    spawned: list[threading.Thread] = []
+    real_spawn = _common.ThreadGuard.spawn
 
-    class Spy(FailingDevice):
-        def copy_h2d(self, *a, **kw):
-            seen.append(sum(t.name.startswith("warmer") for t in threading.enumerate()))
-            super().copy_h2d(*a, **kw)
+    def spy(self, target, *args):
+        real_spawn(self, target, *args)
+        spawned.append(self.threads[-1])
 
+    monkeypatch.setattr(_common.ThreadGuard, "spawn", spy)
     with pytest.raises(RuntimeError):
-        get_strategy("warmer")(threads=3, chunk_mib=1).load(model, Spy(fail_at=3))
-    assert max(seen) >= 1  # the guard had live threads to stop
-    assert not any(t.name.startswith("warmer") for t in threading.enumerate())
+        get_strategy("warmer")(threads=3, chunk_mib=1).load(model, FailingDevice(fail_at=3))
+    assert len(spawned) == 3  # the warmer did run, so the guard had threads to stop
+    assert not any(t.is_alive() for t in spawned)
 
 
 def test_mmap_zero_copy_on_a_discrete_policy(model):
@@ -320,3 +324,35 @@ def test_an_unavailable_strategy_refuses_to_load(model, monkeypatch):
     monkeypatch.setattr(cls, "available", classmethod(lambda c: Availability(False, "not here")))
     with pytest.raises(StrategyUnavailable, match="not here"):
         cls().load(model, open_device("host"))
+
+
+@pytest.mark.parametrize("upload", ["pageable", "registered", "pinned"])
+@pytest.mark.parametrize("device", ["host", "host-uma"])
+def test_pread_upload_modes_are_byte_exact(upload, device, raw_model):
+    index = raw_model([7, (1 << 20) + 5, 3 << 20, 4096, 1], first=33, gap=3)
+    result = load("pread", index, device, upload=upload, staging_mib=1)
+    assert result.bytes_moved == index.nbytes
+    if upload == "pinned":
+        fact = result.engaged_by("pinned_staging")
+        assert fact.total == 2 and "pieces" in fact.note
+        assert "heap_copy" not in {e.feature for e in result.engaged}
+    if device == "host-uma":
+        assert data_resident(index) < 0.05
+
+
+def test_pread_pinned_fences_each_staging_buffer(model):
+    events = []
+
+    class Recorder(HostDevice):
+        def record_event(self):
+            events.append(("record", len(events)))
+            return len(events)
+
+        def wait_event(self, event):
+            events.append(("wait", event))
+
+    dev = Recorder()
+    result = get_strategy("pread")(upload="pinned", staging_mib=1).load(model, dev)
+    assert verify_placements(model, dev, result.placements).ok
+    waits = [e for kind, e in events if kind == "wait"]
+    assert waits[:2] == [None, None] and all(w is not None for w in waits[2:])

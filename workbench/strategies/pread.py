@@ -1,27 +1,97 @@
 """``pread``: per tensor, pread into a fresh heap buffer, then upload — the baseline every engine starts
 from. With ``evict`` it is the historical unified-memory path: posix_fadvise(DONTNEED) after each read,
-which on a discrete GPU forces a full disk re-read on every load (seeds/pr617, attempt 1b)."""
+which on a discrete GPU forces a full disk re-read on every load (seeds/pr617, attempt 1b).
+
+``upload`` picks the host memory the copy starts from: ``pageable`` (the heap buffer as is),
+``registered`` (the heap buffer page-locked with register_host for its copy), or ``pinned`` (no heap
+buffer: pread straight into two pinned staging buffers that alternate, each copy asynchronous and
+fenced by an event before its buffer is refilled — the staging pipeline)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from workbench.strategies._common import pread_upload
-from workbench.strategies.base import BaseParams, LoadContext, Strategy
+from workbench.strategies._common import MIB, Evictor, pread_into, pread_upload, read_tensor
+from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
+
+UPLOADS = ("pageable", "registered", "pinned")
 
 
 @dataclass(frozen=True)
 class PreadParams(BaseParams):
-    """``evict``: DONTNEED each tensor's pages after reading it (None: the device's policy)."""
+    """``evict``: DONTNEED after each read; ``upload``: pageable | registered | pinned;
+    ``staging_mib``: size of each of the two pinned staging buffers."""
+
+    upload: str = "pageable"
+    staging_mib: int = 16
+
+    def __post_init__(self) -> None:
+        check_param("pread", "upload", self.upload in UPLOADS, f"one of {', '.join(UPLOADS)}, got {self.upload!r}")
+        check_param("pread", "staging_mib", self.staging_mib >= 1, f"must be >= 1, got {self.staging_mib}")
+
+
+def _upload_registered(ctx: LoadContext, fd: int) -> None:
+    evictor, locked = Evictor(ctx, fd), 0
+    for t in ctx.tensors:
+        buf = ctx.place(t)
+        with ctx.phase("read"):
+            host = read_tensor(fd, t, ctx.index.path)
+            evictor.drop(t.offset, t.nbytes)
+        with ctx.phase("upload"):
+            handle = ctx.device.register_host(memoryview(host))
+            try:
+                ctx.upload(buf, 0, host)
+            finally:
+                if handle is not None:
+                    locked += 1
+                    ctx.device.unregister_host(handle)
+    with ctx.phase("read"):
+        evictor.finish()
+    ctx.engage("registered", locked, len(ctx.tensors), note="" if locked == len(ctx.tensors)
+               else "register_host refused (RLIMIT_MEMLOCK?): those copies were pageable")
+
+
+def _upload_pinned(ctx: LoadContext, fd: int, staging: int) -> None:
+    dev, evictor = ctx.device, Evictor(ctx, fd)
+    slots = [dev.alloc_pinned(staging) for _ in range(2)]
+    for s in slots:
+        ctx.cleanup(dev.free_pinned, s)  # runs after the template's synchronize
+    fences: list = [None, None]
+    k = 0
+    for t in ctx.tensors:
+        buf = ctx.place(t)
+        for dst in range(0, t.nbytes, staging):
+            n, slot = min(staging, t.nbytes - dst), k % 2
+            with ctx.phase("sync"):
+                dev.wait_event(fences[slot])  # the copy that last read this buffer is done
+            with slots[slot].view[:n] as view:  # released even on error, so free_pinned can unmap
+                with ctx.phase("read"):
+                    pread_into(fd, view, t.offset + dst, ctx.index.path)
+                    evictor.drop(t.offset + dst, n)
+                with ctx.phase("upload"):
+                    dev.copy_h2d(buf, dst, view, asynchronous=True)
+                    ctx.count("bytes", n)
+                    fences[slot] = dev.record_event()
+            k += 1
+    with ctx.phase("read"):
+        evictor.finish()
+    locked = sum(1 for s in slots if s.locked)
+    ctx.engage("pinned_staging", locked, 2, unit="buffers", note=f"{k} pieces through 2 x {staging // MIB} MiB")
 
 
 class PreadStrategy(Strategy):
     name: ClassVar[str] = "pread"
-    summary: ClassVar[str] = "per-tensor pread into a fresh heap buffer, then upload (evict: DONTNEED after each read)"
+    summary: ClassVar[str] = "per-tensor pread into a fresh heap buffer, then upload (evict: DONTNEED after each read; upload: pageable|registered|pinned)"
     Params: ClassVar[type] = PreadParams
 
     def _load(self, ctx: LoadContext) -> None:
-        fd = ctx.open_fd()
-        pread_upload(ctx, fd)
+        fd, mode = ctx.open_fd(), self.params.upload
+        if mode == "pinned":
+            _upload_pinned(ctx, fd, self.params.staging_mib * MIB)
+            return
+        if mode == "registered":
+            _upload_registered(ctx, fd)
+        else:
+            pread_upload(ctx, fd)
         ctx.engage("heap_copy", len(ctx.tensors), len(ctx.tensors),
-                   note="every tensor staged through a heap buffer")
+                   note=f"every tensor staged through a heap buffer ({mode})")
