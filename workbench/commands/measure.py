@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from typing import Any, Callable, Sequence
 
 import click
@@ -190,7 +191,7 @@ class _progress:
             return None
         from tqdm import tqdm
 
-        self.bar = tqdm(total=self.total, unit="run", file=click.get_text_stream("stderr"), leave=False)
+        self.bar = tqdm(total=self.total, unit="run", file=sys.stderr, leave=False)
         return self._update
 
     def _update(self, done: int, total: int, config: Any, run: Any) -> None:

@@ -220,20 +220,23 @@ def _h2d(spec: str, nbytes: int, found: list[Ceiling], skipped: list[tuple[str, 
         backend, dst = device.info().backend, device.alloc(nbytes)
         src = np.random.default_rng(2).integers(0, 256, size=nbytes, dtype=np.uint8)
         found.append(_ceiling(f"h2d_{_backend(backend)}_pageable", nbytes,
-                              _best(lambda: _copy(device, dst, src, False)), device=spec))
+                              _best(lambda: _copy(device, dst, src, False)), device=spec,
+                              mode="copy_h2d from pageable heap memory"))
         pinned = device.alloc_pinned(nbytes)
         try:
             pinned.view[:] = src.data
             found.append(_ceiling(f"h2d_{_backend(backend)}_pinned", nbytes,
                                   _best(lambda: _copy(device, dst, pinned.view, True)),
-                                  device=spec, locked=pinned.locked))
+                                  device=spec, locked=pinned.locked,
+                                  mode="async copy_h2d from pinned staging"))
         finally:
             device.free_pinned(pinned)
         handle = device.register_host(memoryview(src))
         try:
             found.append(_ceiling(f"h2d_{_backend(backend)}_registered", nbytes,
                                   _best(lambda: _copy(device, dst, src, True)),
-                                  device=spec, locked=handle is not None))
+                                  device=spec, locked=handle is not None,
+                                  mode="async copy_h2d from host-registered heap memory"))
         finally:
             device.unregister_host(handle)
         device.free(dst)

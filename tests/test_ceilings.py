@@ -1,0 +1,55 @@
+"""Ceilings: measured on a small scratch file, stored per host, and attached to attempts."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workbench.ledger import Ledger
+from workbench.measure.ceilings import bounding_ceiling, host_ceilings, measure_ceilings, thread_counts
+
+MiB = 1 << 20
+
+
+def test_thread_counts_are_powers_of_two_up_to_the_limit() -> None:
+    assert thread_counts(1) == [1]
+    assert thread_counts(6) == [1, 2, 4]
+    assert thread_counts(16) == [1, 2, 4, 8, 16]
+
+
+def test_bounding_ceiling_picks_the_wall() -> None:
+    walls = {"cold_read_buffered_1t": 1.0, "cold_read_direct_2t": 2.5, "page_cache_read_1t": 6.0,
+             "page_cache_read_2t": 9.0, "h2d_cuda_pageable": 5.0, "h2d_cuda_pinned": 50.0,
+             "h2d_host_pageable": 4.0}
+    assert bounding_ceiling(walls, "cold", "cuda:1") == ("cold_read_direct_2t", 2.5)
+    assert bounding_ceiling(walls, "warm", "cuda:1") == ("page_cache_read_2t", 9.0)  # pinned copy is faster
+    assert bounding_ceiling(walls, "warm", "host-uma") == ("h2d_host_pageable", 4.0)  # copy is slower
+    assert bounding_ceiling(walls, "warm", "hip") == ("page_cache_read_2t", 9.0)  # no hip copy measured
+    assert bounding_ceiling(walls, None, "host") is None
+    assert bounding_ceiling({}, "cold", "host") is None
+
+
+def test_ceilings_land_in_the_ledger_and_bound_attempts(tmp_path: Path, isolated_cache: Path) -> None:
+    from workbench.formats.synth import write_synthetic
+    from workbench.measure import RunConfig, measure
+
+    ledger = Ledger(tmp_path / "l.sqlite")
+    report = measure_ceilings(tmp_path, devices=("host",), size=8 * MiB, threads=[1, 2], ledger=ledger)
+    names = {c.name for c in report.ceilings}
+    assert {"page_cache_read_1t", "page_cache_read_2t", "memcpy", "h2d_host_pageable", "h2d_host_pinned",
+            "h2d_host_registered"} <= names
+    skipped = {n for n, _ in report.skipped}
+    assert "cold_read_buffered_1t" in names or "cold_read" in skipped
+    assert all(c.gbps > 0 and c.detail["bytes"] > 0 for c in report.ceilings)
+    assert not list(tmp_path.glob(".wb-ceilings-*"))  # the scratch file is gone
+    stored = host_ceilings(ledger)
+    assert stored == pytest.approx({c.name: c.gbps for c in report.ceilings})
+
+    model = tmp_path / "m.gguf"
+    write_synthetic(model, format="gguf", layout="dense", size=512 << 10)
+    (res,) = measure([RunConfig(str(model), "pread")], runs=1, cache="warm", ledger=ledger,
+                     lock_dir=tmp_path / "locks")
+    want = bounding_ceiling(stored, "warm", "host")
+    assert (res.ceiling_name, res.ceiling_gbps) == pytest.approx(want)
+    assert res.ceiling_fraction == pytest.approx(res.stats.gbps / res.ceiling_gbps)
+    assert ledger.attempt(res.attempt_id)["ceiling_name"] == res.ceiling_name
