@@ -12,6 +12,7 @@ import numpy as np
 
 from workbench.errors import FormatError
 from workbench.formats.index import PAGE_SIZE, TensorInfo
+from workbench.io.pagecache import resident_fraction
 from workbench.strategies.base import LoadContext
 
 MIB = 1 << 20
@@ -86,8 +87,6 @@ def probe_resident(ctx: LoadContext) -> float:
 
     Probing per tensor or per layer is the seed's ~17 s mistake: one mincore pass per load is enough.
     """
-    from workbench.io.pagecache import resident_fraction
-
     start, end = ctx.data_range
     with ctx.phase("prefetch"):
         frac = resident_fraction(ctx.index.path, start, end - start)

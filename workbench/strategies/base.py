@@ -281,7 +281,7 @@ class Strategy:
 
     def resolve_evict(self, device: Device) -> tuple[bool, str]:
         """The eviction policy for this load: the param, else WORKBENCH_PAGE_EVICTION, else the device."""
-        from workbench.io.policy import resolve_eviction
+        from workbench.io.policy import resolve_eviction  # lazy: keeps `import workbench` light
 
         return resolve_eviction(device.info().uma, getattr(self.params, "evict", None))
 

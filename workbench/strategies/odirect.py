@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from workbench.formats.index import TensorInfo
+from workbench.io import direct
+from workbench.io.pagecache import filesystem_type
 from workbench.registry import Availability
 from workbench.strategies._common import MIB, ThreadGuard, pread_upload
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
@@ -36,19 +38,15 @@ class _Lane:
     """One bounce buffer and the read → shift → upload of tensor pieces through it."""
 
     def __init__(self, ctx: LoadContext, fd: int, block: int, nbytes: int):
-        from workbench.io.direct import AlignedBuffer
-
         self.ctx, self.fd, self.block = ctx, fd, block
-        self.bounce = AlignedBuffer(nbytes + block, max(block, 4096))
+        self.bounce = direct.AlignedBuffer(nbytes + block, max(block, 4096))
         ctx.cleanup(self.bounce.close)
         self.payload_max = nbytes  # shift < block, so shift + payload always fits
 
     def read(self, offset: int, nbytes: int) -> memoryview:
         """The payload at the start of the bounce buffer (shift-copied when the window started early)."""
-        from workbench.io.direct import aligned_window, read_direct
-
-        start, length, shift = aligned_window(offset, nbytes, self.block)
-        got = read_direct(self.fd, self.bounce.view, start, length)
+        start, length, shift = direct.aligned_window(offset, nbytes, self.block)
+        got = direct.read_direct(self.fd, self.bounce.view, start, length)
         if got < shift + nbytes:
             raise OSError(errno.EIO, f"O_DIRECT read of {length} B at {start} returned {got}")
         if shift:
@@ -66,16 +64,13 @@ class _Lane:
 
 def _open(ctx: LoadContext) -> tuple[int | None, str]:
     """An O_DIRECT fd whose first read works, or (None, why not)."""
-    from workbench.io.direct import direct_io_support, open_direct
-    from workbench.io.pagecache import filesystem_type
-
     fs = filesystem_type(ctx.index.path)
     try:
-        fd = open_direct(ctx.index.path)
+        fd = direct.open_direct(ctx.index.path)
     except OSError as exc:
         return None, f"{errno.errorcode.get(exc.errno or 0, exc.errno)} on {fs}"
     ctx.cleanup(os.close, fd)
-    probe = direct_io_support(ctx.index.path)  # some file systems open O_DIRECT, then refuse reads
+    probe = direct.direct_io_support(ctx.index.path)  # some file systems open O_DIRECT, then refuse reads
     return (fd, "") if probe else (None, probe.reason)
 
 
@@ -96,9 +91,7 @@ class OdirectStrategy(Strategy):
             pread_upload(ctx, ctx.open_fd())
             ctx.engage("odirect", 0, n, note=why)
             return
-        from workbench.io.direct import logical_block_size
-
-        block = logical_block_size(ctx.index.path)
+        block = direct.logical_block_size(ctx.index.path)
         if self.params.threads == 1:
             lane = _Lane(ctx, fd, block, self.params.bounce_mib * MIB)
             for t in ctx.tensors:
