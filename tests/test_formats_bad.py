@@ -178,3 +178,12 @@ def test_safetensors_bad_metadata(tmp_path):
 def test_unknown_format(tmp_path):
     (tmp_path / "x.bin").write_bytes(b"PK\x03\x04" + bytes(60))
     expect_error(tmp_path / "x.bin", "magic")
+
+
+def test_safetensors_duplicate_tensor_name(tmp_path):
+    path = tmp_path / "dup.safetensors"
+    raw = b'{"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, ' \
+          b'"a": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}}'
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(2))
+    err = expect_error(path, "header")
+    assert "duplicate" in str(err)

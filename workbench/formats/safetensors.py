@@ -65,12 +65,22 @@ def _read_header(path: str, size: int) -> tuple[dict[str, Any], int]:
             raise FormatError(path, "header length", f"{n} bytes exceeds the {MAX_HEADER}-byte limit")
         raw = f.read(n)
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FormatError(path, "header", f"not valid UTF-8 JSON: {exc}") from None
+    except KeyError as exc:
+        raise FormatError(path, "header", f"duplicate key {exc.args[0]!r}") from None
     if not isinstance(header, dict):
         raise FormatError(path, "header", f"expected a JSON object, got {type(header).__name__}")
     return header, 8 + n
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        raise KeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
 
 
 def _read_metadata(path: str, meta: object) -> tuple[tuple[str, str], ...]:

@@ -11,7 +11,7 @@ pages, and with the default ``alignment=32`` tensor offsets sit off page boundar
 safetensors uses F16 matrices and F32 norms (dtypes numpy, and so the safetensors package, can read).
 
 Content: tensor ``i`` is PCG64 seeded by ``(seed, i)``, generated and written in 8 MiB chunks, so
-memory stays bounded whatever the size. Float sign/exponent top bits are cleared so every value
+memory stays bounded whatever the size. The top exponent bit of every float is cleared so every value
 (and every quant block scale) is finite — byte comparisons via numpy never meet a NaN.
 """
 from __future__ import annotations
@@ -104,8 +104,8 @@ def _check_args(format: str, layout: str, size: int, experts: int, alignment: in
         raise ParamError("synth", "experts", f"must be >= 1, got {experts}")
     if alignment < 1 or alignment & (alignment - 1):
         raise ParamError("synth", "alignment", f"{alignment} is not a power of two")
-    if seed < 0:
-        raise ParamError("synth", "seed", f"must be >= 0, got {seed}")
+    if not 0 <= seed < 2**63:
+        raise ParamError("synth", "seed", f"must be in [0, 2**63), got {seed}")
 
 
 def _write_gguf(path: str, specs: list[TensorSpec], meta: dict[str, int | str], alignment: int,
