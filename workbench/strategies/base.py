@@ -15,7 +15,6 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from workbench.errors import ParamError, StrategyUnavailable
@@ -330,12 +329,12 @@ class Strategy:
     def _result(self, ctx: LoadContext, device: Device, load_s: float, minflt: int, majflt: int) -> LoadResult:
         return LoadResult(
             strategy=self.name,
-            params=MappingProxyType(dataclasses.asdict(self.params)),
+            params=dataclasses.asdict(self.params),
             device=device.info().backend,
             bytes_moved=ctx.bytes_moved,
             n_tensors=len(ctx.placements),
             load_s=load_s,
-            phases=MappingProxyType(dict(ctx.clock.totals)),
+            phases=dict(ctx.clock.totals),
             minflt=minflt,
             majflt=majflt,
             evict=ctx.evict,
@@ -343,7 +342,7 @@ class Strategy:
             engaged=tuple(ctx.engaged),
             notes=tuple(ctx.notes),
             placements=tuple(ctx.placements),
-            counters=MappingProxyType(dict(ctx.counters)),
+            counters=dict(ctx.counters),
         )
 
     def _load(self, ctx: LoadContext) -> None:  # pragma: no cover - abstract
