@@ -53,6 +53,10 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
         out, err = proc.communicate()
         return _failed(proc.pid, time.perf_counter() - t0,
                        f"worker timed out after {timeout_s:g} s; stderr: {_tail(err)}")
+    except BaseException:  # Ctrl-C: the worker has its own session, so it must be killed here
+        _kill_group(proc)
+        proc.wait()
+        raise
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return _failed(proc.pid, wall, _describe_exit(proc.returncode, err))
