@@ -34,7 +34,8 @@ def test_ceilings_land_in_the_ledger_and_bound_attempts(tmp_path: Path, isolated
     from workbench.measure import RunConfig, measure
 
     ledger = Ledger(tmp_path / "l.sqlite")
-    report = measure_ceilings(tmp_path, devices=("host",), size=8 * MiB, threads=[1, 2], ledger=ledger)
+    report = measure_ceilings(tmp_path, devices=("host",), size=8 * MiB, threads=[1, 2], ledger=ledger,
+                              lock_dir=tmp_path / "locks")
     names = {c.name for c in report.ceilings}
     assert {"page_cache_read_1t", "page_cache_read_2t", "memcpy", "h2d_host_pageable", "h2d_host_pinned",
             "h2d_host_registered"} <= names

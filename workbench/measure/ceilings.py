@@ -6,6 +6,7 @@ the runner reports every attempt's GB/s as a fraction of the wall that bounds it
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -60,7 +61,8 @@ def thread_counts(limit: int | None = None) -> list[int]:
 def measure_ceilings(directory: str | os.PathLike[str] | None = None, *,
                      devices: Sequence[str] = ("host",), size: int = 512 * MiB,
                      threads: Sequence[int] | None = None, ledger: Any = None, record: bool = True,
-                     progress: Callable[[str], None] | None = None) -> CeilingsReport:
+                     progress: Callable[[str], None] | None = None,
+                     lock_dir: str | os.PathLike[str] | None = None) -> CeilingsReport:
     """Measure the walls on a ``size``-byte scratch file in ``directory`` (deleted afterwards).
 
     Parameters
@@ -71,7 +73,23 @@ def measure_ceilings(directory: str | os.PathLike[str] | None = None, *,
         Device specs whose host→device paths to measure (``host``, ``cuda:0`` …).
     ledger
         A ``Ledger``, a path, or None for the default; ``record=False`` keeps the ledger untouched.
+    lock_dir
+        The device locks (held for ``devices`` throughout, so no sweep is timed meanwhile).
     """
+    from workbench.measure.lock import DeviceLock, lock_name
+
+    with contextlib.ExitStack() as held:
+        # One lock per distinct device, taken in name order so two callers cannot deadlock.
+        for spec in sorted({lock_name(d): d for d in devices}.items()):
+            held.enter_context(DeviceLock(spec[1], lock_dir))
+        report = _measure(directory, devices, size, threads, progress)
+    if record:
+        _record(report, ledger)
+    return report
+
+
+def _measure(directory: str | os.PathLike[str] | None, devices: Sequence[str], size: int,
+             threads: Sequence[int] | None, progress: Callable[[str], None] | None) -> CeilingsReport:
     from workbench.io.envinfo import host_id
 
     directory = os.path.abspath(directory or os.getcwd())
@@ -93,10 +111,7 @@ def measure_ceilings(directory: str | os.PathLike[str] | None = None, *,
     for spec in devices:
         say(f"host→device ({spec})")
         _h2d(spec, min(size, COPY_MAX), found, skipped)
-    report = CeilingsReport(host_id(), directory, size, tuple(found), tuple(skipped))
-    if record:
-        _record(report, ledger)
-    return report
+    return CeilingsReport(host_id(), directory, size, tuple(found), tuple(skipped))
 
 
 def _record(report: CeilingsReport, ledger: Any) -> None:

@@ -6,6 +6,7 @@ that dies releases it automatically, because the kernel drops an flock with the 
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -44,8 +45,7 @@ class DeviceLock:
 
     def acquire(self) -> float:
         """Block until the device is ours; returns the seconds spent waiting."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = self._open()
         t0 = time.perf_counter()
         try:
             self._wait(fd)
@@ -56,6 +56,22 @@ class DeviceLock:
         self._fd = fd
         self._write_owner(fd)
         return self.waited_s
+
+    def _open(self) -> int:
+        # Every user on the machine must be able to take the lock: a shared, sticky directory and
+        # world-writable lock files; a file someone else created still opens read-only for flock.
+        directory = self.path.parent
+        if not directory.is_dir():
+            directory.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.chmod(directory, 0o1777)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError:
+            return os.open(self.path, os.O_RDONLY)
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o666)
+        return fd
 
     def _wait(self, fd: int) -> None:
         if self.timeout_s is None:
@@ -76,8 +92,9 @@ class DeviceLock:
     @staticmethod
     def _write_owner(fd: int) -> None:
         # Who holds it, for the error message of whoever waits; the lock itself is the flock.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # a read-only descriptor cannot say; the lock still holds
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
 
     def holder(self) -> str:
         """The last owner line written into the lock file ('' if none)."""
