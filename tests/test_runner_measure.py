@@ -125,3 +125,34 @@ def test_unreachable_cold_state_is_not_labelled_cold(ledger: Ledger, locks: str)
     assert run.ok and not run.cache_reached and "tmpfs" in run.result["cache_error"]
     assert res.cache.startswith("asis(unreachable: cold")
     assert ledger.attempt(res.attempt_id)["cache"].startswith("asis(unreachable: cold")
+
+
+def test_interrupted_measurement_keeps_its_runs(model: str, ledger: Ledger, locks: str) -> None:
+    def stop(done: int, total: int, config: RunConfig, run: object) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        measure([RunConfig(model, "pread"), RunConfig(model, "mmap")], runs=2, cache="asis",
+                ledger=ledger, campaign="cut", lock_dir=locks, progress=stop)
+    (attempt,) = ledger.attempts("cut").to_dict("records")  # only the first config had started
+    assert attempt["verdict"] == "failed" and "interrupted after 1/4 runs" in attempt["notes"]
+    assert len(ledger.runs(attempt["id"])) == 1
+
+
+def test_verdict_rules() -> None:
+    from workbench.measure.attempt import decide
+    from workbench.measure.records import AttemptStats, RunRecord
+
+    def run(load: float | None, verified: bool | None = True, error: str | None = None) -> RunRecord:
+        return RunRecord(0, 1, load, 1.0, 10, 0.0, "cold", True, verified, error=error)
+
+    good = AttemptStats(3, 0, 1.0, 0.95, 1.05, 10.0, 1.0, True)
+    fast = AttemptStats(3, 0, 0.5, 0.49, 0.51, 4.0, 2.0, True)
+    none = AttemptStats(0, 3, None, None, None, None, None, False)
+    ok_runs = [run(0.5)] * 3
+    assert decide(good, ok_runs, good, is_baseline=True)[1] == "baseline"
+    assert decide(fast, ok_runs, good, is_baseline=False)[:2] == (2.0, "faster")
+    assert decide(fast, ok_runs, none, is_baseline=False)[1] == "inconclusive"  # baseline failed
+    assert decide(fast, ok_runs + [run(None, None, "boom")], good, False)[1] == "failed"
+    speed, verdict, note = decide(fast, ok_runs + [run(0.5, verified=False)], good, False)
+    assert verdict == "failed" and "wrong bytes" in note

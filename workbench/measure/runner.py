@@ -69,12 +69,25 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
         sequence = interleave(len(configs), runs, order, seed)
     except ValueError as exc:
         raise WorkbenchError(str(exc)) from None
-    session = _Session(open_ledger(ledger), list(configs), labels, campaign, hypothesis, cache)
+    store = open_ledger(ledger)
+    try:
+        return _measure_runs(run_fn, configs, sequence, store, labels=labels, campaign=campaign,
+                             hypothesis=hypothesis, cache=cache, baseline=baseline, progress=progress,
+                             lock_dir=lock_dir)
+    finally:
+        if store is not ledger:  # opened here, so closed here
+            store.close()
+
+
+def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[int], store: Any, *,
+                  labels: Sequence[str] | None, campaign: str, hypothesis: str, cache: str,
+                  baseline: str | None, progress: Progress | None,
+                  lock_dir: str | os.PathLike[str] | None) -> list[AttemptResult]:
+    session = _Session(store, list(configs), labels, campaign, hypothesis, cache)
+    base_stats = None
     if baseline:
-        baseline = session.ledger.resolve_id(baseline)  # a prefix is fine; a wrong one fails now
-        base_stats = session.ledger.attempt_stats(baseline)
-    else:
-        base_stats = None
+        baseline = store.resolve_id(baseline)  # a prefix is fine; a wrong one fails before any run
+        base_stats = store.attempt_stats(baseline)
     try:
         for position, i in enumerate(sequence):
             record = _timed_run(run_fn, configs[i], position, cache, lock_dir)
