@@ -91,13 +91,14 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
 
 def history_lines(attempts: pd.DataFrame) -> list[str]:
     """The attempts in the order they were made, each with its hypothesis, verdict and notes."""
-    lines = []
+    lines, last_hypothesis = [], None
     for a in attempts.to_dict("records"):
         when = str(a["created"])[:16].replace("T", " ")
         what = f"{a['label']} ({a['cache']}, {a['device']})"
         parts = [f"{when}", f"`{str(a['id'])[:8]}` {what}", f"**{a['verdict']}**"]
-        if _present(a["hypothesis"]):
+        if _present(a["hypothesis"]) and a["hypothesis"] != last_hypothesis:  # said once, until it changes
             parts.append(f"hypothesis: {a['hypothesis']}")
+        last_hypothesis = a["hypothesis"]
         if _present(a["notes"]):
             parts.append(" / ".join(str(a["notes"]).strip().splitlines()))
         lines.append(" — ".join(parts))

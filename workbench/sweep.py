@@ -290,7 +290,8 @@ def _record_failed_point(sweep: Sweep, outcome: PointOutcome, ledger_path: Path)
     from workbench.measure.records import AttemptStats, RunConfig, RunRecord
 
     params = json.loads(json.dumps(dict(outcome.point.params), default=str))
-    cache = str(params.get("cache", "asis"))
+    caches = params.get("caches") or [params.get("cache") or "asis"]
+    cache = str(caches[0]) if isinstance(caches, list) and len(caches) == 1 else "asis"
     config = RunConfig(file=str(params.get("file", "")), strategy=f"notebook:{sweep.notebook.stem}",
                        params=params, device=str(params.get("device") or ""), label=outcome.point.name)
     run = RunRecord(position=0, pid=None, load_s=None, wall_s=outcome.seconds, bytes=0, resident_before=None,

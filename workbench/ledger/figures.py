@@ -54,29 +54,33 @@ def gbps_vs_ceilings(attempts: pd.DataFrame, ceilings: pd.DataFrame | None) -> g
         text=[f"{g:.2f}" for g in frame["gbps"]], textposition="outside", name="GB/s",
         hovertemplate="%{x}<br>%{y:.2f} GB/s<extra></extra>"))
     walls = key_ceilings(ceilings)
-    for name, gbps in walls.items():
+    corners = ("top left", "top right", "bottom left", "bottom right")
+    for i, (name, gbps) in enumerate(sorted(walls.items(), key=lambda w: w[1])):
         fig.add_hline(y=gbps, line_dash="dash", line_color="#555", annotation_text=f"{name} {gbps:.1f} GB/s",
-                      annotation_position="top left")
+                      annotation_position=corners[i % len(corners)], annotation_font_size=10)
     title = "GB/s against this machine's ceilings"
     if not walls:
         title += " (none measured here: run `workbench ceilings`)"
-    fig.update_layout(title=title, yaxis_title="GB/s (bytes / median load window)", showlegend=False, **_LAYOUT)
+    top = float(frame["gbps"].max()) if not frame.empty else 0.0
+    # Walls far above the bars would flatten them; a log axis keeps both readable.
+    log = bool(walls) and top > 0 and max(walls.values()) / top > 5
+    fig.update_layout(title=title, yaxis_title="GB/s (bytes / median load window)", showlegend=False,
+                      yaxis_type="log" if log else "linear", **_LAYOUT)
     return _empty_note(fig, frame.empty, "no attempt has a GB/s figure")
 
 
 def key_ceilings(ceilings: pd.DataFrame | None) -> dict[str, float]:
-    """The walls worth drawing: best cold read, best page-cache read, memcpy, best host→device per kind."""
+    """The walls worth drawing: best cold read, best page-cache read, memcpy, pageable and pinned H2D."""
     if ceilings is None or ceilings.empty:
         return {}
     walls: dict[str, float] = {}
-    for prefix in ("cold_read_", "page_cache_read_", "memcpy", "h2d_"):
+    for prefix in ("cold_read_", "page_cache_read_", "memcpy"):
         rows = ceilings[ceilings["name"].str.startswith(prefix)]
-        if prefix == "h2d_":
-            for name, gbps in zip(rows["name"], rows["gbps"]):
-                walls[name] = float(gbps)
-        elif not rows.empty:
+        if not rows.empty:
             best = rows.loc[rows["gbps"].idxmax()]
             walls[str(best["name"])] = float(best["gbps"])
+    h2d = ceilings[ceilings["name"].str.contains(r"h2d_.*_(?:pageable|pinned)$")]
+    walls.update({str(n): float(g) for n, g in zip(h2d["name"], h2d["gbps"])})
     return walls
 
 

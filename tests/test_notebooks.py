@@ -1,0 +1,243 @@
+"""The notebooks under papermill, their shared panel, the figures and the report."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import papermill
+import pytest
+
+from workbench.errors import LedgerError, ParamError, UnknownName
+from workbench.ledger import Ledger
+from workbench.notebook_actions import ParamGrid, ensure_model, expand_configs
+from workbench.notebook_ui import Panel, in_batch, ledger_path, parse_list
+from workbench.sweep import notebooks_dir
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("nb")
+    model = ensure_model(root / "tiny.gguf", layout="dense", format="gguf", size=2 * MiB)
+    return {"root": root, "model": model, "ledger": root / "ledger.sqlite"}
+
+
+@pytest.fixture(autouse=True)
+def private_lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Other suites on a shared machine hold the host device lock; these tests time nothing.
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+
+
+def execute(name: str, out: Path, **parameters) -> dict:
+    papermill.execute_notebook(str(NOTEBOOKS / name), str(out), parameters=parameters, kernel_name="python3",
+                               progress_bar=False, extra_arguments=["--IPKernelApp.log_level=ERROR"])
+    return json.loads(out.read_text())
+
+
+def outputs(nb: dict) -> list[dict]:
+    return [o for c in nb["cells"] for o in c.get("outputs", [])]
+
+
+def html_outputs(nb: dict) -> str:
+    return "".join("".join(o.get("data", {}).get("text/html", "")) for o in outputs(nb))
+
+
+def plotly_titles(nb: dict) -> list[str]:
+    figs = [o["data"]["application/vnd.plotly.v1+json"] for o in outputs(nb)
+            if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    return [f["layout"]["title"]["text"] for f in figs]
+
+
+@pytest.mark.parametrize("name", ["01_load_sweep.ipynb", "02_h2d_microbench.ipynb", "05_ledger_report.ipynb"])
+def test_notebook_has_one_parameters_cell_and_a_known_kernel(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    assert {"ledger_path", "campaign", "autorun"} <= set(papermill.inspect_notebook(str(NOTEBOOKS / name)))
+    assert nb.metadata.kernelspec.name == "python3"
+    # The package ships the same notebooks (links in a checkout, copies in a wheel).
+    assert (notebooks_dir() / name).read_bytes() == (NOTEBOOKS / name).read_bytes()
+
+
+def test_load_sweep_notebook_records_attempts_and_draws(space, tmp_path):
+    nb = execute("01_load_sweep.ipynb", tmp_path / "01.ipynb", file=str(space["model"]),
+                 strategies=["pread", "warmer"], params={"warmer": {"threads": [1, 2], "chunk_mib": 1}},
+                 caches=["cold", "warm"], runs=2, campaign="nb-01", ledger_path=str(space["ledger"]))
+    with Ledger(space["ledger"]) as ledger:
+        attempts = ledger.attempts("nb-01")
+        runs = ledger.runs(campaign="nb-01")
+    assert len(attempts) == 6  # (pread + warmer × 2 threads) × (cold, warm)
+    assert sorted(attempts["cache"]) == ["cold"] * 3 + ["warm"] * 3
+    assert list(attempts["verdict"]).count("baseline") == 2
+    assert len(runs) == 12 and runs["error"].isna().all()
+    assert set(attempts["label"]) >= {"pread · tiny", "warmer chunk_mib=1 threads=2 · tiny"}
+    page = html_outputs(nb)
+    assert 'class="wb-results"' in page and "warmer chunk_mib=1 threads=1 · tiny" in page
+    titles = plotly_titles(nb)
+    assert any(t.startswith("Load time per attempt") for t in titles)
+    assert any(t.startswith("Resident before each run") for t in titles)
+    assert any(t.startswith("Median GB/s by threads × chunk") for t in titles)
+
+
+def test_h2d_notebook_records_each_path_and_size(space, tmp_path):
+    nb = execute("02_h2d_microbench.ipynb", tmp_path / "02.ipynb", device="host", sizes_mib=[1, 2],
+                 repeats=2, campaign="nb-02", ledger_path=str(space["ledger"]))
+    with Ledger(space["ledger"]) as ledger:
+        attempts = ledger.attempts("nb-02")
+        runs = ledger.runs(campaign="nb-02")
+    assert len(attempts) == 12  # 6 paths × 2 sizes
+    assert set(attempts["strategy"]) == {f"h2d:{p}" for p in ("heap", "mmap_warm_pte", "mmap_cold_pte",
+                                                                 "pread_copy", "pinned_staging", "registered")}
+    heap = attempts[attempts["strategy"] == "h2d:heap"]
+    assert list(heap["verdict"]) == ["baseline", "baseline"]
+    done = runs[runs["error"].isna()]
+    assert (done["verified"] == True).all()  # noqa: E712 - every copied byte read back equal
+    assert any(t.startswith("Host→device copy paths") for t in plotly_titles(nb))
+
+
+def test_report_notebook_writes_exports(space, tmp_path):
+    if "nb-01" not in set(Ledger(space["ledger"]).campaigns()["name"]):
+        pytest.skip("needs the load-sweep notebook's campaign (run the module, not this test alone)")
+    out = tmp_path / "report"
+    nb = execute("05_ledger_report.ipynb", tmp_path / "05.ipynb", campaign="nb-01",
+                 ledger_path=str(space["ledger"]), out_dir=str(out))
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html"}
+    assert len(pd.read_csv(out / "attempts.csv")) == 6
+    assert "Attempt history" in (out / "report.md").read_text()
+    assert str(out / "report.html") in html_outputs(nb)
+    assert any(t.startswith("GB/s against") for t in plotly_titles(nb))
+
+
+def test_failing_notebook_fails_papermill_with_the_one_line_error(space, tmp_path):
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        execute("01_load_sweep.ipynb", tmp_path / "bad.ipynb", file=str(tmp_path / "missing.gguf"),
+                strategies=["pread"], caches=["cold"], runs=1, campaign="nb-bad", ledger_path=str(space["ledger"]))
+    assert "missing.gguf: no such model file" in err.value.evalue
+
+
+# -- the panel and its helpers, without a kernel ------------------------------------------------------
+
+
+def test_batch_detection_and_overrides(monkeypatch):
+    assert in_batch(True) and not in_batch(False)
+    monkeypatch.setenv("WORKBENCH_BATCH", "1")
+    assert in_batch(None)
+    monkeypatch.delenv("WORKBENCH_BATCH")
+    assert in_batch(None)  # no kernel at all (a script): nothing to wait for
+
+
+def test_ledger_path_resolution(monkeypatch, tmp_path):
+    assert ledger_path(str(tmp_path / "x.sqlite")) == tmp_path / "x.sqlite"
+    monkeypatch.setenv("WORKBENCH_LEDGER", str(tmp_path / "env.sqlite"))
+    assert ledger_path("") == tmp_path / "env.sqlite"
+    monkeypatch.delenv("WORKBENCH_LEDGER")
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "d"))
+    assert ledger_path(None) == tmp_path / "d" / "ledger.sqlite"
+
+
+def test_parse_list_reads_each_item_as_yaml():
+    assert parse_list("2, 4,16") == [2, 4, 16]
+    assert parse_list("true, 0.5, abc") == [True, 0.5, "abc"]
+    assert parse_list("  ") == []
+
+
+def test_expand_configs_crosses_each_strategys_grid(space):
+    configs = expand_configs(space["model"], ["pread", "warmer"],
+                             {"warmer": {"threads": [1, 2], "chunk_mib": [4, 16]}, "pread": {"evict": True}}, "host")
+    assert [(c.strategy, dict(c.params)) for c in configs] == [
+        ("pread", {"evict": True}),
+        ("warmer", {"threads": 1, "chunk_mib": 4}), ("warmer", {"threads": 1, "chunk_mib": 16}),
+        ("warmer", {"threads": 2, "chunk_mib": 4}), ("warmer", {"threads": 2, "chunk_mib": 16})]
+    assert configs[0].label == "pread evict=True · tiny"
+    with pytest.raises(ParamError, match="'thread'"):
+        expand_configs(space["model"], ["warmer"], {"warmer": {"thread": [1]}}, "host")
+    with pytest.raises(UnknownName):
+        expand_configs(space["model"], ["nosuch"], {}, "host")
+
+
+def test_param_grid_follows_the_strategy_selection():
+    import ipywidgets as w
+
+    pick = w.SelectMultiple(options=["pread", "warmer", "lanes"], value=("pread", "warmer"))
+    grid = ParamGrid(pick, {"warmer": {"threads": [2, 4]}})
+    names = [t.description for t in grid.box.children]
+    assert "warmer.threads" in names and "warmer.chunk_mib" in names and "pread.evict" in names
+    assert grid.value == {"warmer": {"threads": [2, 4]}}
+    chunk = next(t for t in grid.box.children if t.description == "warmer.chunk_mib")
+    chunk.value = "4, 16"
+    assert grid.value == {"warmer": {"threads": [2, 4], "chunk_mib": [4, 16]}}
+    pick.value = ("pread", "lanes")  # warmer deselected: its values no longer count
+    assert grid.value == {} and any(t.description == "lanes.threads" for t in grid.box.children)
+
+
+def test_panel_button_runs_the_action_with_the_controls_values():
+    import ipywidgets as w
+
+    seen = []
+
+    def action(values, say):
+        say("working")
+        seen.append(dict(values))
+        if values["n"] == 0:
+            from workbench.errors import WorkbenchError
+            raise WorkbenchError("n must not be 0")
+        return ["result"]
+
+    n = w.IntText(value=3)
+    panel = Panel("t", {"n": n}, action)
+    panel.button.click()
+    assert seen == [{"n": 3}] and panel.runs == 1 and "run 1 finished" in panel.status.value
+    n.value = 0
+    panel.button.click()
+    assert "run 2 failed: n must not be 0" in panel.status.value and not panel.button.disabled
+
+
+# -- figures and report from a real ledger -------------------------------------------------------------
+
+
+def test_figures_show_ranges_walls_and_missed_cache_states(space):
+    from workbench.ledger.figures import campaign_figures, gbps_vs_ceilings, median_with_range, resident_before
+
+    with Ledger(space["ledger"]) as ledger:
+        attempts, runs = ledger.attempts("nb-01"), ledger.runs(campaign="nb-01")
+    if attempts.empty:
+        pytest.skip("needs the load-sweep notebook's campaign (run the module, not this test alone)")
+    fig = median_with_range(attempts)
+    cold = next(t for t in fig.data if t.name == "cold")
+    first = attempts[attempts["cache"] == "cold"].iloc[0]
+    assert cold.y[0] == pytest.approx(first["median_s"] * 1000)
+    assert cold.error_y.array[0] == pytest.approx((first["max_s"] - first["median_s"]) * 1000)
+    walls = pd.DataFrame({"host": ["h", "h", "h"], "name": ["page_cache_read_1t", "page_cache_read_2t", "memcpy"],
+                          "gbps": [5.0, 9.0, 20.0]})
+    lines = [s for s in gbps_vs_ceilings(attempts, walls).layout.shapes]
+    assert sorted(s.y0 for s in lines) == [9.0, 20.0]  # the best page-cache read and memcpy
+    # A run labelled cold that started resident gets a red cross.
+    faked = runs.copy()
+    faked.loc[faked.index[0], ["resident_before", "cache_reached"]] = [1.0, False]
+    crosses = [t for t in resident_before(attempts, faked).data if t.name == "state NOT reached"]
+    assert len(crosses) == 1 and list(crosses[0].y) == [1.0]
+    assert set(campaign_figures(attempts, runs)) == {"median", "gbps", "phases", "resident", "threads_chunk"}
+    assert "threads_chunk" not in campaign_figures(attempts[attempts["strategy"] == "pread"], runs)
+
+
+def test_report_writes_offline_html_and_history(space, tmp_path):
+    from workbench.report import write_report
+
+    with Ledger(space["ledger"]) as ledger:
+        if "nb-01" not in set(ledger.campaigns()["name"]):
+            pytest.skip("needs the load-sweep notebook's campaign (run the module, not this test alone)")
+        paths = write_report(ledger, "nb-01", tmp_path / "r")
+        with pytest.raises(LedgerError, match="no campaign 'nope'"):
+            write_report(ledger, "nope", tmp_path / "x")
+    page = paths.html.read_text()
+    assert page.count("plotly.js v") == 1  # inline once: opens offline, no CDN
+    assert not re.search(r'<script[^>]*\ssrc="https?:', page)
+    assert all(f'id="figure-{key}"' in page for key in paths.figures)
+    assert '<table id="attempts">' in page and "<b>Campaign</b>" in page
+    md = paths.markdown.read_text()
+    assert md.count("\n1. ") == 1 and "## Attempt history" in md and "| attempt | change |" in md

@@ -1,0 +1,291 @@
+"""The notebooks' actions and their panels: a load sweep (01), H2D micro-benchmarks (02), a report (05).
+
+Each ``*_panel`` function turns a notebook's parameters into a :class:`~workbench.notebook_ui.Panel`;
+the work itself is in plain functions (``expand_configs``, ``run_load_sweep`` …) so it is testable
+without a kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from workbench.errors import ParamError, WorkbenchError
+from workbench.notebook_ui import Panel, data_root, ledger_path, parse_list, results_html
+
+MiB = 1 << 20
+DEFAULT_MODEL = ("dense", "gguf", "16MiB")
+
+
+def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size: int | str) -> Path:
+    """``path`` if it already holds a readable model; otherwise write a synthetic one there (atomically)."""
+    from workbench.formats import open_index
+    from workbench.formats.synth import parse_size, write_synthetic
+
+    path = Path(path)
+    if path.is_file():
+        try:
+            open_index(path)
+            return path
+        except WorkbenchError:
+            pass  # a truncated file from an interrupted run: write it again
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    write_synthetic(tmp, format=format, layout=layout, size=parse_size(size))
+    os.replace(tmp, path)
+    return path
+
+
+def model_path(layout: str, format: str, size: str, root: Path | None = None) -> Path:
+    """Where the demo keeps its synthetic model of this layout, format and size."""
+    return (root or data_root()) / "models" / f"demo-{layout}-{size}.{format}"
+
+
+def resolve_file(file: str) -> Path:
+    """The file to measure: the given path, or (empty) the demo's small dense model, made if missing."""
+    if file:
+        if not Path(file).is_file():
+            raise WorkbenchError(f"{file}: no such model file")
+        return Path(file)
+    layout, fmt, size = DEFAULT_MODEL
+    return ensure_model(model_path(layout, fmt, size), layout=layout, format=fmt, size=size)
+
+
+def expand_configs(file: str | os.PathLike[str], strategies: Sequence[str],
+                   params: Mapping[str, Mapping[str, Any]], device: str) -> list[Any]:
+    """Every strategy × its parameter grid (lists → cartesian product) as RunConfigs, in order."""
+    from workbench.measure.records import RunConfig
+    from workbench.strategies import STRATEGIES
+
+    if not strategies:
+        raise WorkbenchError("no strategy selected")
+    configs = []
+    for name in strategies:
+        known = STRATEGIES.get(name).param_defaults()
+        grid = dict(params.get(name) or {})
+        for key in grid:
+            if key not in known:
+                raise ParamError(name, key, f"unknown parameter; known: {', '.join(known) or 'none'}")
+        keys = list(grid)
+        lists = [v if isinstance(v, (list, tuple)) else [v] for v in grid.values()]
+        for combo in itertools.product(*lists):
+            config = RunConfig(str(file), name, dict(zip(keys, combo)), device)
+            # The file in the label: a campaign over several files must still read unambiguously.
+            configs.append(dataclasses.replace(config, label=f"{config.display} · {Path(file).stem}"))
+    return configs
+
+
+def run_load_sweep(file: str, strategies: Sequence[str], params: Mapping[str, Any], caches: Sequence[str],
+                   runs: int, device: str, ledger: str | os.PathLike[str], campaign: str,
+                   hypothesis: str = "", say: Callable[[str], None] = lambda _m: None) -> list[Any]:
+    """Measure every config interleaved, once per cache state; returns the AttemptResults."""
+    from workbench.measure.runner import measure
+    from workbench.upload import best_device
+
+    if not caches:
+        raise WorkbenchError("no cache state selected")
+    path = resolve_file(file)
+    configs = expand_configs(path, strategies, params, device or best_device())
+    results: list[Any] = []
+    for cache in caches:
+        def progress(done: int, total: int, config: Any, run: Any, cache: str = cache) -> None:
+            took = "failed" if run.error else f"{run.load_s * 1000:.1f} ms"
+            say(f"{cache}: run {done}/{total} — {config.display}: {took}")
+        results += measure(configs, runs=runs, cache=cache, ledger=ledger, campaign=campaign,
+                           hypothesis=hypothesis, progress=progress)
+    return results
+
+
+def attempts_table(attempts: Any) -> Any:
+    """The readable columns of a ledger attempts frame: what a reader compares."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "attempt": attempts["id"].str[:8], "change": attempts["label"], "cache": attempts["cache"],
+        "n": attempts["n"], "median ms": (attempts["median_s"] * 1000).round(2),
+        "min ms": (attempts["min_s"] * 1000).round(2), "max ms": (attempts["max_s"] * 1000).round(2),
+        "spread %": attempts["spread_pct"].round(1), "GB/s": attempts["gbps"].round(3),
+        "vs baseline": attempts["speedup"].round(3), "verdict": attempts["verdict"],
+    })
+
+
+def load_sweep_panel(*, file: str, strategies: Sequence[str], params: Mapping[str, Any],
+                     caches: Sequence[str], runs: int, device: str, campaign: str, hypothesis: str = "",
+                     ledger: str = "") -> Panel:
+    """The panel of notebook 01: file, strategies, their parameters, cache states, runs, device."""
+    import ipywidgets as w
+
+    from workbench.measure.records import CACHE_STATES
+    from workbench.strategies import STRATEGIES
+
+    models = sorted(str(p) for p in (data_root() / "models").glob("*") if p.suffix in (".gguf", ".safetensors"))
+    pick = w.SelectMultiple(options=STRATEGIES.names(), value=tuple(strategies), description="strategies", rows=7)
+    controls = {
+        "file": w.Combobox(value=file, options=models, description="file", placeholder="(demo dense model)",
+                           layout=w.Layout(width="70%")),
+        "strategies": pick,
+        "params": ParamGrid(pick, params),
+        "caches": w.SelectMultiple(options=CACHE_STATES, value=tuple(caches), description="cache", rows=3),
+        "runs": w.BoundedIntText(value=runs, min=1, max=100, description="runs"),
+        "device": w.Dropdown(options=_devices(device), value=device or _best(), description="device"),
+        "campaign": w.Text(value=campaign, description="campaign"),
+        "hypothesis": w.Text(value=hypothesis, description="hypothesis", layout=w.Layout(width="70%")),
+    }
+    store = ledger_path(ledger)
+
+    def action(v: Mapping[str, Any], say: Callable[[str], None]) -> list[Any]:
+        results = run_load_sweep(v["file"], v["strategies"], v["params"], v["caches"], v["runs"], v["device"],
+                                 store, v["campaign"], v["hypothesis"], say)
+        return show_attempts(store, v["campaign"], [r.attempt_id for r in results])
+    return Panel("Load-strategy sweep", controls, action)
+
+
+def show_attempts(store: Path, campaign: str, ids: Sequence[str]) -> list[Any]:
+    """A results table and the campaign figures for these attempts, read back from the ledger."""
+    from IPython.display import HTML
+
+    from workbench.io.envinfo import host_id
+    from workbench.ledger import Ledger
+    from workbench.ledger.figures import campaign_figures
+
+    with Ledger(store) as ledger:
+        attempts = ledger.attempts(campaign)
+        attempts = attempts[attempts["id"].isin(ids)].reset_index(drop=True)
+        runs = ledger.runs(campaign=campaign)
+        runs = runs[runs["attempt_id"].isin(ids)]
+        ceilings = ledger.ceilings(host=host_id())
+    figures = campaign_figures(attempts, runs, ceilings)
+    note = HTML(f"<p>{len(attempts)} attempt(s) recorded in <code>{store}</code>, campaign "
+                f"<code>{campaign}</code>.</p>")
+    return [note, results_html(attempts_table(attempts)), *figures.values()]
+
+
+def h2d_panel(*, device: str, sizes_mib: Sequence[float], paths: Sequence[str], repeats: int, campaign: str,
+              ledger: str = "") -> Panel:
+    """The panel of notebook 02: upload paths × sizes on one device, recorded as attempts."""
+    import ipywidgets as w
+
+    from workbench.h2d import PATHS
+
+    controls = {
+        "device": w.Dropdown(options=_devices(device), value=device or _best(), description="device"),
+        "sizes": w.Text(value=", ".join(f"{s:g}" for s in sizes_mib), description="sizes MiB"),
+        "paths": w.SelectMultiple(options=PATHS, value=tuple(paths), description="paths", rows=len(PATHS)),
+        "repeats": w.BoundedIntText(value=repeats, min=1, max=100, description="repeats"),
+        "campaign": w.Text(value=campaign, description="campaign"),
+    }
+    store = ledger_path(ledger)
+
+    def action(v: Mapping[str, Any], say: Callable[[str], None]) -> list[Any]:
+        return run_h2d(v["device"], parse_list(v["sizes"]), v["paths"], v["repeats"], store, v["campaign"], say)
+    return Panel("Host→device micro-benchmarks", controls, action)
+
+
+def run_h2d(device: str, sizes_mib: Sequence[float], paths: Sequence[str], repeats: int, store: Path,
+            campaign: str, say: Callable[[str], None] = lambda _m: None) -> list[Any]:
+    """Measure, record in the ledger, and return the table and the GB/s-by-size figure."""
+    from IPython.display import HTML
+
+    from workbench.h2d import measure_h2d, record_h2d, results_frame
+    from workbench.ledger.figures import h2d_lines
+
+    sizes = [int(float(s) * MiB) for s in sizes_mib]
+    results = measure_h2d(device or _best(), sizes=sizes, paths=paths, repeats=repeats,
+                          scratch_dir=str(data_root()) if data_root().is_dir() else None, progress=say)
+    ids = record_h2d(results, store, campaign=campaign)
+    frame = results_frame(results)
+    note = HTML(f"<p>{len(ids)} attempt(s) recorded in <code>{store}</code>, campaign <code>{campaign}</code>.</p>")
+    return [note, results_html(frame), h2d_lines(frame)]
+
+
+def report_panel(*, campaign: str, ledger: str = "", out_dir: str = "") -> Panel:
+    """The panel of notebook 05: a campaign in; table, history, figures and exports out."""
+    import ipywidgets as w
+
+    from workbench.ledger import Ledger
+
+    store = ledger_path(ledger)
+    with Ledger(store) as opened:
+        known = list(opened.campaigns()["name"])
+    controls = {
+        "campaign": w.Combobox(value=campaign, options=known, description="campaign"),
+        "out_dir": w.Text(value=out_dir, description="out dir", placeholder="data/reports/<campaign>"),
+    }
+
+    def action(v: Mapping[str, Any], say: Callable[[str], None]) -> list[Any]:
+        return build_report(store, v["campaign"], v["out_dir"] or None, say)
+    return Panel("Campaign report", controls, action)
+
+
+def build_report(store: Path, campaign: str, out_dir: str | None = None,
+                 say: Callable[[str], None] = lambda _m: None) -> list[Any]:
+    """Write the report files and return what to show: where they are, the table, history, figures."""
+    from IPython.display import HTML, Markdown
+
+    from workbench.ledger import Ledger
+    from workbench.ledger.figures import campaign_figures
+    from workbench.report import campaign_frames, history_lines, report_dir, write_report
+
+    say(f"writing the report of '{campaign}' …")
+    target = Path(out_dir) if out_dir else data_root() / "reports" / report_dir(campaign).name
+    with Ledger(store) as ledger:
+        paths = write_report(ledger, campaign, target)
+        attempts, runs, ceilings = campaign_frames(ledger, campaign)
+    where = HTML("<p>Report written: " + ", ".join(
+        f"<code>{p}</code>" for p in (paths.attempts_csv, paths.runs_csv, paths.markdown, paths.html)) + "</p>")
+    history = Markdown("**Attempt history (oldest first)**\n\n" + "\n".join(
+        f"{i}. {line}" for i, line in enumerate(history_lines(attempts), 1)))
+    figures = campaign_figures(attempts, runs, ceilings)
+    return [where, results_html(attempts_table(attempts)), history, *figures.values()]
+
+
+class ParamGrid:
+    """One text box per parameter of each selected strategy; ``"2, 4"`` sweeps, empty keeps the default."""
+
+    def __init__(self, strategies: Any, preset: Mapping[str, Mapping[str, Any]]):
+        import ipywidgets as w
+
+        self._pick, self._texts, self.box = strategies, {}, w.VBox()
+        for name, grid in (preset or {}).items():
+            for key, value in grid.items():
+                values = value if isinstance(value, (list, tuple)) else [value]
+                self._texts[(name, key)] = ", ".join(map(str, values))
+        strategies.observe(lambda _change: self._rebuild(), names="value")
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        import ipywidgets as w
+
+        from workbench.strategies import STRATEGIES
+
+        rows = []
+        for name in self._pick.value:
+            for key, default in STRATEGIES.get(name).param_defaults().items():
+                text = w.Text(value=self._texts.get((name, key), ""), description=f"{name}.{key}",
+                              placeholder=f"default {default}", style={"description_width": "initial"})
+                text.observe(lambda c, k=(name, key): self._texts.__setitem__(k, c["new"]), names="value")
+                rows.append(text)
+        self.box.children = rows
+
+    @property
+    def value(self) -> dict[str, dict[str, list[Any]]]:
+        grid: dict[str, dict[str, list[Any]]] = {}
+        for (name, key), text in self._texts.items():
+            if name in self._pick.value and text.strip():
+                grid.setdefault(name, {})[key] = parse_list(text)
+        return grid
+
+
+def _best() -> str:
+    from workbench.upload import best_device
+
+    return best_device()
+
+
+def _devices(wanted: str) -> list[str]:
+    from workbench.upload import DEVICES, device_availability
+
+    names = [n for n in DEVICES.names() if device_availability(n)]
+    return names + ([wanted] if wanted and wanted not in names else [])

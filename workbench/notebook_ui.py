@@ -1,0 +1,153 @@
+"""What the notebooks share: where data lives, batch-or-interactive, and one ipywidgets panel shape.
+
+A notebook builds a :class:`Panel` from its parameters: controls pre-filled with them, a Run button,
+a status line and an output area. Under papermill (no front end driving the kernel) the panel runs
+the parameters at once and prints into the cell; opened in JupyterLab it waits for the button and
+draws into its output area. The measuring itself lives in :mod:`workbench.notebook_actions`.
+"""
+from __future__ import annotations
+
+import html
+import os
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from workbench.errors import WorkbenchError
+
+Action = Callable[[Mapping[str, Any], Callable[[str], None]], Sequence[Any]]
+
+
+def data_root() -> Path:
+    """``$WORKBENCH_DATA``, else the checkout's ``data/`` above the cwd (notebooks/ → ../data), else ./data."""
+    if os.environ.get("WORKBENCH_DATA"):
+        return Path(os.environ["WORKBENCH_DATA"]).expanduser()
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file() and (folder / "workbench").is_dir():
+            return folder / "data"
+    return here / "data"
+
+
+def ledger_path(value: str | os.PathLike[str] | None = None) -> Path:
+    """The ledger a notebook writes: the parameter, else ``$WORKBENCH_LEDGER``, else data_root()/ledger.sqlite."""
+    if value:
+        return Path(value).expanduser()
+    if os.environ.get("WORKBENCH_LEDGER"):
+        return Path(os.environ["WORKBENCH_LEDGER"]).expanduser()
+    return data_root() / "ledger.sqlite"
+
+
+def in_batch(autorun: bool | None = None) -> bool:
+    """Whether to run the parameters now instead of waiting for the Run button.
+
+    ``autorun`` True/False decides; None asks the kernel: JupyterLab (and Notebook 7) send the cell's
+    id with every execute request, papermill's client does not. ``WORKBENCH_BATCH=1`` also forces it.
+    """
+    if autorun is not None:
+        return bool(autorun)
+    if os.environ.get("WORKBENCH_BATCH") == "1":
+        return True
+    try:
+        from IPython import get_ipython
+
+        kernel = getattr(get_ipython(), "kernel", None)
+        parent = kernel.get_parent("shell") if kernel is not None else {}
+    except Exception:  # noqa: BLE001 - outside a kernel (a script): nothing to wait for
+        return True
+    return not (parent or {}).get("metadata", {}).get("cellId")
+
+
+def parse_list(text: str) -> list[Any]:
+    """``"2, 4"`` → ``[2, 4]``; each item read as YAML (numbers, true/false, null, strings)."""
+    import yaml
+
+    return [yaml.safe_load(item.strip()) for item in str(text).split(",") if item.strip()]
+
+
+def results_html(frame: Any, css_class: str = "wb-results") -> Any:
+    """A DataFrame as an HTML table the tests and the browser can find by its class."""
+    from IPython.display import HTML
+
+    return HTML(f'<div class="{css_class}">{frame.to_html(index=False, na_rep="—", escape=True)}</div>')
+
+
+class Panel:
+    """Controls + Run button + status line + output area around one ``action``.
+
+    ``action(values, say)`` receives the controls' current values and a status callback, and returns
+    what to display (DataFrames, HTML, plotly figures) in order.
+    """
+
+    def __init__(self, title: str, controls: Mapping[str, Any], action: Action,
+                 extra: Sequence[Any] = ()):
+        import ipywidgets as w
+
+        self.title, self.controls, self.action = title, dict(controls), action
+        self.extra = list(extra)
+        self.button = w.Button(description="Run", button_style="primary", icon="play",
+                               tooltip="Measure with the values above", _dom_classes=["wb-run"])
+        self.status = w.HTML(value="<i>Set the values above and press Run.</i>")
+        self.output = w.Output(_dom_classes=["wb-output"])
+        self.runs = 0
+        self.button.on_click(lambda _b: self.run(into_output=True))
+
+    def values(self) -> dict[str, Any]:
+        """The controls' current values, by name."""
+        return {name: widget.value for name, widget in self.controls.items()}
+
+    def widget(self) -> Any:
+        import ipywidgets as w
+
+        header = w.HTML(f"<h3>{html.escape(self.title)}</h3>")
+        # A control may be a composite (a ParamGrid) that shows its widgets through ``box``.
+        controls = [getattr(c, "box", c) for c in self.controls.values()]
+        rows = [header, *controls, *self.extra, w.HBox([self.button, self.status]), self.output]
+        return w.VBox(rows)
+
+    def show(self, autorun: bool | None = None) -> list[Any]:
+        """Display the panel; in batch mode also run once now, printing into the cell."""
+        from IPython.display import display
+
+        display(self.widget())
+        if in_batch(autorun):
+            return self.run(into_output=False)
+        return []
+
+    def run(self, into_output: bool = True) -> list[Any]:
+        """Run the action with the current values and display its results (in the output area)."""
+        from IPython.display import display
+
+        self.runs += 1
+        self.button.disabled = True
+        self._say(f"run {self.runs}: starting …")
+        try:
+            items = list(self.action(self.values(), self._say))
+        except WorkbenchError as exc:
+            self._say(f"run {self.runs} failed: {exc}", error=True)
+            if not into_output:
+                raise  # batch: the notebook (and the sweep point) fails with the one-line error
+            return []
+        except Exception:
+            self._say(f"run {self.runs} failed (traceback below)", error=True)
+            if not into_output:
+                raise
+            with self.output:
+                print(traceback.format_exc())
+            return []
+        finally:
+            self.button.disabled = False
+        self._say(f"run {self.runs} finished")
+        if into_output:
+            self.output.clear_output(wait=True)
+            with self.output:
+                for item in items:
+                    display(item)
+        else:
+            for item in items:
+                display(item)
+        return items
+
+    def _say(self, text: str, error: bool = False) -> None:
+        color = "#b00" if error else "#333"
+        self.status.value = f'<span class="wb-status" style="color:{color}">{html.escape(text)}</span>'
