@@ -1,0 +1,165 @@
+"""The interactive path in a real browser: JupyterLab on loopback, Debian's Chromium driven by Playwright.
+
+Opens 01_load_sweep.ipynb, runs all cells, sets the runs control, presses the panel's Run button and
+waits for the results table and a plotly figure; a screenshot goes to test-artifacts/. No browser is
+ever downloaded: Playwright drives /usr/bin/chromium (``apt-get install chromium``; .ci/run does it).
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from workbench.ledger import Ledger
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+if not os.access(CHROMIUM, os.X_OK):
+    pytest.skip(f"{CHROMIUM} missing: install Debian's chromium (apt-get install -y chromium; .ci/run does)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the [dev] extra) is not installed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def lab(tmp_path: Path):
+    """JupyterLab on 127.0.0.1 with a token, over a copy of notebooks/, writing only under tmp_path."""
+    root = tmp_path / "lab"
+    shutil.copytree(ROOT / "notebooks", root)
+    token, port = secrets.token_hex(16), free_port()
+    env = {**os.environ, "WORKBENCH_DATA": str(tmp_path / "data"), "WORKBENCH_LEDGER": str(tmp_path / "ledger.sqlite"),
+           "WORKBENCH_LOCK_DIR": str(tmp_path / "locks"), "JUPYTER_CONFIG_DIR": str(tmp_path / "jcfg"),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "jrt"), "IPYTHONDIR": str(tmp_path / "ipy")}
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.open_browser=False",
+           "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+           f"--LabApp.workspaces_dir={tmp_path / 'ws'}", "--LabApp.news_url=None"]
+    if os.geteuid() == 0:  # CI containers run as root; the server refuses that unless told
+        cmd.append("--allow-root")
+    log = (tmp_path / "lab.log").open("wb")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(proc, f"{base}/api/status?token={token}", tmp_path / "lab.log")
+        yield {"base": base, "token": token, "ledger": tmp_path / "ledger.sqlite", "log": tmp_path / "lab.log"}
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)  # the server shuts its kernels down on SIGTERM
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, log: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"jupyter lab not ready after {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def test_load_sweep_notebook_runs_from_the_run_button(lab, tmp_path):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        # A fresh profile directory per test; the browser is Debian's, never a downloaded one.
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        try:
+            _drive(page, lab)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "browser-01_load_sweep-failed.png"))
+            raise
+        finally:
+            context.close()
+    with Ledger(lab["ledger"]) as ledger:
+        attempts = ledger.attempts("notebook-load-sweep")
+    # The defaults: pread, mmap, warmer × threads {2, 4}, cold and warm; runs as set in the browser.
+    assert len(attempts) == 8 and set(attempts["n"]) == {2}
+
+
+def _drive(page, lab) -> None:
+    expect = sync_api.expect
+    page.goto(f"{lab['base']}/lab/tree/01_load_sweep.ipynb?token={lab['token']}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    _settle_kernel(page)
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    _settle_kernel(page)
+
+    run = page.locator("button.wb-run")
+    expect(run).to_be_visible(timeout=120_000)
+    status = page.locator(".wb-status, .widget-html-content i").first
+    expect(status).to_contain_text("press Run", timeout=30_000)  # JupyterLab: it waits for the click
+    runs = page.locator(".widget-text", has=page.locator("label", has_text=re.compile(r"^runs$"))).locator("input")
+    runs.fill("2")
+    runs.press("Enter")
+    run.click()
+
+    expect(page.locator(".wb-status")).to_contain_text("run 1", timeout=30_000)
+    table = page.locator(".wb-output .wb-results table")
+    expect(table).to_be_visible(timeout=300_000)
+    figure = page.locator(".wb-output .js-plotly-plot").first
+    expect(figure).to_be_visible(timeout=60_000)
+    expect(page.locator(".wb-status")).to_contain_text("run 1 finished")
+    expect(table).to_contain_text("pread · demo-dense-16MiB")
+    news = page.get_by_role("button", name="No", exact=True)  # the "Jupyter news?" toast hides the figure
+    if news.count():
+        news.first.click()
+    figure.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)  # let plotly finish its first draw before the picture
+    page.screenshot(path=str(ARTIFACTS / "browser-01_load_sweep.png"))
+
+
+def _settle_kernel(page, timeout_s: float = 120) -> None:
+    """Wait until the notebook's kernel is idle, accepting JupyterLab's kernel dialog if it asks.
+
+    On a slow machine the kernel specs can arrive after the notebook opened, and JupyterLab then asks
+    which kernel to start (preselecting the notebook's own, python3); a user would press Select.
+    """
+    dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+    idle = page.locator(".jp-StatusBar-Widget", has_text=re.compile(r"\| Idle"))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if dialog.count() and dialog.is_visible():
+            dialog.locator("button", has_text=re.compile(r"^Select$")).click()
+        elif idle.count():
+            return
+        page.wait_for_timeout(250)
+    raise AssertionError("the notebook's kernel never became idle")
