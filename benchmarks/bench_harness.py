@@ -93,6 +93,7 @@ def bench_sweep(model: Path, runs: int, cache: str, ledger: Path) -> list[str]:
              f"- **sweep wall: {elapsed:.1f} s** ({elapsed / len(all_runs):.2f} s per run)",
              f"- overhead per run (wall − load): median {statistics.median(overheads) * 1e3:.0f} ms, "
              f"max {max(overheads) * 1e3:.0f} ms",
+             f"- of which (medians, ms): {_breakdown([r for r in all_runs if r.ok])}",
              f"- parent per run beyond the wall (cache prep, lock, ledger write): "
              f"{(elapsed - sum(r.wall_s or 0 for r in all_runs) - waited) / len(all_runs) * 1e3:.0f} ms",
              f"- waiting for the device lock (someone else's runs), total: {waited:.2f} s", "",
@@ -104,6 +105,14 @@ def bench_sweep(model: Path, runs: int, cache: str, ledger: Path) -> list[str]:
         gbps = "—" if s.gbps is None else f"{s.gbps:.2f}"
         lines.append(f"| {res.label} | {med} | {spread} | {gbps} | {res.verdict} |")
     return lines + [""]
+
+
+def _breakdown(runs: Sequence[Any]) -> str:
+    """Median ms of each part of wall − load: start-up, imports, init, verification, the rest."""
+    parts = {k: [float(r.result["timings"][f"{k}_s"]) for r in runs] for k in ("startup", "import", "init", "verify")}
+    rest = [run_overhead(r) - sum(float(r.result["timings"][f"{k}_s"]) for k in parts) for r in runs]
+    named = {**parts, "teardown + exit": rest}
+    return ", ".join(f"{k} {statistics.median(v) * 1e3:.0f}" for k, v in named.items())
 
 
 def _machine() -> str:
