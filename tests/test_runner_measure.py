@@ -8,7 +8,10 @@ import pytest
 
 from workbench.io.envinfo import eviction_support
 from workbench.ledger import Ledger
+from workbench.errors import WorkbenchError
 from workbench.measure import RunConfig, interleave, measure
+from workbench.measure.runner import measure_with
+from workbench.measure.spawn import run_worker
 from workbench.measure.attempt import ATTEMPT_KEYS, RUN_KEYS
 
 
@@ -80,9 +83,10 @@ def test_warm_runs_start_resident_and_json_has_the_issue_keys(model: str, ledger
 
 def test_failed_worker_is_recorded_and_the_others_go_on(model: str, ledger: Ledger, locks: str,
                                                          tmp_path: Path) -> None:
+    # measure_with skips measure()'s preflight, so the workers themselves meet the bad config
     configs = [RunConfig(model, "pread"), RunConfig(model, "pread", {"no_such_param": "1"}),
                RunConfig(str(tmp_path / "missing.gguf"), "pread")]
-    results = measure(configs, runs=2, cache="asis", ledger=ledger, lock_dir=locks)
+    results = measure_with(run_worker, configs, runs=2, cache="asis", ledger=ledger, lock_dir=locks)
     good, bad, missing = results
     assert good.stats.n == 2 and good.verdict == "baseline"
     for res, text in ((bad, "no_such_param"), (missing, "missing.gguf")):
@@ -91,6 +95,20 @@ def test_failed_worker_is_recorded_and_the_others_go_on(model: str, ledger: Ledg
         assert all(r.pid for r in res.runs)  # the worker did start: its failure is its own
     stored = ledger.runs(bad.attempt_id)
     assert len(stored) == 2 and stored["error"].str.contains("no_such_param").all()
+
+
+@pytest.mark.parametrize("config, text", [
+    (lambda m, t: RunConfig(m, "pread", {"no_such_param": "1"}), "no_such_param"),
+    (lambda m, t: RunConfig(str(t / "missing.gguf"), "pread"), "missing.gguf"),
+    (lambda m, t: RunConfig(m, "no-such-strategy"), "no-such-strategy"),
+    (lambda m, t: RunConfig(m, "pread", device="hip"), "hip"),
+])
+def test_preflight_refuses_before_anything_is_recorded(model: str, ledger: Ledger, locks: str,
+                                                       tmp_path: Path, config, text: str) -> None:
+    with pytest.raises(WorkbenchError, match=text):
+        measure([RunConfig(model, "pread"), config(model, tmp_path)], runs=2, cache="asis",
+                ledger=ledger, lock_dir=locks)
+    assert ledger.attempts().empty and ledger.runs().empty
 
 
 def test_worker_timeout_is_a_failed_run(model: str, ledger: Ledger, locks: str) -> None:

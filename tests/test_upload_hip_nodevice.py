@@ -40,7 +40,7 @@ def test_open_device_raises_backend_unavailable_with_the_reason_and_hint() -> No
 
 def test_module_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "hip", None)  # makes `from hip import hip` raise ImportError
-    assert HipDevice.available() == Availability(False, "module missing: pip install 'workbench[hip]'")
+    assert HipDevice.available() == Availability(False, "module missing: hip Python bindings not importable")
 
 
 def _stub(**functions: Any) -> SimpleNamespace:

@@ -23,7 +23,7 @@ class BackendUnavailable(WorkbenchError):
 
     def __init__(self, name: str, reason: str, hint: str = ""):
         self.name, self.reason, self.hint = name, reason, hint
-        tail = f" ({hint})" if hint else ""
+        tail = f" ({hint})" if hint and hint not in reason else ""
         super().__init__(f"device backend '{name}' unavailable: {reason}{tail}")
 
 

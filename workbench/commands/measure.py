@@ -101,28 +101,20 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
                  campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
                  timeout_s: float, as_json: bool) -> None:
     from workbench.measure.records import RunConfig
-    from workbench.measure.runner import measure, open_ledger
+    from workbench.measure.runner import measure, open_ledger, preflight
 
     common = parse_params(params)
     configs = []
     for text in strategies:
         name, merged = parse_strategy(text, common)
         configs.append(RunConfig(file=file, strategy=name, params=merged, device=device))
-    _check_strategies(configs)
+    preflight(configs)  # before the ledger opens or a bar draws: a bad input is one line, nothing else
     ledger = open_ledger(ledger_path)
     with _progress(len(configs) * runs, as_json) as progress:
         results = measure(configs, runs=runs, cache=cache, order=order, seed=seed, ledger=ledger,
                           campaign=campaign, hypothesis=hypothesis, labels=labels, baseline=baseline,
                           verify=verify, timeout_s=timeout_s, progress=progress)
     _report(results, ledger, as_json, single=len(strategies) == 1)
-
-
-def _check_strategies(configs: list[Any]) -> None:
-    """Fail before any run on an unknown strategy or a parameter it does not have."""
-    from workbench.strategies import get_strategy
-
-    for config in configs:
-        get_strategy(config.strategy).from_strings(dict(config.params))
 
 
 @click.command()

@@ -47,6 +47,7 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
     lock_dir
         Where the per-device lock files live (default ``$WORKBENCH_LOCK_DIR`` or /tmp/workbench-locks).
     """
+    preflight(configs)
     run_fn = functools.partial(run_worker, verify=verify, timeout_s=timeout_s)
     return measure_with(run_fn, configs, runs=runs, cache=cache, order=order, seed=seed,
                         ledger=ledger, campaign=campaign, hypothesis=hypothesis, labels=labels,
@@ -98,6 +99,33 @@ def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[in
         session.abandon(f"interrupted after {sum(map(len, session.runs))}/{len(sequence)} runs")
         raise
     return session.finish(baseline, base_stats)
+
+
+def preflight(configs: Sequence[RunConfig]) -> None:
+    """Fail in one line, before any attempt is opened, on what no run could survive: a strategy or
+    parameter that does not parse, a backend that is not here, a file that is missing or malformed.
+
+    Errors that only a run can reveal (a crash, wrong bytes, a timeout) stay failed runs in the ledger.
+    """
+    from workbench.errors import BackendUnavailable, StrategyUnavailable
+    from workbench.formats import open_index
+    from workbench.strategies import get_strategy
+    from workbench.upload import DEVICES, device_availability
+
+    checked: set[str] = set()
+    for config in configs:
+        cls = get_strategy(config.strategy)
+        cls.from_strings(dict(config.params))
+        avail = cls.available()
+        if not avail:
+            raise StrategyUnavailable(config.strategy, avail.reason)
+        name = config.device.partition(":")[0]
+        avail = device_availability(name)
+        if not avail:
+            raise BackendUnavailable(name, avail.reason, DEVICES.entries[name].hint)
+        if config.file not in checked:
+            open_index(config.file)
+            checked.add(config.file)
 
 
 def open_ledger(ledger: Any) -> Any:

@@ -108,7 +108,7 @@ def probe_runtime(rt: GpuRuntime, load: Callable[[], Any]) -> Availability:
     try:
         module = load()
     except ImportError:
-        return Availability(False, f"module missing: pip install 'workbench[{rt.backend}]'")
+        return Availability(False, f"module missing: {rt.backend} Python bindings not importable")
     count_call = rt.calls["device_count"]
     try:
         count = call_runtime(module, rt, rt.backend, "device_count")
