@@ -67,14 +67,21 @@ def _evict_missing(fd: int, start: int, before) -> None:
         os.posix_fadvise(fd, start + a * ps, (b - a) * ps, os.POSIX_FADV_DONTNEED)
 
 
+RESTORE_DEADLINE_S = 2.0  # how long to wait out in-flight readahead before giving up
+
+
 def _restore(path, fd: int, first: int, before) -> None:
     """Evict every page of the snapshot's span that was not resident in it (retrying pages under I/O)."""
-    for attempt in range(4):
+    # An async readahead may still hold its pages locked (undroppable) or not have landed yet; on a
+    # loaded machine that takes longer than a few ms, so retry against a deadline, backing off.
+    deadline, pause = time.monotonic() + RESTORE_DEADLINE_S, 0.002
+    while True:
         extra = pagecache.resident_map(path, first, before.size * pagecache.page_size()) & ~before
-        if not extra.any():
+        if not extra.any() or time.monotonic() > deadline:
             return
-        time.sleep(0.01 * attempt)  # an async readahead may still hold its pages locked
         _evict_missing(fd, first, ~extra)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def _iter_buffered(path, lo: int, hi: int, chunk: int) -> Iterator[tuple[int, memoryview]]:
