@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -17,6 +18,9 @@ from workbench.upload import open_device
 from workbench.verify import verify_placements
 
 NAMES = STRATEGIES.names()
+# The backend the suite loads onto: host everywhere; WORKBENCH_TEST_DEVICE=cuda runs the same suite
+# on a GPU (the same byte-for-byte read-back), which is how the cuda backend is checked on the H200.
+DEVICE = os.environ.get("WORKBENCH_TEST_DEVICE", "host")
 
 
 @pytest.fixture(autouse=True)
@@ -31,14 +35,17 @@ def set_cache(path: str, state: str) -> None:
         pytest.skip(f"cache state unreachable here: {exc}")
 
 
-def load_and_verify(name, index, device_name="host", **params) -> LoadResult:
+def load_and_verify(name, index, device_name=DEVICE, **params) -> LoadResult:
     device = open_device(device_name)
-    result = get_strategy(name)(**params).load(index, device)
-    report = verify_placements(index, device, result.placements)
-    assert report.ok, f"{name}: {report.first_mismatch}: {report.detail}"
-    assert report.checked == report.total == len(index)
-    check_result(result, index, name)
-    return result
+    try:
+        result = get_strategy(name)(**params).load(index, device)
+        report = verify_placements(index, device, result.placements)
+        assert report.ok, f"{name}: {report.first_mismatch}: {report.detail}"
+        assert report.checked == report.total == len(index)
+        check_result(result, index, name)
+        return result
+    finally:
+        device.close()  # frees every buffer: on a GPU the suite would otherwise pile up allocations
 
 
 def check_result(result: LoadResult, index, name: str) -> None:
@@ -94,6 +101,13 @@ def test_every_strategy_odd_layout(name, raw_model):
     index = raw_model(sizes, first=1231, gap=29, tail=17)
     set_cache(index.path, "cold")
     load_and_verify(name, index, **SMALL_PIECES.get(name, {}))
+
+
+@pytest.mark.parametrize("upload", ["pageable", "pinned", "registered"])
+def test_pread_upload_modes_byte_exact(upload, raw_model):
+    index = raw_model([3, 4097, (1 << 20) + 333, 65537], first=1231, gap=29, tail=17)
+    set_cache(index.path, "cold")
+    load_and_verify("pread", index, upload=upload, staging_mib=1)
 
 
 SMALL_PIECES = {"lanes": {"chunk_mib": 1, "threads": 3}, "warmer": {"chunk_mib": 1},
