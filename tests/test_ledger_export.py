@@ -52,7 +52,7 @@ def test_markdown_header_and_one_row_per_attempt(tmp_path):
     assert lines[0].startswith("**Machine** rig-a") and "host memory (host)" in lines[0]
     assert "tiny.gguf, 3.00 MiB, xxh3_128:" in lines[0]
     header = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert header == ["attempt", "change", "cache", "median", "spread", "n", "GB/s", "vs baseline", "verdict"]
+    assert header == ["attempt", "change", "cache", "median", "spread", "n", "GB/s", "vs baseline", "verdict", "engaged"]
     rows = {line.split("|")[1].strip(" `"): [c.strip() for c in line.strip("|").split("|")] for line in lines[4:]}
     assert set(rows) == {base[:8], fast[:8], failed[:8]}
     assert rows[base[:8]][7] == "baseline"
@@ -94,4 +94,22 @@ def test_markdown_says_when_cache_was_not_reached_and_why_it_failed(tmp_path):
                            verdict="failed", notes="cold state not reached on tmpfs\nsecond line")
         row = markdown_table(led).splitlines()[-1]
     assert "| cold (not reached 1/2) |" in row
-    assert row.endswith("| failed — cold state not reached on tmpfs |")
+    assert "| failed — cold state not reached on tmpfs | zero_copy: 3/3 tensors ON |" in row
+
+
+def test_markdown_shows_a_fast_path_that_did_not_engage_as_inert(tmp_path: Path) -> None:
+    import dataclasses
+
+    from workbench.measure.records import RunConfig
+    from workbench.measure.stats import summarize
+
+    with Ledger(tmp_path / "l.sqlite") as led:
+        attempt_id = led.start_attempt(campaign="c", config=RunConfig("/m.gguf", "mmap"), cache="warm")
+        runs = [dataclasses.replace(make_run(i, 0.1), engaged=(
+            "zero_copy: 0/3 tensors — INERT (eviction on: fell back to pread)",)) for i in range(2)]
+        for run in runs:
+            led.add_run(attempt_id, run)
+        led.finish_attempt(attempt_id, summarize(runs, NBYTES), baseline_id=None, speedup=None,
+                           verdict="baseline")
+        row = markdown_table(led).splitlines()[-1]
+    assert row.endswith("| zero_copy: 0/3 tensors INERT |")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from workbench.ledger.store import Ledger
 
 _JSON_COLUMNS = ("params", "device_info", "environment", "engaged", "phases", "result", "detail")
-COLUMNS = ("attempt", "change", "cache", "median", "spread", "n", "GB/s", "vs baseline", "verdict")
+COLUMNS = ("attempt", "change", "cache", "median", "spread", "n", "GB/s", "vs baseline", "verdict", "engaged")
 
 
 def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campaign: str | None = None) -> list[Path]:
@@ -66,8 +66,24 @@ def _cells(a: dict[str, Any], runs: pd.DataFrame | None, several_hosts: bool) ->
     spread = "—" if a["spread_pct"] is None else f"{a['spread_pct']:.1f} %" + ("" if a["stable"] else " ⚠")
     return [
         ident, a["label"], _cache(a["cache"], runs), _ms(a["median_s"]), spread, n, _gbps(a),
-        _vs_baseline(a), _verdict(a, runs),
+        _vs_baseline(a), _verdict(a, runs), _engaged(runs),
     ]
+
+
+def _engaged(runs: pd.DataFrame | None) -> str:
+    """What the fast paths did, ``zero_copy: 92/92 tensors ON``, from the runs (notes dropped).
+
+    A fast path that did not engage must read INERT in the PR table, not pass as a win; if runs
+    disagree, every distinct fact is listed.
+    """
+    if runs is None or "engaged" not in runs:
+        return "—"
+    facts: dict[str, None] = {}
+    for value in runs["engaged"]:
+        for text in (json.loads(value) if isinstance(value, str) else value) or ():
+            head, _, tail = str(text).partition(" — ")
+            facts[f"{head} {tail.split(' ')[0]}".strip()] = None
+    return "; ".join(facts) or "—"
 
 
 def _header(attempts: pd.DataFrame, campaign: str | None) -> str:
