@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from ledger_helpers import fill_ledger
+from ledger_helpers import NBYTES, fill_ledger, make_run
 from workbench.ledger import Ledger, export_csv, export_markdown, markdown_table
 
 KEY_ATTEMPT_COLUMNS = ["id", "campaign", "host", "strategy", "cache", "n", "n_failed", "median_s", "spread_pct",
@@ -97,7 +97,7 @@ def test_markdown_says_when_cache_was_not_reached_and_why_it_failed(tmp_path):
     assert "| failed — cold state not reached on tmpfs | zero_copy: 3/3 tensors ON |" in row
 
 
-def test_markdown_shows_a_fast_path_that_did_not_engage_as_inert(tmp_path: Path) -> None:
+def test_markdown_shows_a_fast_path_that_did_not_engage_as_inert(tmp_path) -> None:
     import dataclasses
 
     from workbench.measure.records import RunConfig
