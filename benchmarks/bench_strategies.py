@@ -1,0 +1,117 @@
+"""Strategy benchmark: every load strategy on one large synthetic model, cold and warm, against the
+machine's measured ceilings — through the runner (fresh worker per run, cache state set and verified,
+interleaved, device bytes verified).
+
+    python benchmarks/bench_strategies.py                          # host, 2 GiB MoE GGUF, 5 runs
+    python benchmarks/bench_strategies.py --device cuda --size 8GiB --out docs/benchmarks/x.md
+
+First the ceilings (``measure_ceilings``: cold read, page-cache read, memcpy, host→device per path),
+then the prediction each strategy is up against (bytes ÷ the bounding wall), then the measured tables
+as the ledger exports them for a pull request. Prints Markdown (and writes it with ``--out``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
+
+from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
+from workbench.io.envinfo import collect_environment  # noqa: E402
+from workbench.ledger import Ledger, markdown_table  # noqa: E402
+from workbench.measure import RunConfig, measure  # noqa: E402
+from workbench.measure.ceilings import measure_ceilings  # noqa: E402
+
+# The first is the baseline: the historical per-read eviction the first write-up started from.
+CONFIGS = [("pread", {"evict": "1"}), ("pread", {}), ("pread", {"upload": "pinned"}), ("willneed", {}),
+           ("warmer", {}), ("mmap", {}), ("mmap", {"gate": "0.9"}), ("populate", {}), ("lanes", {}),
+           ("odirect", {})]
+
+
+def _model(directory: Path, size: int, fmt: str, layout: str) -> Path:
+    path = directory / f"bench-{layout}-{size >> 20}MiB.{'gguf' if fmt == 'gguf' else 'safetensors'}"
+    if not path.exists() or abs(path.stat().st_size - size) > size * 0.1:
+        write_synthetic(path, format=fmt, layout=layout, size=size, seed=7)
+    return path
+
+
+def _machine(env: dict, device_info: dict | None) -> str:
+    ram = env.get("ram_bytes", 0) / 2**30
+    dev = f"; device {device_info.get('name')} ({device_info.get('arch')})" if device_info else ""
+    return (f"{env.get('hostname')}: {env.get('cpu_model')}, {env.get('cores')} cores, {ram:.0f} GiB RAM, "
+            f"{env.get('fs_type')} ({env.get('fs_source')}), {env.get('kernel')}{dev}")
+
+
+def _ceiling_lines(report) -> list[str]:
+    lines = ["| wall | GB/s |", "|---|---|"]
+    lines += [f"| {c.name} | {c.gbps:.2f} |" for c in sorted(report.ceilings, key=lambda c: c.name)]
+    lines += [f"| {name} | not measured: {why} |" for name, why in report.skipped]
+    return lines
+
+
+def _predictions(report, nbytes: int, device: str) -> list[str]:
+    walls = {c.name: c.gbps for c in report.ceilings}
+    best = lambda prefix: max((v for k, v in walls.items() if k.startswith(prefix)), default=None)  # noqa: E731
+    cold, cache = best("cold_read"), best("page_cache_read")
+    h2d = best(f"h2d_{device.split(':')[0]}")
+    warm = min(v for v in (cache, h2d) if v) if (cache or h2d) else None
+    rows = ["| state | bounding wall | GB/s | predicted floor for the whole model |", "|---|---|---|---|"]
+    for state, gbps, what in (("cold", cold, "best cold read (disk)"),
+                              ("warm", warm, "min(best page-cache read, best host→device)")):
+        floor = f"{nbytes / gbps / 1e9 * 1e3:.0f} ms" if gbps else "—"
+        rows.append(f"| {state} | {what} | {gbps or 0:.2f} | {floor} |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="host")
+    ap.add_argument("--dir", default="data/models/bench", help="where the model and scratch files go")
+    ap.add_argument("--size", default="2GiB")
+    ap.add_argument("--format", default="gguf", choices=["gguf", "safetensors"])
+    ap.add_argument("--layout", default="moe", choices=["dense", "moe"])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--ceiling-size", default="1GiB")
+    ap.add_argument("--ledger", default=None, help="default: a fresh ledger next to the model")
+    ap.add_argument("--out", default=None, help="also write the Markdown here")
+    args = ap.parse_args(argv)
+
+    directory = Path(args.dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    model = _model(directory, parse_size(args.size), args.format, args.layout)
+    ledger = Ledger(args.ledger or directory / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.sqlite")
+    t0 = time.perf_counter()
+    report = measure_ceilings(directory, devices=(args.device,), size=parse_size(args.ceiling_size),
+                              ledger=ledger)
+    configs = [RunConfig(str(model), name, params, device=args.device) for name, params in CONFIGS]
+    results = {}
+    for cache in ("cold", "warm"):
+        results[cache] = measure(configs, runs=args.runs, cache=cache, ledger=ledger,
+                                 campaign=f"bench-{args.device}-{cache}",
+                                 hypothesis="strategy sweep against the machine's ceilings")
+    elapsed = time.perf_counter() - t0
+    first_ok = next((r for rs in results.values() for a in rs for r in a.runs if r.ok), None)
+    device_info = first_ok.result.get("device_info") if first_ok else None
+    nbytes = int(model.stat().st_size)
+
+    out = [f"# Strategy benchmark — {args.device}, {args.format} {args.layout}, {model.stat().st_size / 2**30:.2f} GiB",
+           "", f"Date: {stamp}. Machine: {_machine(collect_environment(str(directory)), device_info)}.",
+           f"Runs: {args.runs} per configuration and cache state, fresh worker process each, interleaved; "
+           f"device bytes verified after every run. Total wall {elapsed:.0f} s. Ledger: `{ledger.path}`.",
+           "", "## Ceilings (this machine, measured first)", "", *_ceiling_lines(report),
+           "", "## Prediction", "", *_predictions(report, nbytes, args.device)]
+    for cache in ("cold", "warm"):
+        out += ["", f"## {cache}", "", markdown_table(ledger, f"bench-{args.device}-{cache}")]
+    text = "\n".join(out) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
