@@ -160,7 +160,14 @@ def _slug_value(value: Any) -> str:
         return "+".join(_slug_value(v) for v in value)
     if isinstance(value, dict):
         return "+".join(f"{k}{_slug_value(v)}" for k, v in value.items())
+    if isinstance(value, str) and "/" in value:
+        return Path(value).name  # a file: its name reads well; the hash tells two directories apart
     return str(value)
+
+
+def describe_point(point: SweepPoint) -> str:
+    """The point's grid values in one short line, e.g. ``file=m.gguf caches=cold``."""
+    return " ".join(f"{k}={_slug_value(v)}" for k, v in point.grid_values.items()) or "(fixed parameters)"
 
 
 def point_completed(output: Path) -> bool:
@@ -231,7 +238,7 @@ def run_sweep(
                disable=not progress, dynamic_ncols=True)
     try:
         for point in todo:
-            bar.set_postfix_str(point.name[-40:])
+            bar.set_postfix_str(describe_point(point)[:60])
             injected = _injected(sweep, declared, ledger)
             outcome = _execute_point(sweep, point, out, injected, kernel_name)
             if outcome.status == "failed":
@@ -270,8 +277,9 @@ def _execute_point(sweep: Sweep, point: SweepPoint, out: Path, injected: Mapping
         papermill.execute_notebook(
             str(sweep.notebook), str(output), parameters={**point.params, **injected},
             kernel_name=kernel_name, progress_bar=False, log_output=False, cwd=os.getcwd(),
-            # ipykernel warns on stderr about TCP on every start; it would tear the progress bar.
-            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+            # ipykernel logs to stderr on every start (TCP warning) and stop (the SIGINT jupyter_client sends
+            # before shutdown); both would tear the progress bar. Cell errors are in the output notebook.
+            extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
         )
     except PapermillExecutionError as exc:
         error = f"{exc.ename}: {exc.evalue} (cell {exc.exec_count})"

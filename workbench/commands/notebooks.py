@@ -18,7 +18,9 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
     """Run SWEEP_FILE: one papermill execution per grid point, recorded in the ledger."""
     from pathlib import Path
 
-    from workbench.sweep import default_out_dir, expand_grid, load_sweep, point_completed, run_sweep
+    from workbench.sweep import (
+        default_out_dir, describe_point, expand_grid, load_sweep, point_completed, run_sweep,
+    )
 
     spec = load_sweep(sweep_file)
     out = Path(out_dir) if out_dir else default_out_dir(spec.campaign)
@@ -27,8 +29,7 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
         click.echo(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {len(points)} point(s)")
         for p in points:
             state = " (completed)" if point_completed(p.output(out)) else ""
-            values = " ".join(f"{k}={v}" for k, v in p.grid_values.items()) or "(fixed parameters only)"
-            click.echo(f"  {p.index:3d}  {values}  → {p.output(out)}{state}")
+            click.echo(f"  {p.index:3d}  {describe_point(p)}  → {p.output(out)}{state}")
         return
 
     def say(outcome) -> None:  # noqa: ANN001 - a PointOutcome

@@ -5,6 +5,7 @@ has nothing for it), so notebooks, the HTML report and tests share one drawing o
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
 
 PHASES = ("index", "prefetch", "read", "upload", "sync")
 CACHE_COLORS = {"cold": "#1f77b4", "warm": "#d62728", "asis": "#7f7f7f"}
+WALL_COLORS = ("#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 HEATMAP_STRATEGIES = ("warmer", "lanes")
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=30, t=60, b=60), height=420)
 
@@ -51,21 +53,26 @@ def gbps_vs_ceilings(attempts: pd.DataFrame, ceilings: pd.DataFrame | None) -> g
     frame = attempts.assign(name=attempt_names(attempts)).dropna(subset=["gbps"])
     fig = go.Figure(go.Bar(
         x=frame["name"], y=frame["gbps"], marker_color=[_color(_cache(c)) for c in frame["cache"]],
-        text=[f"{g:.2f}" for g in frame["gbps"]], textposition="outside", name="GB/s",
+        text=[f"{g:.2f}" for g in frame["gbps"]], textposition="outside", name="attempts (blue cold, red warm)",
         hovertemplate="%{x}<br>%{y:.2f} GB/s<extra></extra>"))
     walls = key_ceilings(ceilings)
-    corners = ("top left", "top right", "bottom left", "bottom right")
-    for i, (name, gbps) in enumerate(sorted(walls.items(), key=lambda w: w[1])):
-        fig.add_hline(y=gbps, line_dash="dash", line_color="#555", annotation_text=f"{name} {gbps:.1f} GB/s",
-                      annotation_position=corners[i % len(corners)], annotation_font_size=10)
     title = "GB/s against this machine's ceilings"
     if not walls:
         title += " (none measured here: run `workbench ceilings`)"
     top = float(frame["gbps"].max()) if not frame.empty else 0.0
     # Walls far above the bars would flatten them; a log axis keeps both readable.
     log = bool(walls) and top > 0 and max(walls.values()) / top > 5
-    fig.update_layout(title=title, yaxis_title="GB/s (bytes / median load window)", showlegend=False,
-                      yaxis_type="log" if log else "linear", **_LAYOUT)
+    for i, (name, gbps) in enumerate(sorted(walls.items(), key=lambda w: -w[1])):
+        line = dict(color=WALL_COLORS[i % len(WALL_COLORS)], dash="dash", width=2)
+        fig.add_hline(y=gbps, line=line)
+        # Named in the legend rather than by annotations, which pile up when two walls are close.
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=line, name=f"{name}: {gbps:.2f} GB/s"))
+    axis: dict[str, Any] = dict(title="GB/s (bytes / median load window)", type="log" if log else "linear")
+    if log:
+        low = float(frame["gbps"][frame["gbps"] > 0].min())
+        axis["range"] = [math.log10(low / 2), math.log10(max(walls.values()) * 2)]
+    fig.update_layout(title=title, yaxis=axis, showlegend=bool(walls),
+                      **{**_LAYOUT, "height": 480})
     return _empty_note(fig, frame.empty, "no attempt has a GB/s figure")
 
 
