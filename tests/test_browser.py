@@ -138,7 +138,7 @@ def _drive(page, lab) -> None:
     figure = page.locator(".wb-output .js-plotly-plot").first
     expect(figure).to_be_visible(timeout=60_000)
     expect(page.locator(".wb-status")).to_contain_text("run 1 finished")
-    expect(table).to_contain_text("pread · demo-dense-16MiB")
+    expect(table).to_contain_text("pread · demo-dense-32MiB")
     news = page.get_by_role("button", name="No", exact=True)  # the "Jupyter news?" toast hides the figure
     if news.count():
         news.first.click()

@@ -16,7 +16,7 @@ from workbench.errors import ParamError, WorkbenchError
 from workbench.notebook_ui import Panel, data_root, ledger_path, parse_list, results_html
 
 MiB = 1 << 20
-DEFAULT_MODEL = ("dense", "gguf", "16MiB")
+DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
 
 def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size: int | str) -> Path:

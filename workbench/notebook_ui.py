@@ -116,8 +116,6 @@ class Panel:
 
     def run(self, into_output: bool = True) -> list[Any]:
         """Run the action with the current values and display its results (in the output area)."""
-        from IPython.display import display
-
         self.runs += 1
         self.button.disabled = True
         self._say(f"run {self.runs}: starting …")
@@ -138,15 +136,20 @@ class Panel:
         finally:
             self.button.disabled = False
         self._say(f"run {self.runs} finished")
-        if into_output:
-            self.output.clear_output(wait=True)
-            with self.output:
-                for item in items:
-                    display(item)
-        else:
+        self._display(items, into_output)
+        return items
+
+    def _display(self, items: Sequence[Any], into_output: bool) -> None:
+        from IPython.display import display
+
+        if not into_output:  # batch: straight into the cell, where the saved notebook keeps it
             for item in items:
                 display(item)
-        return items
+            return
+        self.output.clear_output(wait=True)
+        with self.output:
+            for item in items:
+                display(item)
 
     def _say(self, text: str, error: bool = False) -> None:
         color = "#b00" if error else "#333"

@@ -226,13 +226,11 @@ def run_sweep(
     ledger = resolve_path(ledger_path).resolve()
     declared = _declared_parameters(sweep.notebook)
     points = expand_grid(sweep)
-    outcomes: dict[int, PointOutcome] = {}
-    if resume:
-        for p in points:
-            if point_completed(p.output(out)):
-                outcomes[p.index] = PointOutcome(p, "skipped", p.output(out))
-                if on_point:
-                    on_point(outcomes[p.index])
+    outcomes = {p.index: PointOutcome(p, "skipped", p.output(out))
+                for p in points if resume and point_completed(p.output(out))}
+    for skipped in outcomes.values():
+        if on_point:
+            on_point(skipped)
     todo = [p for p in points if p.index not in outcomes]
     bar = tqdm(total=len(points), initial=len(outcomes), desc=f"sweep {sweep.campaign}", unit="point",
                disable=not progress, dynamic_ncols=True)
