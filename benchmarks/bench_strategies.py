@@ -65,6 +65,21 @@ def _predictions(report, nbytes: int, device: str) -> list[str]:
     return rows
 
 
+def _say(done: int, total: int, config: RunConfig, run) -> None:
+    took = "FAILED " + str(run.error)[:80] if run.error else f"{run.load_s * 1e3:.0f} ms"
+    print(f"[bench] {done}/{total} {config.display}: {took} (resident before {run.resident_before})",
+          file=sys.stderr, flush=True)
+
+
+def _emit(out: str | None, head: list[str], sections: list[str], machine: str | None) -> None:
+    if not out:
+        return
+    lines = head[:3] + ([f"Machine: {machine}."] if machine else []) + head[3:] + sections
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"[bench] wrote {out} ({len(sections) // 4} cache states done)", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="host")
@@ -84,32 +99,29 @@ def main(argv: list[str] | None = None) -> int:
     model = _model(directory, parse_size(args.size), args.format, args.layout)
     ledger = Ledger(args.ledger or directory / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.sqlite")
     t0 = time.perf_counter()
+    env = collect_environment(str(directory))
     report = measure_ceilings(directory, devices=(args.device,), size=parse_size(args.ceiling_size),
                               ledger=ledger)
+    head = [f"# Strategy benchmark — {args.device}, {args.format} {args.layout}, "
+            f"{model.stat().st_size / 2**30:.2f} GiB", "", f"Date: {stamp}.",
+            f"Runs: {args.runs} per configuration and cache state, fresh worker process each, "
+            f"interleaved; device bytes verified after every run. Ledger: `{ledger.path}`.",
+            "", "## Ceilings (this machine, measured first)", "", *_ceiling_lines(report),
+            "", "## Prediction", "", *_predictions(report, model.stat().st_size, args.device)]
+    sections: list[str] = []
+    _emit(args.out, head, sections, None)  # written after every phase: a cut-off run keeps its part
     configs = [RunConfig(str(model), name, params, device=args.device) for name, params in CONFIGS]
-    results = {}
+    device_info = None
     for cache in ("cold", "warm"):
-        results[cache] = measure(configs, runs=args.runs, cache=cache, ledger=ledger,
-                                 campaign=f"bench-{args.device}-{cache}",
-                                 hypothesis="strategy sweep against the machine's ceilings")
-    elapsed = time.perf_counter() - t0
-    first_ok = next((r for rs in results.values() for a in rs for r in a.runs if r.ok), None)
-    device_info = first_ok.result.get("device_info") if first_ok else None
-    nbytes = int(model.stat().st_size)
-
-    out = [f"# Strategy benchmark — {args.device}, {args.format} {args.layout}, {model.stat().st_size / 2**30:.2f} GiB",
-           "", f"Date: {stamp}. Machine: {_machine(collect_environment(str(directory)), device_info)}.",
-           f"Runs: {args.runs} per configuration and cache state, fresh worker process each, interleaved; "
-           f"device bytes verified after every run. Total wall {elapsed:.0f} s. Ledger: `{ledger.path}`.",
-           "", "## Ceilings (this machine, measured first)", "", *_ceiling_lines(report),
-           "", "## Prediction", "", *_predictions(report, nbytes, args.device)]
-    for cache in ("cold", "warm"):
-        out += ["", f"## {cache}", "", markdown_table(ledger, f"bench-{args.device}-{cache}")]
-    text = "\n".join(out) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text, encoding="utf-8")
+        campaign = f"bench-{args.device}-{cache}"
+        results = measure(configs, runs=args.runs, cache=cache, ledger=ledger, campaign=campaign,
+                          hypothesis="strategy sweep against the machine's ceilings", progress=_say)
+        ok = next((r for a in results for r in a.runs if r.ok), None)
+        device_info = device_info or (ok.result.get("device_info") if ok else None)
+        sections += ["", f"## {cache}", "", markdown_table(ledger, campaign)]
+        _emit(args.out, head, sections, f"{_machine(env, device_info)}; total wall "
+              f"{time.perf_counter() - t0:.0f} s so far")
+    print("\n".join(head + sections))
     return 0
 
 

@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     biggest = max(sizes)
     base = np.frombuffer(np.random.default_rng(617).bytes(biggest), dtype=np.uint8)
     failures = 0
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
     with open_device(args.device) as dev, tempfile.NamedTemporaryFile(dir=args.dir, suffix=".bin") as f:
         emit(kind="device", spec=args.device, **dev.info().to_json())
         f.write(b"\0" * FILE_OFFSET)
