@@ -253,6 +253,22 @@ def test_copy_then_read_back_is_byte_exact(device: Any, nbytes: int) -> None:
     device.free(buf)
 
 
+@pytest.mark.parametrize("nbytes", [1, 4097])
+def test_read_back_into_pinned_staging_equals_read_back(device: Any, nbytes: int) -> None:
+    data = pattern(nbytes + 7, seed=3)
+    buf = device.alloc(nbytes + 7)
+    device.copy_h2d(buf, 0, data)
+    staging = device.alloc_pinned(nbytes)
+    view = staging.view[:nbytes]
+    device.read_back_into(buf, 7, view)
+    assert bytes(view) == data[7:] == device.read_back(buf, 7, nbytes)
+    view.release()
+    with pytest.raises(ValueError):
+        device.read_back_into(buf, 8, staging.view[:nbytes])  # one byte past the end
+    device.free_pinned(staging)
+    device.free(buf)
+
+
 def test_copy_from_a_read_only_mmap_slice(device: Any, mapped_file: Any) -> None:
     m, data = mapped_file
     start, n = mmap.PAGESIZE - 5, 2 * mmap.PAGESIZE + 17  # straddles pages, unaligned like GGUF tensors

@@ -56,6 +56,9 @@ def run_load(config: Mapping[str, Any]) -> dict[str, Any]:
     _import_formats()
     t_init = time.monotonic()
     with open_device(config.get("device") or "host") as device:
+        # Device facts are part of init: strategies ask for them (eviction policy), and the first
+        # ask may import importlib.metadata (binding versions) — not inside the load window.
+        info = device.info().to_json()
         modules = set(sys.modules)
         t_window = time.monotonic()
         index = open_index(config["file"])
@@ -65,7 +68,6 @@ def run_load(config: Mapping[str, Any]) -> dict[str, Any]:
         window_imports = sorted(set(sys.modules) - modules)
         verify = _verify(index, device, result) if config.get("verify", True) else None
         t_verified = time.monotonic()
-        info = device.info().to_json()
     load = result.to_json()
     load["phases"] = {**load["phases"], "index": t_index - t_window}
     spawn = config.get("spawn_monotonic")

@@ -264,6 +264,14 @@ class GpuDevice(Device):
             self._call("memcpy", addr, buf.ptr + offset, nbytes, self._kind("DeviceToHost"))
         return bytes(out)
 
+    def read_back_into(self, buf: DeviceBuffer, offset: int, dest: memoryview) -> None:
+        nbytes = len(dest)
+        self._check_range(buf, offset, nbytes, "read-back")
+        if nbytes:
+            self.synchronize()
+            addr, _ = host_address(dest)
+            self._call("memcpy", addr, buf.ptr + offset, nbytes, self._kind("DeviceToHost"))
+
     def record_event(self) -> GpuEvent:
         self._use()
         event = GpuEvent(self._call("event_create"))

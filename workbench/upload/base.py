@@ -80,6 +80,13 @@ class Device(ABC):
     def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
         """Copy device bytes back to the host, for verification after the timed window."""
 
+    def read_back_into(self, buf: DeviceBuffer, offset: int, dest: memoryview) -> None:
+        """Copy ``len(dest)`` device bytes into ``dest`` (ideally pinned staging: no extra host copy).
+
+        Backends override this; the default goes through :meth:`read_back`.
+        """
+        dest[:] = self.read_back(buf, offset, len(dest))
+
     def record_event(self) -> Any:
         """A marker after every copy issued so far; :meth:`wait_event` blocks until it passes."""
         return None

@@ -34,6 +34,11 @@ def _munlock(addr: int, nbytes: int) -> None:
     _libc.munlock(ctypes.c_void_p(addr), ctypes.c_size_t(nbytes))
 
 
+def _check_readable(buf: DeviceBuffer, offset: int, nbytes: int) -> None:
+    if buf.freed or offset < 0 or nbytes < 0 or offset + nbytes > buf.nbytes:
+        raise ValueError(f"read-back of {nbytes} B at {offset} overruns {buf!r} (or it was freed)")
+
+
 def _total_ram() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
@@ -87,9 +92,13 @@ class HostDevice(Device):
         return None
 
     def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
-        if buf.freed or offset < 0 or nbytes < 0 or offset + nbytes > buf.nbytes:
-            raise ValueError(f"read-back of {nbytes} B at {offset} overruns {buf!r} (or it was freed)")
+        _check_readable(buf, offset, nbytes)
         return buf.handle[offset : offset + nbytes].tobytes()
+
+    def read_back_into(self, buf: DeviceBuffer, offset: int, dest: memoryview) -> None:
+        n = len(dest)
+        _check_readable(buf, offset, n)
+        np.frombuffer(dest, dtype=np.uint8)[:] = buf.handle[offset : offset + n]
 
     def alloc_pinned(self, nbytes: int) -> HostStaging:
         m = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
