@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from workbench.ledger import Ledger
-from workbench.measure.ceilings import bounding_ceiling, host_ceilings, measure_ceilings, thread_counts
+from workbench.measure.bounds import bounding_ceiling, host_ceilings
+from workbench.measure.ceilings import measure_ceilings, thread_counts
 
 MiB = 1 << 20
 
@@ -50,7 +51,29 @@ def test_ceilings_land_in_the_ledger_and_bound_attempts(tmp_path: Path, isolated
     write_synthetic(model, format="gguf", layout="dense", size=512 << 10)
     (res,) = measure([RunConfig(str(model), "pread")], runs=1, cache="warm", ledger=ledger,
                      lock_dir=tmp_path / "locks")
-    want = bounding_ceiling(stored, "warm", "host")
+    assert res.runs[0].result["result"]["path"] == {"readers": 1, "copy_from": "pageable", "direct": False}
+    want = bounding_ceiling(stored, "warm", "host", res.runs[0].result["result"]["path"])
     assert (res.ceiling_name, res.ceiling_gbps) == pytest.approx(want)
     assert res.ceiling_fraction == pytest.approx(res.stats.gbps / res.ceiling_gbps)
     assert ledger.attempt(res.attempt_id)["ceiling_name"] == res.ceiling_name
+
+
+WALLS = {"cold_read_buffered_1t": 1.7, "cold_read_buffered_4t": 2.0, "cold_read_direct_1t": 1.3,
+         "cold_read_direct_4t": 1.4, "page_cache_read_1t": 7.6, "page_cache_read_4t": 26.7,
+         "page_cache_read_16t": 46.2, "h2d_cuda_pageable": 7.5, "h2d_cuda_pinned": 55.2,
+         "h2d_cuda_registered": 53.8}  # the H200's walls, 2026-11-30
+
+
+@pytest.mark.parametrize("state, path, want", [
+    ("warm", None, ("page_cache_read_16t", 46.2)),  # no path: the optimistic bound
+    ("warm", {"readers": 1, "copy_from": "pageable"}, ("h2d_cuda_pageable", 7.5)),  # mmap, pread
+    ("warm", {"readers": 1, "copy_from": "pinned"}, ("page_cache_read_1t", 7.6)),  # one reader, pinned
+    ("warm", {"readers": 5, "copy_from": "pinned"}, ("page_cache_read_4t", 26.7)),  # nearest not above
+    ("warm", {"readers": 16, "copy_from": "registered"}, ("page_cache_read_16t", 46.2)),
+    ("cold", {"readers": 1, "direct": True}, ("cold_read_direct_1t", 1.3)),
+    ("cold", {"readers": 8}, ("cold_read_buffered_4t", 2.0)),
+    ("cold", None, ("cold_read_buffered_4t", 2.0)),
+    ("asis", {"readers": 1}, None),
+])
+def test_bounding_wall_follows_what_the_load_did(state, path, want) -> None:
+    assert bounding_ceiling(WALLS, state, "cuda:0", path) == want

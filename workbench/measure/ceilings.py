@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from workbench.errors import CacheStateError, WorkbenchError
+from workbench.measure.bounds import backend_of as _backend
 
 MiB = 1 << 20
 CHUNK = 4 * MiB  # per read call: large enough that syscall cost vanishes, small enough to stay in L2/L3
@@ -262,12 +263,6 @@ def _copy(device: Any, dst: Any, src: Any, asynchronous: bool) -> None:
     device.synchronize()
 
 
-def _backend(spec: str) -> str:
-    """Ceiling names go by backend: ``cuda:1`` → cuda; ``host-uma`` copies like ``host``."""
-    name = spec.partition(":")[0]
-    return "host" if name.startswith("host") else name
-
-
 def _best(fn: Callable[[], Any], repeats: int = REPEATS) -> float:
     times = []
     for _ in range(repeats):
@@ -279,26 +274,3 @@ def _best(fn: Callable[[], Any], repeats: int = REPEATS) -> float:
 
 def _ceiling(name: str, nbytes: int, seconds: float, **detail: Any) -> Ceiling:
     return Ceiling(name, nbytes / seconds / 1e9, {"bytes": nbytes, "seconds": seconds, **detail})
-
-
-def host_ceilings(ledger: Any, host: str | None = None) -> dict[str, float]:
-    """The latest GB/s of each ceiling recorded for ``host`` (default: this machine)."""
-    from workbench.io.envinfo import host_id
-
-    frame = ledger.ceilings(host=host or host_id())
-    return {str(n): float(g) for n, g in zip(frame["name"], frame["gbps"])}
-
-
-def bounding_ceiling(walls: Mapping[str, float], state: str | None,
-                     device: str) -> tuple[str, float] | None:
-    """The wall an attempt is up against: cold → the best disk read; warm → min(page cache, copy)."""
-    def best(prefix: str) -> tuple[str, float] | None:
-        hits = [(n, g) for n, g in walls.items() if n.startswith(prefix)]
-        return max(hits, key=lambda h: h[1]) if hits else None
-
-    if state == "cold":
-        return best("cold_read_")
-    if state == "warm":
-        found = [w for w in (best("page_cache_read_"), best(f"h2d_{_backend(device)}_")) if w]
-        return min(found, key=lambda w: w[1]) if found else None
-    return None

@@ -233,7 +233,7 @@ class _Session:
                 pass
 
     def finish(self, baseline: str | None, base_stats: AttemptStats | None) -> list[AttemptResult]:
-        from workbench.measure.ceilings import bounding_ceiling, host_ceilings
+        from workbench.measure.bounds import bounding_ceiling, host_ceilings
 
         stats = [_summarize(r) for r in self.runs]
         if baseline is None:
@@ -254,7 +254,7 @@ class _Session:
         label = cache_label(self.cache, runs)
         if label != cache_label(self.cache, runs[:1]):
             note = "; ".join(filter(None, [note, f"cache state: {label}"]))
-        wall = bound(walls, effective_state(label, runs), config.device)
+        wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs))
         name, gbps = wall if wall else (None, None)
         fraction = stats.gbps / gbps if gbps and stats.gbps else None
         self.ledger.finish_attempt(self.ids[i], stats, baseline_id=None if is_base else baseline_id,
@@ -265,6 +265,14 @@ class _Session:
             baseline_id=None if is_base else baseline_id, speedup=speedup, verdict=verdict,
             warning=stability_warning(stats), ceiling_name=name, ceiling_gbps=gbps,
             ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note)
+
+
+def _load_path(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
+    """What the first successful run's load did (readers, copy source, O_DIRECT), for its wall."""
+    for run in runs:
+        if run.ok:
+            return dict((run.result.get("result") or {}).get("path") or {}) or None
+    return None
 
 
 def _summarize(runs: Sequence[RunRecord]) -> AttemptStats:

@@ -82,6 +82,7 @@ class LoadResult:
     notes: tuple[str, ...] = ()
     placements: tuple[Placement, ...] = field(default=(), repr=False, compare=False)
     counters: Mapping[str, int] = field(default_factory=dict)
+    path: Mapping[str, Any] = field(default_factory=dict)  # readers, copy_from, direct: picks the wall
 
     @property
     def gbps(self) -> float:
@@ -108,6 +109,7 @@ class LoadResult:
             "engaged": [e.to_json() for e in self.engaged],
             "notes": list(self.notes),
             "counters": dict(self.counters),
+            "path": dict(self.path),
         }
 
 
@@ -199,6 +201,16 @@ class LoadContext:
         self.counters: dict[str, int] = {}
         self.bytes_moved = 0
         self._lock = threading.Lock()
+        # What the load actually did, for choosing the wall it is up against: how many threads read
+        # the file at once, what memory the device copied from, and whether reads bypassed the cache.
+        self.path: dict[str, Any] = {"readers": 1, "copy_from": "pageable", "direct": False}
+
+    def set_path(self, *, readers: int | None = None, copy_from: str | None = None,
+                 direct: bool | None = None) -> None:
+        """Record the read/copy path that actually ran (strategies call this when they pick one)."""
+        for key, value in (("readers", readers), ("copy_from", copy_from), ("direct", direct)):
+            if value is not None:
+                self.path[key] = value
 
     def phase(self, name: str) -> Any:
         """Time a block as phase ``name`` (loading thread only)."""
@@ -343,6 +355,7 @@ class Strategy:
             notes=tuple(ctx.notes),
             placements=tuple(ctx.placements),
             counters=dict(ctx.counters),
+            path=dict(ctx.path),
         )
 
     def _load(self, ctx: LoadContext) -> None:  # pragma: no cover - abstract

@@ -116,5 +116,6 @@ class LanesStrategy(Strategy):
         guard.check()
         with ctx.phase("read"):
             lanes.evictor.finish()
+        ctx.set_path(readers=max(n, 1))
         ctx.engage("lanes", n, p.threads, unit="threads", note=f"{len(jobs)} pieces, uploads from the main thread")
         ctx.note(f"evict={'on' if ctx.evict else 'off'} ({ctx.evict_source})")

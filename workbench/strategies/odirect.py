@@ -101,6 +101,7 @@ class OdirectStrategy(Strategy):
         else:
             self._load_lanes(ctx, fd, block)
         shifted = ctx.counters.get("shift_copy_bytes", 0)
+        ctx.set_path(readers=self.params.threads, direct=True)
         ctx.engage("odirect", n, n, note=f"block {block} B, shift copy {shifted / MIB:.2f} MiB")
         ctx.note(f"shift copy: {shifted} B in {ctx.counters.get('shifted_pieces', 0)} pieces "
                  "(pure shift correction: tensor offsets off the block boundary)")

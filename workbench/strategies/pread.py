@@ -86,6 +86,7 @@ class PreadStrategy(Strategy):
 
     def _load(self, ctx: LoadContext) -> None:
         fd, mode = ctx.open_fd(), self.params.upload
+        ctx.set_path(copy_from=mode)
         if mode == "pinned":
             _upload_pinned(ctx, fd, self.params.staging_mib * MIB)
             return

@@ -83,5 +83,6 @@ class WarmerStrategy(Strategy):
             ctx.note(f"warmer thread failed: {guard.error!r}")
         ctx.count("warm_chunks", chunks.done)
         cap = f", {p.threads} asked" if n < p.threads else ""
+        ctx.set_path(readers=n + 1)  # the warmers plus the loading thread read the file at once
         ctx.engage("warmer", n, n, unit="threads",
                    note=f"{chunks.done}/{len(chunks.starts)} chunks warmed{cap}, {frac:.0%} resident at start")

@@ -1,0 +1,62 @@
+"""Which measured wall bounds an attempt: the ceiling its GB/s is reported against."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+def backend_of(spec: str) -> str:
+    """Ceiling names go by backend: ``cuda:1`` → cuda; ``host-uma`` copies like ``host``."""
+    name = spec.partition(":")[0]
+    return "host" if name.startswith("host") else name
+
+
+def host_ceilings(ledger: Any, host: str | None = None) -> dict[str, float]:
+    """The latest GB/s of each ceiling recorded for ``host`` (default: this machine)."""
+    from workbench.io.envinfo import host_id
+
+    frame = ledger.ceilings(host=host or host_id())
+    return {str(n): float(g) for n, g in zip(frame["name"], frame["gbps"])}
+
+
+def bounding_ceiling(walls: Mapping[str, float], state: str | None, device: str,
+                     path: Mapping[str, Any] | None = None) -> tuple[str, float] | None:
+    """The wall an attempt is up against, given what its load actually did (``path``).
+
+    cold → the disk read with the same number of readers (O_DIRECT or buffered, as the load read);
+    warm → min(page-cache read with that many readers, host→device copy from the memory the load
+    copied from). Without ``path`` the best wall of each kind is used (the optimistic bound).
+    """
+    path = path or {}
+    readers = path.get("readers")
+    if state == "cold":
+        kind = "direct" if path.get("direct") else "buffered"
+        return _threads_wall(walls, f"cold_read_{kind}_", readers) or _best_wall(walls, "cold_read_")
+    if state == "warm":
+        cache = _threads_wall(walls, "page_cache_read_", readers) or _best_wall(walls, "page_cache_read_")
+        source = {"mmap": "pageable"}.get(path.get("copy_from", ""), path.get("copy_from"))
+        h2d_prefix = f"h2d_{backend_of(device)}_"
+        copy = (walls.get(f"{h2d_prefix}{source}") and (f"{h2d_prefix}{source}", walls[f"{h2d_prefix}{source}"])
+                if source else None) or _best_wall(walls, h2d_prefix)
+        found = [w for w in (cache, copy) if w]
+        return min(found, key=lambda w: w[1]) if found else None
+    return None
+
+
+def _best_wall(walls: Mapping[str, float], prefix: str) -> tuple[str, float] | None:
+    hits = [(n, g) for n, g in walls.items() if n.startswith(prefix)]
+    return max(hits, key=lambda h: h[1]) if hits else None
+
+
+def _threads_wall(walls: Mapping[str, float], prefix: str, readers: int | None) -> tuple[str, float] | None:
+    """The ``<prefix><N>t`` wall with the most threads not above ``readers`` (else the fewest)."""
+    if not readers:
+        return None
+    measured = {}
+    for name, gbps in walls.items():
+        tail = name[len(prefix):]
+        if name.startswith(prefix) and tail.endswith("t") and tail[:-1].isdigit():
+            measured[int(tail[:-1])] = (name, gbps)
+    if not measured:
+        return None
+    fitting = [n for n in measured if n <= readers]
+    return measured[max(fitting) if fitting else min(measured)]
