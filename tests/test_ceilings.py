@@ -66,7 +66,9 @@ WALLS = {"cold_read_buffered_1t": 1.7, "cold_read_buffered_4t": 2.0, "cold_read_
 
 @pytest.mark.parametrize("state, path, want", [
     ("warm", None, ("page_cache_read_16t", 46.2)),  # no path: the optimistic bound
-    ("warm", {"readers": 1, "copy_from": "pageable"}, ("h2d_cuda_pageable", 7.5)),  # mmap, pread
+    ("warm", {"readers": 1, "copy_from": "pageable"}, ("h2d_cuda_pageable", 7.5)),  # pread
+    ("warm", {"readers": 0, "copy_from": "mmap"}, ("h2d_cuda_pageable", 7.5)),  # borrowed mmap slices
+    ("cold", {"readers": 0, "copy_from": "mmap"}, ("cold_read_buffered_4t", 2.0)),
     ("warm", {"readers": 1, "copy_from": "pinned"}, ("page_cache_read_1t", 7.6)),  # one reader, pinned
     ("warm", {"readers": 5, "copy_from": "pinned"}, ("page_cache_read_4t", 26.7)),  # nearest not above
     ("warm", {"readers": 16, "copy_from": "registered"}, ("page_cache_read_16t", 46.2)),

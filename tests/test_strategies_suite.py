@@ -131,3 +131,19 @@ def test_every_strategy_declares_params_and_availability(name):
     with pytest.raises(Exception) as info:
         cls.from_strings({"no_such_param": "1"})
     assert "no_such_param" in str(info.value)
+
+
+@pytest.mark.parametrize("name, params, want", [
+    ("pread", {}, {"readers": 1, "copy_from": "pageable", "direct": False}),
+    ("pread", {"upload": "pinned", "staging_mib": 1}, {"readers": 1, "copy_from": "pinned"}),
+    ("mmap", {}, {"readers": 0, "copy_from": "mmap"}),
+    ("mmap", {"evict": True}, {"readers": 1, "copy_from": "pageable"}),  # fell back to pread
+    ("lanes", {"threads": 3, "chunk_mib": 1}, {"readers": 3}),
+    ("odirect", {"threads": 2, "bounce_mib": 1}, {"readers": 2, "direct": True}),
+])
+def test_load_path_facts_pick_the_right_wall(name, params, want, synth_model):
+    # The runner bounds each attempt by these facts; a wrong one would misreport "% of ceiling".
+    index = synth_model("gguf", "dense")
+    set_cache(index.path, "cold")
+    path = load_and_verify(name, index, **params).path
+    assert {k: path[k] for k in want} == want

@@ -51,4 +51,5 @@ class MmapStrategy(Strategy):
             ctx.engage("zero_copy", 0, n, note=reason or "no tensors")
             return
         upload_borrowed(ctx, open_mapping(ctx, fd))
+        ctx.set_path(readers=0, copy_from="mmap")  # no reader threads: the copy itself faults pages in
         ctx.engage("zero_copy", n, n)

@@ -82,4 +82,5 @@ class PopulateStrategy(Strategy):
         mapping = open_mapping(ctx, fd)
         _populate(ctx, mapping)
         upload_borrowed(ctx, mapping)
+        ctx.set_path(readers=0, copy_from="mmap")
         ctx.engage("zero_copy", n, n)
