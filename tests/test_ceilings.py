@@ -72,8 +72,9 @@ WALLS = {"cold_read_buffered_1t": 1.7, "cold_read_buffered_4t": 2.0, "cold_read_
     ("warm", {"readers": 1, "copy_from": "pinned"}, ("page_cache_read_1t", 7.6)),  # one reader, pinned
     ("warm", {"readers": 5, "copy_from": "pinned"}, ("page_cache_read_4t", 26.7)),  # nearest not above
     ("warm", {"readers": 16, "copy_from": "registered"}, ("page_cache_read_16t", 46.2)),
-    ("cold", {"readers": 1, "direct": True}, ("cold_read_direct_1t", 1.3)),
-    ("cold", {"readers": 8}, ("cold_read_buffered_4t", 2.0)),
+    ("cold", {"readers": 1, "direct": True}, ("cold_read_direct_4t", 1.4)),  # disk: best of its kind
+    ("cold", {"readers": 1}, ("cold_read_buffered_4t", 2.0)),
+    ("warm", {"readers": 1, "direct": True}, ("cold_read_direct_4t", 1.4)),  # O_DIRECT skips the cache
     ("cold", None, ("cold_read_buffered_4t", 2.0)),
     ("asis", {"readers": 1}, None),
 ])

@@ -22,24 +22,25 @@ def bounding_ceiling(walls: Mapping[str, float], state: str | None, device: str,
                      path: Mapping[str, Any] | None = None) -> tuple[str, float] | None:
     """The wall an attempt is up against, given what its load actually did (``path``).
 
-    cold → the disk read with the same number of readers (O_DIRECT or buffered, as the load read);
-    warm → min(page-cache read with that many readers, host→device copy from the memory the load
-    copied from). Without ``path`` the best wall of each kind is used (the optimistic bound).
+    cold → the disk's best read of the kind the load used (O_DIRECT or buffered; any thread count:
+    readahead gives even one reader concurrency, and the disk is the physical wall); O_DIRECT reads
+    hit the disk whatever the cache holds, so they are bounded by it in the warm state too.
+    warm → min(page-cache read with the load's number of reader threads, host→device copy from the
+    memory the load copied from). Without ``path`` the best wall of each kind (the optimistic bound).
     """
     path = path or {}
+    if state not in ("cold", "warm"):
+        return None
+    if state == "cold" or path.get("direct"):
+        kind = ("direct_" if path.get("direct") else "buffered_") if path else ""
+        return _best_wall(walls, f"cold_read_{kind}") or _best_wall(walls, "cold_read_")
     readers = path.get("readers")
-    if state == "cold":
-        kind = "direct" if path.get("direct") else "buffered"
-        return _threads_wall(walls, f"cold_read_{kind}_", readers) or _best_wall(walls, "cold_read_")
-    if state == "warm":
-        cache = _threads_wall(walls, "page_cache_read_", readers) or _best_wall(walls, "page_cache_read_")
-        source = {"mmap": "pageable"}.get(path.get("copy_from", ""), path.get("copy_from"))
-        h2d_prefix = f"h2d_{backend_of(device)}_"
-        copy = (walls.get(f"{h2d_prefix}{source}") and (f"{h2d_prefix}{source}", walls[f"{h2d_prefix}{source}"])
-                if source else None) or _best_wall(walls, h2d_prefix)
-        found = [w for w in (cache, copy) if w]
-        return min(found, key=lambda w: w[1]) if found else None
-    return None
+    cache = _threads_wall(walls, "page_cache_read_", readers) or _best_wall(walls, "page_cache_read_")
+    source = {"mmap": "pageable"}.get(path.get("copy_from", ""), path.get("copy_from"))
+    prefix = f"h2d_{backend_of(device)}_"
+    copy = (f"{prefix}{source}", walls[f"{prefix}{source}"]) if f"{prefix}{source}" in walls else None
+    found = [w for w in (cache, copy or _best_wall(walls, prefix)) if w]
+    return min(found, key=lambda w: w[1]) if found else None
 
 
 def _best_wall(walls: Mapping[str, float], prefix: str) -> tuple[str, float] | None:
