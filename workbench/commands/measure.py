@@ -204,6 +204,12 @@ def _report(results: list[Any], ledger: Any, as_json: bool, single: bool) -> Non
             click.secho(f"{r.label}: {r.warning}", fg="yellow", bold=True, err=True)
         if r.verdict == "failed" or r.cache != r.cache_requested:
             click.secho(f"{r.label}: {r.verdict.upper()}: {r.notes or r.cache}", fg="red", bold=True, err=True)
+    reported = sum(r.result.get("host_memory_reported_mib", 0) for a in results for r in a.runs)
+    if reported > 0:
+        click.secho(f"note: this machine handed {reported:,.0f} MiB of freed memory back to its hypervisor "
+                    "during these runs (virtio-balloon free page reporting); touching it again faults "
+                    "through the hypervisor, which slows and scatters load times — see `workbench env`",
+                    fg="yellow", err=True)
     if as_json:
         payload = results[0].to_json() if single else [r.to_json() for r in results]
         click.echo(json.dumps(payload, indent=2, default=str))

@@ -15,6 +15,7 @@ from typing import Any
 
 from workbench.errors import ParamError
 from workbench.io import pagecache
+from workbench.io.hostmem import memory_reporting
 from workbench.io.direct import direct_io_support, logical_block_size
 from workbench.registry import Availability
 
@@ -134,6 +135,7 @@ def collect_environment(directory: str | os.PathLike | None = None, device: str 
     }
     env.update(_git_facts())
     env.update(_directory_facts(directory if directory is not None else os.getcwd()))
+    env["memory_reporting"] = memory_reporting()
     env["backends"] = _backends()
     if device:
         env["device"] = _device_info(device)

@@ -158,7 +158,10 @@ def prepare_cache(path: str, state: str) -> tuple[float | None, bool, str | None
 def _timed_run(run_fn: RunFn, config: RunConfig, position: int, cache: str,
                lock_dir: str | os.PathLike[str] | None) -> RunRecord:
     # The lock covers cache preparation too: evicting a file disturbs anyone timing the same disk.
+    from workbench.io.hostmem import reported_kib
+
     with DeviceLock(config.device, lock_dir) as lock:
+        reported_before = reported_kib()
         try:
             resident, reached, cache_error = prepare_cache(config.file, cache)
         except (OSError, WorkbenchError) as exc:  # a missing file: let the worker say so, too
@@ -167,7 +170,11 @@ def _timed_run(run_fn: RunFn, config: RunConfig, position: int, cache: str,
             out = run_fn(config)
         except Exception as exc:  # noqa: BLE001 - a run that cannot even start is a failed run
             out = Outcome(pid=None, load_s=None, wall_s=None, error=f"could not run: {exc!r}")
+        reported_after = reported_kib()
     result = dict(out.result)
+    if reported_before is not None and reported_after is not None:
+        # memory the VM handed back to its hypervisor around this run: a timing confounder
+        result["host_memory_reported_mib"] = (reported_after - reported_before) / 1024
     if cache_error:
         result["cache_error"] = cache_error
     return RunRecord(
