@@ -89,3 +89,8 @@ def test_slice_inside_one_page_is_never_released_while_a_neighbour_lives():
     assert len(releasable_pages(PAGE + 100, 200, False, True)) == 0
     assert list(releasable_pages(PAGE + 100, 200, False, False)) == [1]
     assert len(pages_touched(0, 0)) == 0
+
+
+def test_report_is_an_engaged_fact():
+    fact = plan_placements([blob(1152, 2 * PAGE + 64)])[1].fact
+    assert fact.state == "INERT" and fact.done == 0 and fact.total == 1 and "not a multiple" in fact.note

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.formats.index import PAGE_SIZE, ExpertBlob
+from workbench.strategies.base import Engaged
 
 MIN_KERNEL_ALIGNMENT = 64  # below this the compute kernels' vector loads would be misaligned
 
@@ -42,10 +43,14 @@ class PlacementReport:
     reasons: tuple[str, ...] = ()
 
     @property
+    def fact(self) -> Engaged:
+        """The report as the engaged fact a load records (one ON/PARTIAL/INERT rule everywhere)."""
+        why = self.reasons[0] if self.reasons and self.placed < self.total else ""
+        return Engaged("odirect-zero-copy", self.placed, self.total, "layer buffers placed", why)
+
+    @property
     def state(self) -> str:
-        if self.total == 0 or self.placed == 0:
-            return "INERT"
-        return "ON" if self.placed == self.total else "PARTIAL"
+        return self.fact.state
 
     def __str__(self) -> str:
         why = f" ({self.reasons[0]})" if self.reasons and self.placed < self.total else ""
