@@ -1,6 +1,7 @@
 """``workbench env`` and the environment record."""
 from __future__ import annotations
 
+import socket
 import json
 import os
 
@@ -28,7 +29,7 @@ def test_env_json_has_the_keys(tmp_path):
     for name, avail in env["backends"].items():
         assert avail["ok"] or avail["reason"], name  # every unavailable backend says why
     assert env["cores"] >= env["cores_usable"] >= 1
-    assert env["hostname"] == host_id()
+    assert env["host"] == host_id() and env["hostname"] == socket.gethostname()
     assert not list(tmp_path.iterdir())  # probe files cleaned up
 
 
@@ -75,3 +76,11 @@ def test_git_facts_only_in_a_checkout(monkeypatch):
         assert len(facts["git_commit"]) == 40 and isinstance(facts["git_dirty"], bool)
     monkeypatch.setenv("PATH", "/nonexistent")
     assert envinfo._git_facts() == {}
+
+
+def test_host_id_tells_machines_with_one_hostname_apart(monkeypatch):
+    monkeypatch.delenv("WORKBENCH_HOST", raising=False)
+    plain = host_id()
+    assert plain.startswith(socket.gethostname())
+    monkeypatch.setenv("WORKBENCH_HOST", "apu-rig")
+    assert host_id() == "apu-rig"

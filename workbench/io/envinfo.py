@@ -23,8 +23,18 @@ PROBE_BYTES = 64 << 10
 
 
 def host_id() -> str:
-    """This machine's name, as recorded in the ledger."""
-    return socket.gethostname()
+    """This machine's name in the ledger: ``$WORKBENCH_HOST`` (name your test rigs), else the hostname
+    plus the first 8 hex digits of /etc/machine-id — VMs and containers often share a hostname ("vm",
+    "localhost"), and ceilings and merged ledgers must not mix two machines under one name."""
+    named = os.environ.get("WORKBENCH_HOST", "").strip()
+    if named:
+        return named
+    try:
+        with open("/etc/machine-id", encoding="ascii") as f:
+            machine = f.read().strip()[:8]
+    except OSError:
+        machine = ""
+    return f"{socket.gethostname()}-{machine}" if machine else socket.gethostname()
 
 
 def _cpu_model() -> str:
@@ -129,7 +139,7 @@ def collect_environment(directory: str | os.PathLike | None = None, device: str 
         "workbench_version": __version__,
         "python": platform.python_version(), "implementation": platform.python_implementation(),
         "kernel": f"{uname.system} {uname.release} {uname.version}", "machine": uname.machine,
-        "hostname": host_id(), "cpu_model": _cpu_model(),
+        "hostname": socket.gethostname(), "host": host_id(), "cpu_model": _cpu_model(),
         "cores": os.cpu_count() or 0, "cores_usable": usable,
         "ram_bytes": _ram_bytes(), "page_size": pagecache.page_size(),
     }

@@ -6,7 +6,7 @@ that dies half-way leaves every finished run recorded (its attempt stays ``runni
 from __future__ import annotations
 
 import os
-import socket
+from workbench.io.envinfo import host_id
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -68,7 +68,7 @@ class Ledger:
         """Record a new attempt (verdict ``running``) before its first run; returns its id."""
         campaign_id = self.ensure_campaign(campaign or "default")
         ident = dict(file_identity or {})
-        host = host or (environment or {}).get("host") or socket.gethostname()
+        host = host or (environment or {}).get("host") or host_id()
         row = {
             "id": new_id(), "host": host, "campaign_id": campaign_id,
             "label": label or config.display, "hypothesis": hypothesis, "strategy": config.strategy,
@@ -135,7 +135,7 @@ class Ledger:
     def record_ceiling(self, name: str, gbps: float, detail: Mapping[str, Any], host: str | None = None) -> str:
         """Store one measured bandwidth wall of a host (e.g. ``page_cache_read_8t``); returns its id."""
         row = {
-            "id": new_id(), "host": host or socket.gethostname(), "name": name, "gbps": float(gbps),
+            "id": new_id(), "host": host or host_id(), "name": name, "gbps": float(gbps),
             "detail": encode(dict(detail)), "measured_at": now(),
         }
         self._insert("ceilings", row)
