@@ -1,0 +1,54 @@
+"""Strategy parameters: typed frozen dataclasses, parsed from ``k=v`` strings with clear errors."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from workbench.errors import ParamError
+
+def parse_params(owner: str, cls: type, raw: Mapping[str, Any]) -> Any:
+    """Build the ``Params`` dataclass ``cls`` from strings or values; unknown names are errors."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            raise ParamError(owner, key, f"unknown; known: {', '.join(fields) or 'none'}")
+        out[key] = _coerce(owner, key, fields[key].type, value)
+    return cls(**out)
+
+
+def _coerce(owner: str, key: str, annotation: Any, value: Any) -> Any:
+    text = str(annotation)
+    if not isinstance(value, str):
+        return value
+    low = value.strip().lower()
+    if "None" in text and low in ("none", "auto", ""):
+        return None
+    try:
+        if "bool" in text:
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if "int" in text:
+            return int(low, 0)
+        if "float" in text:
+            return float(low)
+    except ValueError:
+        raise ParamError(owner, key, f"cannot read {value!r} as {text}") from None
+    return value
+
+
+@dataclass(frozen=True)
+class BaseParams:
+    """Parameters every strategy shares. ``evict``: None follows the device (UMA → evict)."""
+
+    evict: bool | None = None
+
+
+def check_param(owner: str, name: str, ok: bool, detail: str) -> None:
+    """Raise ParamError(owner, name, detail) unless ``ok`` (for Params.__post_init__)."""
+    if not ok:
+        raise ParamError(owner, name, detail)
