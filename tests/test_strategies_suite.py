@@ -36,6 +36,9 @@ def set_cache(path: str, state: str) -> None:
 
 
 def load_and_verify(name, index, device_name=DEVICE, **params) -> LoadResult:
+    fits = get_strategy(name).supports(index)
+    if not fits:  # a peer loader reads one format only; it says so instead of loading
+        pytest.skip(f"{name}: {fits.reason}")
     device = open_device(device_name)
     try:
         result = get_strategy(name)(**params).load(index, device)
@@ -147,3 +150,18 @@ def test_load_path_facts_pick_the_right_wall(name, params, want, synth_model):
     set_cache(index.path, "cold")
     path = load_and_verify(name, index, **params).path
     assert {k: path[k] for k in want} == want
+
+
+def test_peer_refuses_a_format_it_cannot_read_in_one_line(synth_model, tmp_path):
+    from workbench.errors import StrategyUnavailable
+    from workbench.ledger import Ledger
+    from workbench.measure import RunConfig, measure
+
+    index = synth_model("gguf", "dense")
+    with pytest.raises(StrategyUnavailable, match="reads safetensors files only, this one is gguf"):
+        get_strategy("peer-safetensors")().load(index, open_device("host"))
+    ledger = Ledger(tmp_path / "l.sqlite")
+    with pytest.raises(StrategyUnavailable, match=index.path):  # preflight: before anything is recorded
+        measure([RunConfig(index.path, "peer-safetensors")], runs=1, ledger=ledger,
+                lock_dir=tmp_path / "locks")
+    assert ledger.attempts().empty

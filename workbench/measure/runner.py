@@ -112,7 +112,7 @@ def preflight(configs: Sequence[RunConfig]) -> None:
     from workbench.strategies import get_strategy
     from workbench.upload import DEVICES, device_availability
 
-    checked: set[str] = set()
+    indexes: dict[str, Any] = {}
     for config in configs:
         cls = get_strategy(config.strategy)
         cls.from_strings(dict(config.params))
@@ -123,9 +123,11 @@ def preflight(configs: Sequence[RunConfig]) -> None:
         avail = device_availability(name)
         if not avail:
             raise BackendUnavailable(name, avail.reason, DEVICES.entries[name].hint)
-        if config.file not in checked:
-            open_index(config.file)
-            checked.add(config.file)
+        if config.file not in indexes:
+            indexes[config.file] = open_index(config.file)
+        fits = cls.supports(indexes[config.file])
+        if not fits:
+            raise StrategyUnavailable(config.strategy, f"{config.file}: {fits.reason}")
 
 
 def open_ledger(ledger: Any) -> Any:

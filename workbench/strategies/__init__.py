@@ -14,6 +14,8 @@ STRATEGIES: Registry[Strategy] = Registry(
         "populate": ("workbench.strategies.populate:PopulateStrategy", ""),
         "lanes": ("workbench.strategies.lanes:LanesStrategy", ""),
         "odirect": ("workbench.strategies.odirect:OdirectStrategy", ""),
+        "peer-safetensors": ("workbench.strategies.peers:SafetensorsPeerStrategy",
+                             "pip install 'workbench[peers]'"),
     },
 )
 

@@ -131,6 +131,11 @@ class Strategy:
         return Availability(True)
 
     @classmethod
+    def supports(cls, index: TensorIndex) -> Availability:
+        """Whether this strategy can load ``index``'s file (a peer loader may read one format only)."""
+        return Availability(True)
+
+    @classmethod
     def param_defaults(cls) -> dict[str, Any]:
         return {f.name: f.default for f in dataclasses.fields(cls.Params)}
 
@@ -152,6 +157,9 @@ class Strategy:
         avail = self.available()
         if not avail:
             raise StrategyUnavailable(self.name, avail.reason)
+        fits = self.supports(index)
+        if not fits:
+            raise StrategyUnavailable(self.name, f"{index.path}: {fits.reason}")
         evict, source = self.resolve_evict(device)
         ctx = LoadContext(index, device, evict, source)
         f0 = page_faults()
