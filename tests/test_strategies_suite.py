@@ -165,3 +165,39 @@ def test_peer_refuses_a_format_it_cannot_read_in_one_line(synth_model, tmp_path)
         measure([RunConfig(index.path, "peer-safetensors")], runs=1, ledger=ledger,
                 lock_dir=tmp_path / "locks")
     assert ledger.attempts().empty
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("upload", ["pageable", "pinned"])
+def test_lanes_many_threads_small_pieces_never_deadlock(upload, raw_model):
+    # More lanes than pieces in flight, 1 MiB pieces: the in-order consumer must never wait on a
+    # piece whose lane is starved of staging (a lane takes its staging before its job).
+    index = raw_model([3, (3 << 20) + 333, 1, (2 << 20) + 77, 4097, 65537], first=1231, gap=29, tail=17)
+    for _ in range(5):
+        set_cache(index.path, "cold")
+        result = load_and_verify("lanes", index, threads=8, chunk_mib=1, upload=upload)
+    assert result.path["copy_from"] == upload and result.path["readers"] == 8
+    if upload == "pinned":
+        assert result.engaged_by("pinned_staging").total == 16
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_mmap_register_pins_the_mapping_and_lands_exact_bytes(cache, synth_model):
+    index = synth_model("safetensors", "moe")
+    set_cache(index.path, cache)
+    result = load_and_verify("mmap", index, register=True)
+    fact = result.engaged_by("registered_mapping")
+    assert fact is not None and fact.total == 1
+    # host: register_host is mlock; a refusal (RLIMIT_MEMLOCK) must read INERT and fall back
+    assert result.path["copy_from"] == ("registered" if fact.done else "mmap")
+    assert result.engaged_by("zero_copy").state == "ON"
+
+
+def test_mmap_register_refused_reads_inert_and_falls_back(synth_model, monkeypatch):
+    from workbench.upload.host import HostDevice
+
+    monkeypatch.setattr(HostDevice, "register_host", lambda self, view: None)  # as under RLIMIT_MEMLOCK
+    index = synth_model("gguf", "dense")
+    result = load_and_verify("mmap", index, device_name="host", register=True)
+    assert result.engaged_by("registered_mapping").state == "INERT"
+    assert result.path["copy_from"] == "mmap"

@@ -5,9 +5,11 @@ waiting for lanes). Eviction follows the policy and only the policy: the seed's 
 DONTNEED on every segment unconditionally and re-read the whole model from disk on every restart."""
 from __future__ import annotations
 
+import queue
 import threading
+from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -17,14 +19,21 @@ from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_p
 
 @dataclass(frozen=True)
 class LanesParams(BaseParams):
-    """``threads`` reading lanes, ``chunk_mib`` largest piece a lane reads at once."""
+    """``threads`` reading lanes, ``chunk_mib`` largest piece a lane reads at once, ``upload``:
+    ``pageable`` (a fresh heap buffer per piece, synchronous copy) or ``pinned`` (lanes read into
+    page-locked staging buffers that are recycled once the asynchronous copy out of them is done)."""
 
     threads: int = 4
     chunk_mib: int = 16
+    upload: str = "pageable"
 
     def __post_init__(self) -> None:
         check_param("lanes", "threads", self.threads >= 1, f"must be >= 1, got {self.threads}")
         check_param("lanes", "chunk_mib", self.chunk_mib >= 1, f"must be >= 1, got {self.chunk_mib}")
+        check_param("lanes", "upload", self.upload in UPLOADS, f"one of {', '.join(UPLOADS)}, got {self.upload!r}")
+
+
+UPLOADS = ("pageable", "pinned")
 
 
 class Job(NamedTuple):
@@ -43,20 +52,68 @@ def plan_jobs(ctx: LoadContext, chunk: int) -> list[Job]:
     return jobs
 
 
+class _Staging:
+    """Where lanes read into, at most ``window`` pieces alive at once (bounded memory).
+
+    pageable: a fresh heap buffer per piece. pinned: ``window`` page-locked buffers from the device,
+    each handed back by :meth:`release` once the copy reading it has finished.
+    """
+
+    def __init__(self, ctx: LoadContext, window: int, chunk: int, pinned: bool):
+        self.pinned, self.views = pinned, {}
+        self.free: queue.Queue[int] = queue.Queue()
+        self.buffers = [ctx.device.alloc_pinned(chunk) for _ in range(window)] if pinned else []
+        for b in self.buffers:
+            ctx.cleanup(ctx.device.free_pinned, b)
+        ctx.cleanup(self._release_views)  # registered last, runs first: no view may outlive its buffer
+        for i in range(window):
+            self.free.put(i)
+
+    def acquire(self, stop: threading.Event) -> int | None:
+        """A free staging token, or None once ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                return self.free.get(timeout=0.05)
+            except queue.Empty:
+                continue
+        return None
+
+    def buffer(self, token: int, nbytes: int) -> Any:
+        """The memory behind ``token`` for a piece of ``nbytes``."""
+        if not self.pinned:
+            return np.empty(nbytes, dtype=np.uint8)
+        self.views[token] = self.buffers[token].view[:nbytes]
+        return self.views[token]
+
+    def release(self, token: int) -> None:
+        view = self.views.pop(token, None)
+        if view is not None:
+            view.release()
+        self.free.put(token)
+
+    def _release_views(self) -> None:
+        for view in self.views.values():
+            view.release()
+        self.views.clear()
+
+    @property
+    def locked(self) -> int:
+        return sum(1 for b in self.buffers if b.locked)
+
+
 class _Slot:
-    __slots__ = ("ready", "data")
+    __slots__ = ("ready", "data", "token")
 
     def __init__(self) -> None:
-        self.ready, self.data = threading.Event(), None
+        self.ready, self.data, self.token = threading.Event(), None, -1
 
 
 class _Lanes:
-    """Jobs handed out in order; at most ``window`` read-but-not-uploaded pieces at once (bounded memory)."""
+    """Jobs handed out in file order to whichever lane asks next; pieces consumed in the same order."""
 
-    def __init__(self, ctx: LoadContext, fd: int, jobs: list[Job], window: int):
-        self.ctx, self.fd, self.jobs = ctx, fd, jobs
+    def __init__(self, ctx: LoadContext, fd: int, jobs: list[Job], staging: _Staging):
+        self.ctx, self.fd, self.jobs, self.staging = ctx, fd, jobs, staging
         self.slots = [_Slot() for _ in jobs]
-        self.room = threading.Semaphore(window)
         self.evictor = Evictor(ctx, fd)
         self._next = 0
         self._lock = threading.Lock()
@@ -68,34 +125,38 @@ class _Lanes:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            if not self.room.acquire(timeout=0.05):
-                continue
+            # Token before job: a lane holding a job must never wait for staging that later jobs
+            # hold, or the in-order consumer waits for that job forever.
+            token = self.staging.acquire(stop)
+            if token is None:
+                return
             j = self._take()
             if j >= len(self.jobs):
-                self.room.release()
+                self.staging.release(token)
                 return
             job = self.jobs[j]
-            buf = np.empty(job.nbytes, dtype=np.uint8)
-            pread_into(self.fd, buf, job.offset, self.ctx.index.path)
+            data = self.staging.buffer(token, job.nbytes)
+            pread_into(self.fd, data, job.offset, self.ctx.index.path)
             self.evictor.drop(job.offset, job.nbytes)  # only when the policy says evict
-            self.slots[j].data = buf
+            self.slots[j].data, self.slots[j].token = data, token
             self.slots[j].ready.set()
 
-    def wait(self, j: int, guard: ThreadGuard) -> np.ndarray:
+    def wait(self, j: int, guard: ThreadGuard, idle: Callable[[], None]) -> tuple[Any, int]:
+        """Piece ``j`` once read; ``idle`` runs while waiting (hands finished staging back)."""
         slot = self.slots[j]
-        while not slot.ready.wait(0.05):
+        while not slot.ready.wait(0.002):
+            idle()
             guard.check()
             if not any(t.is_alive() for t in guard.threads):
                 guard.check()
                 raise RuntimeError(f"lanes stopped before piece {j} was read")
         data, slot.data = slot.data, None
-        self.room.release()
-        return data
+        return data, slot.token
 
 
 class LanesStrategy(Strategy):
     name: ClassVar[str] = "lanes"
-    summary: ClassVar[str] = "lane-parallel pread (threads) into staging buffers, uploaded in file order; evicts only when the policy says so"
+    summary: ClassVar[str] = "lane-parallel pread (threads) into staging buffers (heap, or pinned with async copies), uploaded in file order; evicts only when the policy says so"
     Params: ClassVar[type] = LanesParams
 
     def _load(self, ctx: LoadContext) -> None:
@@ -103,19 +164,39 @@ class LanesStrategy(Strategy):
         fd = ctx.open_fd()
         bufs = [ctx.place(t) for t in ctx.tensors]
         jobs = plan_jobs(ctx, p.chunk_mib * MIB)
-        lanes = _Lanes(ctx, fd, jobs, window=2 * p.threads)
+        pinned = p.upload == "pinned"
+        staging = _Staging(ctx, 2 * p.threads, p.chunk_mib * MIB, pinned)
+        lanes = _Lanes(ctx, fd, jobs, staging)
+        copies: deque[tuple[Any, int]] = deque()  # (event, staging token) of copies in flight
+
+        def finish_oldest() -> None:
+            if copies:
+                event, token = copies.popleft()
+                ctx.device.wait_event(event)
+                staging.release(token)
+
         n = min(p.threads, len(jobs))
         with ThreadGuard("lanes") as guard:
             for _ in range(n):
                 guard.spawn(lanes.run, guard.stop)
             for j, job in enumerate(jobs):
                 with ctx.phase("read"):
-                    data = lanes.wait(j, guard)
+                    data, token = lanes.wait(j, guard, finish_oldest)
                 with ctx.phase("upload"):
-                    ctx.upload(bufs[job.tensor], job.dst, data)
+                    ctx.device.copy_h2d(bufs[job.tensor], job.dst, data, asynchronous=pinned)
+                    ctx.count("bytes", job.nbytes)
+                    copies.append((ctx.device.record_event() if pinned else None, token))
+                    if not pinned or len(copies) > p.threads:  # keep lanes fed with free staging
+                        finish_oldest()
+            with ctx.phase("sync"):
+                while copies:
+                    finish_oldest()
         guard.check()
         with ctx.phase("read"):
             lanes.evictor.finish()
-        ctx.set_path(readers=max(n, 1))
+        ctx.set_path(readers=max(n, 1), copy_from=p.upload)
         ctx.engage("lanes", n, p.threads, unit="threads", note=f"{len(jobs)} pieces, uploads from the main thread")
+        if pinned:
+            ctx.engage("pinned_staging", staging.locked, len(staging.buffers), unit="buffers",
+                       note=f"{len(staging.buffers)} x {p.chunk_mib} MiB, async copies")
         ctx.note(f"evict={'on' if ctx.evict else 'off'} ({ctx.evict_source})")
