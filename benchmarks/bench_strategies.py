@@ -26,8 +26,8 @@ from workbench.measure.ceilings import measure_ceilings  # noqa: E402
 
 # The first is the baseline: the historical per-read eviction the first write-up started from.
 CONFIGS = [("pread", {"evict": "1"}), ("pread", {}), ("pread", {"upload": "pinned"}), ("willneed", {}),
-           ("warmer", {}), ("mmap", {}), ("mmap", {"gate": "0.9"}), ("populate", {}), ("lanes", {}),
-           ("odirect", {})]
+           ("warmer", {}), ("mmap", {}), ("mmap", {"gate": "0.9"}), ("mmap", {"register": "1"}),
+           ("populate", {}), ("lanes", {}), ("lanes", {"upload": "pinned"}), ("odirect", {})]
 
 
 def _model(directory: Path, size: int, fmt: str, layout: str) -> Path:
