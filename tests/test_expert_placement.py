@@ -73,8 +73,8 @@ def test_boundary_pages_released_only_when_neighbour_gone():
     addr, n = 7 * PAGE + 1152, 144 * PAGE
     assert releasable_pages(addr, n, True, True) == pages_fully_covered(addr, n)
     assert releasable_pages(addr, n, False, False) == pages_touched(addr, n)
-    both_live = releasable_pages(addr, n, True, False)
-    assert both_live.start == 8 and both_live.stop == pages_touched(addr, n).stop
+    left_live = releasable_pages(addr, n, True, False)
+    assert left_live.start == 8 and left_live.stop == pages_touched(addr, n).stop
 
 
 def test_aligned_slice_rule_is_exact_either_way():
@@ -94,3 +94,12 @@ def test_slice_inside_one_page_is_never_released_while_a_neighbour_lives():
 def test_report_is_an_engaged_fact():
     fact = plan_placements([blob(1152, 2 * PAGE + 64)])[1].fact
     assert fact.state == "INERT" and fact.done == 0 and fact.total == 1 and "not a multiple" in fact.note
+
+
+def test_uneven_spacing_says_so_and_reversed_experts_reserve_the_whole_span():
+    uneven = ExpertBlob(0, "up", 3, 0, False, ((1152, PAGE), (1152 + 2 * PAGE, PAGE), (1152 + 7 * PAGE + 64, PAGE)), ())
+    assert "uneven" in plan_blob(uneven).reason
+    # experts stored in reverse order: the span starts at the lowest offset, not at expert 0
+    rev = ExpertBlob(0, "up", 4, 2 * PAGE, True, tuple((1152 + e * 2 * PAGE, 2 * PAGE) for e in (3, 2, 1, 0)), ())
+    assert rev.span == (1152, 1152 + 8 * PAGE) and rev.offset == 1152
+    assert plan_blob(rev).reserve >= 8 * PAGE + 1152

@@ -187,3 +187,38 @@ def test_safetensors_duplicate_tensor_name(tmp_path):
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(2))
     err = expect_error(path, "header")
     assert "duplicate" in str(err)
+
+
+# Found in review: each of these raised something other than FormatError (a traceback in `inspect`).
+
+def test_gguf_empty_array_of_unknown_item_type(tmp_path):
+    kv = gguf_string("a.b") + struct.pack("<IIQ", ARRAY, 99, 0)
+    with pytest.raises(FormatError, match="item_type: unknown GGUF value type 99"):
+        open_index(write_gguf(tmp_path / "m.gguf", kvs=[kv], infos=[], data=b""))
+
+
+def test_gguf_arrays_nested_too_deep_say_so(tmp_path):
+    inner = struct.pack("<IQ", UINT8, 0)
+    for _ in range(5):
+        inner = struct.pack("<IQ", ARRAY, 1) + inner
+    kv = gguf_string("a.b") + struct.pack("<I", ARRAY) + inner
+    with pytest.raises(FormatError, match="nested deeper"):
+        open_index(write_gguf(tmp_path / "m.gguf", kvs=[kv], infos=[], data=b""))
+
+
+@pytest.mark.parametrize("entry, field", [
+    ({"dtype": "F16", "shape": [10**200, 10**200], "data_offsets": [0, 2]}, "data_offsets"),  # no float overflow
+    ({"dtype": "U8", "shape": [True], "data_offsets": [0, 1]}, "shape"),  # JSON true is not a size
+    ({"dtype": "U8", "shape": [1], "data_offsets": [False, True]}, "data_offsets"),
+])
+def test_safetensors_values_that_are_not_sizes(tmp_path, entry, field):
+    with pytest.raises(FormatError, match=field):
+        open_index(write_safetensors(tmp_path / "m.safetensors", {"t": entry}, b"\0" * 16))
+
+
+def test_safetensors_deeply_nested_header(tmp_path):
+    raw = b'{"a":' + b"[" * 200000 + b"]" * 200000 + b"}"
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    with pytest.raises(FormatError, match="nested too deeply"):
+        open_index(path)

@@ -1,6 +1,7 @@
 """Page-cache control on this machine's real file system (a disk-backed tmp_path)."""
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
@@ -179,3 +180,24 @@ def test_mount_of_picks_the_longest_mount_point(tmp_path):
     fs, mount_point, _ = pagecache.mount_of(tmp_path)
     assert str(tmp_path).startswith(mount_point)
     assert fs != "unknown"
+
+
+def test_a_fifo_is_refused_at_once_not_opened(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(FormatError, match="not a regular file"):
+        resident_fraction(fifo)  # opening it would block until a writer appears
+
+
+def test_cold_on_a_file_system_without_fsync(tmp_path, monkeypatch):
+    # squashfs, iso9660: fdatasync fails with EINVAL, and there is nothing dirty to write back
+    path = tmp_path / "m.bin"
+    path.write_bytes(os.urandom(1 << 20))
+    os.sync()
+    warm_file(path)
+
+    def no_fsync(fd):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "fdatasync", no_fsync)
+    assert prepare(path, "cold") <= 0.02

@@ -66,14 +66,12 @@ def plan_blob(blob: ExpertBlob, block: int = PAGE_SIZE, min_align: int = MIN_KER
     reserve = _round_up(remainder + (end - first), block) + block  # one block of overhang slack
     remainders = {off % block for off, _ in blob.slices}
     if len(remainders) != 1:
+        spacing = f"stride {blob.stride} B is" if blob.stride else "expert spacing is uneven,"
         return BlobPlacement(blob.layer, blob.name, False, remainder, reserve,
-                             f"stride {blob.stride} B is not a multiple of the {block} B block")
-    if remainder and remainder < min_align:
-        return BlobPlacement(blob.layer, blob.name, False, remainder, reserve,
-                             f"remainder {remainder} B would under-align tensors (< {min_align} B)")
+                             f"{spacing} not a multiple of the {block} B block")
     if remainder % min_align:
         return BlobPlacement(blob.layer, blob.name, False, remainder, reserve,
-                             f"remainder {remainder} B is not a multiple of {min_align} B")
+                             f"remainder {remainder} B would under-align tensors (not a multiple of {min_align} B)")
     return BlobPlacement(blob.layer, blob.name, True, remainder, reserve)
 
 

@@ -216,6 +216,8 @@ def _skip_value(w: _Walker, vtype: int, field: str, depth: int) -> None:
         w.string(field)
     elif vtype == _ARRAY and depth < 4:
         itype, count = w.uint(4, f"{field}.item_type"), w.uint(8, f"{field}.count")
+        if itype not in _SCALAR_SIZES and itype not in (_STRING, _ARRAY):  # checked even when empty
+            raise FormatError(w.path, f"{field}.item_type", f"unknown GGUF value type {itype}")
         if itype in _SCALAR_SIZES:
             w.take(count * _SCALAR_SIZES[itype], f"{field}[{count}]")
             return
@@ -223,6 +225,8 @@ def _skip_value(w: _Walker, vtype: int, field: str, depth: int) -> None:
             raise FormatError(w.path, f"{field}.count", f"{count} items cannot fit in a {w.size}-byte file")
         for j in range(count):
             _skip_value(w, itype, f"{field}[{j}]", depth + 1)
+    elif vtype == _ARRAY:
+        raise FormatError(w.path, f"{field}.type", f"arrays nested deeper than {depth} levels")
     else:
         raise FormatError(w.path, f"{field}.type", f"unknown GGUF value type {vtype}")
 

@@ -43,7 +43,8 @@ class ExpertBlob:
 
     @property
     def offset(self) -> int:
-        return self.slices[0][0]
+        """The lowest file offset of any expert (expert 0 need not come first in the file)."""
+        return min(o for o, _ in self.slices)
 
     @property
     def nbytes(self) -> int:
@@ -52,7 +53,7 @@ class ExpertBlob:
     @property
     def span(self) -> tuple[int, int]:
         """(first byte, one past the last byte) covered by the blob's experts."""
-        return self.slices[0][0], max(o + n for o, n in self.slices)
+        return self.offset, max(o + n for o, n in self.slices)
 
 
 @dataclass(frozen=True)

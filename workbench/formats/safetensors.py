@@ -68,6 +68,8 @@ def _read_header(path: str, size: int) -> tuple[dict[str, Any], int]:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FormatError(path, "header", f"not valid UTF-8 JSON: {exc}") from None
+    except RecursionError:
+        raise FormatError(path, "header", "JSON nested too deeply") from None
     except KeyError as exc:
         raise FormatError(path, "header", f"duplicate key {exc.args[0]!r}") from None
     if not isinstance(header, dict):
@@ -98,23 +100,28 @@ def _read_tensor(path: str, name: str, entry: object, data_offset: int, size: in
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in DTYPE_BITS:
         raise FormatError(path, f"{field}.dtype", f"unknown dtype {dtype!r}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+    if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
         raise FormatError(path, f"{field}.shape", f"must be a list of non-negative ints, got {shape!r}")
     if len(shape) > MAX_DIMS:
         raise FormatError(path, f"{field}.shape", f"{len(shape)} dimensions (at most {MAX_DIMS})")
     if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(o, int) and o >= 0 for o in offsets) or offsets[0] > offsets[1]):
+            or not all(_is_uint(o) for o in offsets) or offsets[0] > offsets[1]):
         raise FormatError(path, f"{field}.data_offsets", f"must be [begin, end] with begin <= end, got {offsets!r}")
     begin, end = offsets
     bits = math.prod(shape) * DTYPE_BITS[dtype]
     if bits % 8 or bits // 8 != end - begin:
-        raise FormatError(path, f"{field}.data_offsets",
-                          f"{end - begin} bytes but {dtype}{list(shape)} needs {bits / 8:g}")
+        need = f"{bits // 8}" + (" and a fraction" if bits % 8 else "")  # ints: shapes may be absurd
+        raise FormatError(path, f"{field}.data_offsets", f"{end - begin} bytes but {dtype}{list(shape)} needs {need}")
     if data_offset + end > size:
         raise FormatError(path, f"{field}.data_offsets",
                           f"range [{data_offset + begin}, {data_offset + end}) runs past the end of the "
                           f"{size}-byte file")
     return TensorInfo(name, data_offset + begin, end - begin, dtype, tuple(shape))
+
+
+def _is_uint(value: object) -> bool:
+    """A JSON non-negative integer (``true``/``false`` are ints to Python, not to safetensors)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _check_overlaps(path: str, tensors: list[TensorInfo]) -> None:

@@ -47,13 +47,9 @@ def _connect() -> sqlite3.Connection | None:
 
 
 def _stat(path: str | os.PathLike) -> os.stat_result:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise FormatError(path, "path", "no such file") from None
-    if os.path.isdir(path):
-        raise FormatError(path, "path", "is a directory, not a file")
-    return st
+    from workbench.io.pagecache import stat_regular
+
+    return stat_regular(path)
 
 
 def hash_file(path: str | os.PathLike) -> str:

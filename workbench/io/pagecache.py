@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 import stat
@@ -40,19 +41,25 @@ def page_size() -> int:
     return mmap.PAGESIZE
 
 
+def stat_regular(path: str | os.PathLike) -> os.stat_result:
+    """``os.stat`` of a regular file; FormatError for a missing path, a directory, a FIFO or a device."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FormatError(path, "path", "no such file") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = "is a directory, not a file" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise FormatError(path, "path", what)
+    return st
+
+
 def _open_regular(path: str | os.PathLike) -> tuple[int, os.stat_result]:
+    stat_regular(path)  # before open: opening a FIFO would block until a writer appears
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise FormatError(path, "path", "no such file") from None
-    except IsADirectoryError:
-        raise FormatError(path, "path", "is a directory, not a file") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        what = "is a directory, not a file" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise FormatError(path, "path", what)
-    return fd, st
+    return fd, os.fstat(fd)
 
 
 def _span(size: int, offset: int, length: int | None) -> tuple[int, int]:
@@ -139,7 +146,11 @@ def evict_file_pages(path: str | os.PathLike, offset: int = 0, length: int | Non
         lo, hi = _span(st.st_size, offset, length)
         if hi <= lo:
             return
-        os.fdatasync(fd)  # dirty pages cannot be dropped until written back
+        try:
+            os.fdatasync(fd)  # dirty pages cannot be dropped until written back
+        except OSError as exc:  # squashfs, iso9660 …: no fsync at all, and nothing dirty to write
+            if exc.errno not in (errno.EINVAL, errno.EROFS):
+                raise
         os.posix_fadvise(fd, lo, 0 if hi >= st.st_size else hi - lo, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
@@ -252,13 +263,14 @@ def prepare(path: str | os.PathLike, state: str, *, cold_max: float = 0.02, warm
 def restore_residency(path: str | os.PathLike, offset: int, before: np.ndarray) -> None:
     """Put pages back the way :func:`resident_map` ``(path, offset, ...)`` saw them in ``before``.
 
-    Pages not resident then are evicted; pages resident then but dropped since are read back.
+    Pages resident then but dropped since are read back first, then pages not resident then are
+    evicted — in that order, because reading back triggers readahead past what it asked for.
     Eviction works on whole folios (see :func:`evict_file_pages`), so check with :func:`resident_map`
     where exactness matters.
     """
-    now = resident_map(path, offset, before.size * page_size() - offset % page_size())
     ps, first = page_size(), offset // page_size()
-    for value, fix in ((False, evict_file_pages), (True, warm_file)):
+    for value, fix in ((True, warm_file), (False, evict_file_pages)):
+        now = resident_map(path, offset, before.size * ps - offset % ps)
         wrong = (before[: now.size] == value) & (now != value)
         for a, b in page_runs(wrong):
             fix(path, (first + a) * ps, (b - a) * ps)

@@ -24,12 +24,7 @@ MODES = ("auto", "direct", "buffered")
 
 
 def _size(path: str | os.PathLike) -> int:
-    if os.path.isdir(path):
-        raise FormatError(path, "path", "is a directory, not a file")
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        raise FormatError(path, "path", "no such file") from None
+    return pagecache.stat_regular(path).st_size
 
 
 def _iter_windows(lo: int, hi: int, align: int, chunk: int) -> Iterator[tuple[int, int]]:
