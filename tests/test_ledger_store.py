@@ -138,3 +138,20 @@ def test_campaigns_listed_with_counts(tmp_path):
         frame = led.campaigns().set_index("name")
         assert frame.loc["b", "attempts"] == 2 and frame.loc["b", "description"] == "second"
         assert len(led.attempts("b")) == 2 and led.attempts("nope").empty
+
+
+def test_finish_replaces_the_cache_label_the_first_run_gave(tmp_path):
+    # Found in review: the first run reached cold, the other four did not; the column kept "cold".
+    from ledger_helpers import NBYTES, make_run
+    from workbench.measure.records import RunConfig
+    from workbench.measure.stats import summarize
+
+    with Ledger(tmp_path / "l.sqlite") as led:
+        attempt_id = led.start_attempt(campaign="c", config=RunConfig("/m.gguf", "pread"), cache="cold")
+        runs = [make_run(i, 0.1, cache_reached=(i == 0)) for i in range(5)]
+        for run in runs:
+            led.add_run(attempt_id, run)
+        led.finish_attempt(attempt_id, summarize(runs, NBYTES), baseline_id=None, speedup=None,
+                           verdict="baseline", cache="asis(unreachable: cold, 4/5 runs)")
+        assert led.attempt(attempt_id)["cache"] == "asis(unreachable: cold, 4/5 runs)"
+        assert led.attempts()["cache"].tolist() == ["asis(unreachable: cold, 4/5 runs)"]

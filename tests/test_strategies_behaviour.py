@@ -1,10 +1,13 @@
 """The behaviours the seeds measured, reproduced and measured with mincore rather than assumed."""
 from __future__ import annotations
 
+import ctypes
+
 import errno
 import os
 import threading
 
+import numpy as np
 import pytest
 
 from workbench.errors import CacheStateError, ParamError, StrategyUnavailable
@@ -356,3 +359,49 @@ def test_pread_pinned_fences_each_staging_buffer(model):
     assert verify_placements(model, dev, result.placements).ok
     waits = [e for kind, e in events if kind == "wait"]
     assert waits[:2] == [None, None] and all(w is not None for w in waits[2:])
+
+
+class DeferredCopyDevice(HostDevice):
+    """Asynchronous copies really are asynchronous: the bytes move only when their event (or a
+    synchronize) is waited on — so a staging buffer refilled too early lands wrong bytes."""
+
+    def __init__(self, ordinal: int = 0):
+        super().__init__(ordinal)
+        self.pending: list = []
+        self.done = 0
+
+    def copy_h2d(self, dst, dst_offset, src, *, asynchronous=False):
+        if not asynchronous:
+            return super().copy_h2d(dst, dst_offset, src)
+        arr = np.frombuffer(src, dtype=np.uint8)  # like a DMA engine: keep the address, not the view
+        self.pending.append((dst, dst_offset, arr.ctypes.data, arr.nbytes))
+        del arr
+
+    def record_event(self):
+        return len(self.pending)
+
+    def wait_event(self, event):
+        self._flush(len(self.pending) if event is None else event)
+
+    def synchronize(self):
+        self._flush(len(self.pending))
+
+    def _flush(self, upto):
+        while self.done < upto:
+            dst, off, addr, n = self.pending[self.done]
+            if n:
+                HostDevice.copy_h2d(self, dst, off, (ctypes.c_char * n).from_address(addr))
+            self.done += 1
+
+
+@pytest.mark.parametrize("name, params", [
+    ("lanes", {"upload": "pinned", "threads": 3, "chunk_mib": 1}),
+    ("pread", {"upload": "pinned", "staging_mib": 1}),
+    ("mmap", {"register": True}),
+])
+def test_async_copies_are_waited_on_before_their_source_is_reused(name, params, raw_model):
+    index = raw_model([(3 << 20) + 333, 5, (2 << 20) + 77, 4097], first=1231, gap=29, tail=17)
+    dev = DeferredCopyDevice()
+    result = get_strategy(name)(**params).load(index, dev)
+    report = verify_placements(index, dev, result.placements)
+    assert report.ok, f"{name}: {report.first_mismatch}: {report.detail}"

@@ -557,3 +557,12 @@ def test_gpu_smoke_paths_verify_on_the_shared_backend(prefix: str, tmp_path: Any
     mapped.close()
     assert not fake.device_mem and not fake.host_mem and not fake.registered
     assert smoke.parse_size("64Mi") == 64 << 20 and smoke.parse_size("4097") == 4097
+
+
+@pytest.mark.parametrize("cls, prefix", [(CudaDevice, "cuda"), (HipDevice, "hip")])
+def test_refused_registration_returns_none_so_callers_fall_back(cls: Any, prefix: str) -> None:
+    # The Device contract (as the host backend's mlock): refusal is None, not an exception, so
+    # `mmap register=1`, `pread upload=registered` and ceilings can say INERT and carry on.
+    dev = cls(0, module=FakeRuntime(prefix, fail={f"{prefix}HostRegister": "ErrorMemoryAllocation"}))
+    assert dev.register_host(memoryview(bytearray(8192))) is None
+    dev.close()

@@ -100,8 +100,11 @@ class Ledger:
     def finish_attempt(
         self, attempt_id: str, stats: AttemptStats, *, baseline_id: str | None, speedup: float | None,
         verdict: str, ceiling_name: str | None = None, ceiling_gbps: float | None = None, notes: str = "",
+        cache: str | None = None,
     ) -> None:
-        """Store an attempt's statistics, comparison and automatic verdict."""
+        """Store an attempt's statistics, comparison and automatic verdict; ``cache`` replaces the
+        label recorded at the start once all runs are in (a state reached by the first run only
+        must not stay labelled as reached)."""
         _check_verdict(self.path, verdict)
         values = (
             stats.n, stats.n_failed, stats.median_s, stats.min_s, stats.max_s, stats.spread_pct,
@@ -116,6 +119,8 @@ class Ledger:
             )
             if cur.rowcount != 1:
                 raise LedgerError(self.path, f"no attempt '{attempt_id}' to finish")
+            if cache is not None:
+                c.execute("UPDATE attempts SET cache=? WHERE id=?", (cache, attempt_id))
 
     def set_verdict(self, attempt_id: str, verdict: str, note: str = "") -> str:
         """A person's verdict (``kept``, ``reverted``, ``reference`` …), audited; returns the full id."""

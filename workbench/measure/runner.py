@@ -268,7 +268,7 @@ class _Session:
         fraction = stats.gbps / gbps if gbps and stats.gbps else None
         self.ledger.finish_attempt(self.ids[i], stats, baseline_id=None if is_base else baseline_id,
                                    speedup=speedup, verdict=verdict, ceiling_name=name,
-                                   ceiling_gbps=gbps, notes=note)
+                                   ceiling_gbps=gbps, notes=note, cache=label)
         return AttemptResult(
             attempt_id=self.ids[i], config=config, cache=label, runs=runs, stats=stats,
             baseline_id=None if is_base else baseline_id, speedup=speedup, verdict=verdict,

@@ -147,7 +147,9 @@ class _Lanes:
         while not slot.ready.wait(0.002):
             idle()
             guard.check()
-            if not any(t.is_alive() for t in guard.threads):
+            # Look at the slot again before calling the lanes dead: the last lane may have set it
+            # and exited while idle() ran (found in review: a finished load reported as failed).
+            if not slot.ready.is_set() and not any(t.is_alive() for t in guard.threads):
                 guard.check()
                 raise RuntimeError(f"lanes stopped before piece {j} was read")
         data, slot.data = slot.data, None

@@ -309,7 +309,7 @@ class GpuDevice(Device):
         raw, staging.handle, staging.locked = staging.handle, None, False
         self._call("host_free", raw)
 
-    def register_host(self, view: Any) -> HostRegistration:
+    def register_host(self, view: Any) -> HostRegistration | None:
         addr, nbytes = host_address(view)
         read_only = memoryview(view).readonly
         reg = HostRegistration(addr, nbytes, read_only)
@@ -319,7 +319,10 @@ class GpuDevice(Device):
         if read_only and hasattr(self.module, self.runtime.register_readonly_flags):
             flags = self.runtime.register_readonly_flags  # a PROT_READ mapping cannot be locked for writing
         self._use()
-        self._call("host_register", addr, nbytes, getattr(self.module, flags))
+        try:
+            self._call("host_register", addr, nbytes, getattr(self.module, flags))
+        except DeviceError:  # refused (locked-memory limit, unsupported range): callers fall back
+            return None
         self._registered[id(reg)] = reg
         return reg
 

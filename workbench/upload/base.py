@@ -103,7 +103,8 @@ class Device(ABC):
 
     @abstractmethod
     def register_host(self, view: memoryview) -> Any:
-        """Page-lock an existing host range for DMA (cudaHostRegister and kin); returns a handle."""
+        """Page-lock an existing host range for DMA (cudaHostRegister and kin); returns a handle, or
+        None when the OS or driver refuses (RLIMIT_MEMLOCK, …) — callers fall back and say so."""
 
     @abstractmethod
     def unregister_host(self, handle: Any) -> None: ...
