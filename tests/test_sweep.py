@@ -185,3 +185,32 @@ def test_resume_after_interrupt_runs_only_what_is_left(space):
     assert "2 done, 1 skipped (resumed), 0 failed" in result.output
     assert ran(space) == [1, 2, 3]  # point 1 ran once: its marker is the only one
     assert len(list(space["marks"].iterdir())) == 3
+
+
+def test_resume_reruns_points_whose_ledger_is_gone(space):
+    # Found in review: a rerun after deleting the ledger skipped every point and left it empty.
+    path = write_sweep(space, {"x": [1, 2]})
+    args = ["sweep", str(path), "--ledger", str(space["ledger"]), "--out", str(space["out"])]
+    assert cli(*args).exit_code == 0
+    assert "0 done, 2 skipped" in cli(*args, "--resume").output  # same ledger: nothing to do
+    for f in space["root"].glob("ledger.sqlite*"):
+        f.unlink()
+    dry = cli(*args, "--dry-run").output
+    assert "(completed)" not in dry and not space["ledger"].exists()  # a dry run creates no ledger
+    assert "2 done, 0 skipped" in cli(*args, "--resume").output
+    other = space["root"] / "other.sqlite"
+    result = cli("sweep", str(path), "--ledger", str(other), "--out", str(space["out"]), "--resume")
+    assert "2 done, 0 skipped" in result.output  # a different ledger has none of these points
+
+
+@pytest.mark.parametrize("fixed, needle", [
+    ({"run": 1}, "has no parameter(s) run"),  # a typo must not run the notebook's defaults
+    ({"campaign": "x"}, "set by the sweep itself"),
+])
+def test_sweep_keys_the_notebook_does_not_take_are_refused(space, fixed, needle):
+    path = write_sweep(space, {"x": [1]}, **fixed)
+    for extra in ([], ["--dry-run"]):
+        result = CliRunner().invoke(main, ["sweep", str(path), "--ledger", str(space["ledger"]),
+                                           "--out", str(space["out"]), *extra])
+        assert result.exit_code == 2 and needle in result.output
+    assert ran(space) == []

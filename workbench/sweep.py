@@ -170,8 +170,9 @@ def describe_point(point: SweepPoint) -> str:
     return " ".join(f"{k}={_slug_value(v)}" for k, v in point.grid_values.items()) or "(fixed parameters)"
 
 
-def point_completed(output: Path) -> bool:
-    """Whether this output notebook carries the sweep's completion stamp.
+def point_completed(output: Path, ledger_id: str | None = None) -> bool:
+    """Whether this output notebook carries the sweep's completion stamp (for ``ledger_id``: and
+    recorded its attempts in that ledger — a deleted or different ledger means run it again).
 
     papermill's own metadata cannot tell: after a Ctrl-C it still writes ``end_time`` and marks the
     cells completed, so the sweep stamps a notebook only once papermill returned without an error.
@@ -180,13 +181,16 @@ def point_completed(output: Path) -> bool:
         meta = json.loads(output.read_text()).get("metadata", {})
     except (OSError, ValueError):
         return False
-    return bool(meta.get("workbench", {}).get("completed")) and not meta.get("papermill", {}).get("exception")
+    stamp = meta.get("workbench", {})
+    if ledger_id is not None and stamp.get("ledger_id") != ledger_id:
+        return False
+    return bool(stamp.get("completed")) and not meta.get("papermill", {}).get("exception")
 
 
-def _stamp_completed(output: Path, point: SweepPoint, seconds: float) -> None:
+def _stamp_completed(output: Path, point: SweepPoint, seconds: float, ledger_id: str) -> None:
     nb = json.loads(output.read_text())
     nb.setdefault("metadata", {})["workbench"] = {
-        "completed": True, "sweep_point": point.name, "seconds": round(seconds, 3)}
+        "completed": True, "sweep_point": point.name, "seconds": round(seconds, 3), "ledger_id": ledger_id}
     tmp = output.with_suffix(".ipynb.tmp")
     tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     os.replace(tmp, output)  # atomic: a notebook is either stamped whole or not at all
@@ -224,10 +228,11 @@ def run_sweep(
     out = Path(out_dir) if out_dir is not None else default_out_dir(sweep.campaign)
     out.mkdir(parents=True, exist_ok=True)
     ledger = resolve_path(ledger_path).resolve()
-    declared = _declared_parameters(sweep.notebook)
+    declared = check_parameters(sweep)
+    ledger_id = ledger_identity(ledger)
     points = expand_grid(sweep)
     outcomes = {p.index: PointOutcome(p, "skipped", p.output(out))
-                for p in points if resume and point_completed(p.output(out))}
+                for p in points if resume and point_completed(p.output(out), ledger_id)}
     for skipped in outcomes.values():
         if on_point:
             on_point(skipped)
@@ -238,7 +243,7 @@ def run_sweep(
         for point in todo:
             bar.set_postfix_str(describe_point(point)[:60])
             injected = _injected(sweep, declared, ledger)
-            outcome = _execute_point(sweep, point, out, injected, kernel_name)
+            outcome = _execute_point(sweep, point, out, injected, kernel_name, ledger_id)
             if outcome.status == "failed":
                 _record_failed_point(sweep, outcome, ledger)
             outcomes[point.index] = outcome
@@ -248,6 +253,30 @@ def run_sweep(
     finally:
         bar.close()
     return SweepReport(sweep, out, tuple(outcomes[p.index] for p in points))
+
+
+def check_parameters(sweep: Sweep) -> set[str]:
+    """The notebook's declared parameters, after refusing sweep keys it does not declare (a typo
+    would otherwise run the notebook's defaults and look like a result) and keys the sweep sets itself."""
+    declared = _declared_parameters(sweep.notebook)
+    keys = set(sweep.parameters) | set(sweep.grid)
+    unknown = sorted(keys - declared)
+    if unknown:
+        raise SweepError(sweep.path, f"{sweep.notebook.name} has no parameter(s) {', '.join(unknown)}; "
+                                     f"it declares: {', '.join(sorted(declared))}")
+    owned = sorted(keys & set(INJECTED))
+    if owned:
+        raise SweepError(sweep.path, f"{', '.join(owned)} are set by the sweep itself (top-level "
+                                     "'campaign'/'hypothesis', and --ledger), not as parameters")
+    return declared
+
+
+def ledger_identity(path: Path) -> str:
+    """The id of the ledger at ``path`` (created there if missing, as the points would create it)."""
+    from workbench.ledger import Ledger
+
+    with Ledger(path) as ledger:
+        return ledger.ledger_id
 
 
 def _declared_parameters(notebook: Path) -> set[str]:
@@ -265,7 +294,7 @@ def _injected(sweep: Sweep, declared: set[str], ledger: Path) -> dict[str, Any]:
 
 
 def _execute_point(sweep: Sweep, point: SweepPoint, out: Path, injected: Mapping[str, Any],
-                   kernel_name: str) -> PointOutcome:
+                   kernel_name: str, ledger_id: str) -> PointOutcome:
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -286,7 +315,7 @@ def _execute_point(sweep: Sweep, point: SweepPoint, out: Path, injected: Mapping
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         return PointOutcome(point, "failed", output, time.monotonic() - start, error)
     seconds = time.monotonic() - start
-    _stamp_completed(output, point, seconds)
+    _stamp_completed(output, point, seconds, ledger_id)
     return PointOutcome(point, "done", output, seconds)
 
 

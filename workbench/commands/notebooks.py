@@ -18,17 +18,22 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
     """Run SWEEP_FILE: one papermill execution per grid point, recorded in the ledger."""
     from pathlib import Path
 
+    from workbench.ledger.schema import resolve_path
     from workbench.sweep import (
-        default_out_dir, describe_point, expand_grid, load_sweep, point_completed, run_sweep,
+        check_parameters, default_out_dir, describe_point, expand_grid, ledger_identity, load_sweep,
+        point_completed, run_sweep,
     )
 
     spec = load_sweep(sweep_file)
+    check_parameters(spec)
     out = Path(out_dir) if out_dir else default_out_dir(spec.campaign)
     points = expand_grid(spec)
-    if dry_run:
+    if dry_run:  # a dry run creates no ledger: a missing one holds no completed point
+        ledger = resolve_path(ledger_path).resolve()
+        lid = ledger_identity(ledger) if ledger.exists() else ""
         click.echo(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {len(points)} point(s)")
         for p in points:
-            state = " (completed)" if point_completed(p.output(out)) else ""
+            state = " (completed)" if point_completed(p.output(out), lid) else ""
             click.echo(f"  {p.index:3d}  {describe_point(p)}  → {p.output(out)}{state}")
         return
 

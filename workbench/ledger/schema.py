@@ -42,6 +42,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 DDL = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 INSERT INTO schema_version SELECT {version} WHERE NOT EXISTS (SELECT 1 FROM schema_version);
+CREATE TABLE IF NOT EXISTS ledger_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO ledger_info SELECT 'ledger_id', lower(hex(randomblob(16)))
+    WHERE NOT EXISTS (SELECT 1 FROM ledger_info WHERE key = 'ledger_id');
 CREATE TABLE IF NOT EXISTS campaigns (
     id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, description TEXT NOT NULL DEFAULT '',
     created TEXT NOT NULL);

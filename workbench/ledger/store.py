@@ -44,6 +44,12 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({str(self.path)!r})"
 
+    @property
+    def ledger_id(self) -> str:
+        """This ledger file's own id, made with it: a deleted-and-recreated ledger gets a new one,
+        so a sweep's resume can tell its points were recorded in *this* ledger."""
+        return str(self._conn.execute("SELECT value FROM ledger_info WHERE key = 'ledger_id'").fetchone()[0])
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         self._conn.close()
