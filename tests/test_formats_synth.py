@@ -109,3 +109,9 @@ def test_one_huge_tensor_is_streamed_in_chunks():
     assert rss["written"] == 1 << 31
     growth = (rss["after_kib"] - rss["before_kib"]) * 1024
     assert growth < 4 * CHUNK_BYTES + (16 << 20), f"peak RSS grew by {growth / 2**20:.0f} MiB for a 2 GiB tensor"
+
+
+def test_synth_creates_missing_parent_directories(tmp_path):
+    out = tmp_path / "data" / "models" / "m.gguf"
+    index = write_synthetic(out, format="gguf", layout="dense", size=256 << 10)
+    assert out.is_file() and index.path == str(out)

@@ -14,7 +14,6 @@ from workbench.errors import LedgerError, ParamError, UnknownName
 from workbench.ledger import Ledger
 from workbench.notebook_actions import ParamGrid, ensure_model, expand_configs
 from workbench.notebook_ui import Panel, in_batch, ledger_path, parse_list
-from workbench.sweep import notebooks_dir
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 MiB = 1 << 20
@@ -60,8 +59,10 @@ def test_notebook_has_one_parameters_cell_and_a_known_kernel(name):
     assert len(tagged) == 1
     assert {"ledger_path", "campaign", "autorun"} <= set(papermill.inspect_notebook(str(NOTEBOOKS / name)))
     assert nb.metadata.kernelspec.name == "python3"
-    # The package ships the same notebooks (links in a checkout, copies in a wheel).
-    assert (notebooks_dir() / name).read_bytes() == (NOTEBOOKS / name).read_bytes()
+    # The package ships the same notebooks (links in a checkout, copies in a wheel): check the
+    # package's own copy, not notebooks_dir(), which in a checkout is notebooks/ itself.
+    shipped = Path(__file__).resolve().parent.parent / "workbench" / "notebooks" / name
+    assert shipped.read_bytes() == (NOTEBOOKS / name).read_bytes()
 
 
 def test_load_sweep_notebook_records_attempts_and_draws(space, tmp_path):

@@ -78,6 +78,7 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
     path = os.fspath(path)
     tmp = path + ".partial"
     try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # `synth data/models/m.gguf` in a fresh clone
         if format == "gguf":
             _write_gguf(tmp, specs, meta, alignment, seed)
         else:
