@@ -242,3 +242,16 @@ def test_report_writes_offline_html_and_history(space, tmp_path):
     assert '<table id="attempts">' in page and "<b>Campaign</b>" in page
     md = paths.markdown.read_text()
     assert md.count("\n1. ") == 1 and "## Attempt history" in md and "| attempt | change |" in md
+
+
+def test_key_ceilings_of_a_campaign_from_two_hosts_keep_each_hosts_walls():
+    # Found in review: with "host:" prefixes, cold read, page cache and memcpy walls vanished.
+    import pandas as pd
+
+    from workbench.ledger.figures import key_ceilings
+
+    frame = pd.DataFrame({"name": ["a:cold_read_buffered_1t", "b:cold_read_buffered_1t", "b:cold_read_direct_2t",
+                                   "a:page_cache_read_2t", "a:memcpy", "b:h2d_cuda_pinned", "b:h2d_cuda_registered"],
+                          "gbps": [1.0, 2.0, 3.0, 9.0, 4.0, 5.0, 6.0]})
+    assert key_ceilings(frame) == {"a:cold_read_buffered_1t": 1.0, "b:cold_read_direct_2t": 3.0,
+                                   "a:page_cache_read_2t": 9.0, "a:memcpy": 4.0, "b:h2d_cuda_pinned": 5.0}

@@ -81,12 +81,15 @@ def key_ceilings(ceilings: pd.DataFrame | None) -> dict[str, float]:
     if ceilings is None or ceilings.empty:
         return {}
     walls: dict[str, float] = {}
+    # Names may carry a "host:" prefix (a campaign from several machines): match the wall after it,
+    # and pick the best per host so one machine's wall never stands in for another's.
+    host = ceilings["name"].str.rpartition(":")[0]
+    wall = ceilings["name"].str.rpartition(":")[2]
     for prefix in ("cold_read_", "page_cache_read_", "memcpy"):
-        rows = ceilings[ceilings["name"].str.startswith(prefix)]
-        if not rows.empty:
+        for _, rows in ceilings[wall.str.startswith(prefix)].groupby(host[wall.str.startswith(prefix)]):
             best = rows.loc[rows["gbps"].idxmax()]
             walls[str(best["name"])] = float(best["gbps"])
-    h2d = ceilings[ceilings["name"].str.contains(r"h2d_.*_(?:pageable|pinned)$")]
+    h2d = ceilings[wall.str.contains(r"^h2d_.*_(?:pageable|pinned)$")]
     walls.update({str(n): float(g) for n, g in zip(h2d["name"], h2d["gbps"])})
     return walls
 
