@@ -68,7 +68,11 @@ def measure_h2d(device: str = "host", sizes: Sequence[int] = (4 * MiB, 32 * MiB)
                 for path in paths:
                     if progress:
                         progress(f"{path} {size // MiB} MiB")
-                    results.append(_measure_one(dev, device, path, size, repeats, scratch))
+                    try:
+                        results.append(_measure_one(dev, device, path, size, repeats, scratch))
+                    except (WorkbenchError, OSError, ValueError, BufferError) as exc:
+                        # one path failing (a driver refusal, say) is a result, not the end of the bench
+                        results.append(H2DResult(path, size, device, skipped=f"failed: {exc}"))
     finally:
         os.unlink(scratch)
     return results
@@ -199,10 +203,20 @@ def record_h2d(results: Sequence[H2DResult], ledger: Any = None, *, campaign: st
     """
     from workbench.io.envinfo import collect_environment, host_id
     from workbench.measure.runner import open_ledger
-    from workbench.measure.stats import judge, summarize
 
     store = open_ledger(ledger)
-    environment = collect_environment(directory=tempfile.gettempdir())
+    try:
+        return _record(results, store, campaign, hypothesis, collect_environment(directory=tempfile.gettempdir()),
+                       host_id())
+    finally:
+        if store is not ledger:  # opened here, so closed here (one per Run press in a notebook)
+            store.close()
+
+
+def _record(results: Sequence[H2DResult], store: Any, campaign: str, hypothesis: str, environment: dict,
+            host: str) -> list[str]:
+    from workbench.measure.stats import judge, summarize
+
     ids, bases = [], {}
     for r in sorted(results, key=lambda r: (r.size, r.path != "heap")):
         runs = _run_records(r)
@@ -210,7 +224,7 @@ def record_h2d(results: Sequence[H2DResult], ledger: Any = None, *, campaign: st
         base_id, base_stats = bases.get(r.size, (None, None))
         attempt_id = store.start_attempt(
             campaign=campaign, config=_config(r), cache="warm" if r.path in FILE_PATHS else "asis",
-            hypothesis=hypothesis, environment=environment, host=host_id(),
+            hypothesis=hypothesis, environment=environment, host=host,
             file_identity={"path": "(scratch file, deleted)", "size": r.size})
         for run in runs:
             store.add_run(attempt_id, run)
