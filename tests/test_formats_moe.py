@@ -116,3 +116,12 @@ def test_safetensors_package_written_file(tmp_path):
 def test_dense_models_have_no_blobs(tmp_path):
     for fmt in ("gguf", "safetensors"):
         assert not write_synthetic(tmp_path / f"d.{fmt}", format=fmt, layout="dense", size=1 << 20).blobs
+
+
+def test_mixtral_expert_names_are_grouped_like_the_rest():
+    # block_sparse_moe.experts.E.w1|w3|w2 are gate|up|down (found in review: Mixtral read as dense)
+    tensors = [st_tensor(f"model.layers.3.block_sparse_moe.experts.{e}.{w}.weight", 1000 * (3 * e + k))
+               for e in range(4) for k, w in enumerate(("w1", "w3", "w2"))]
+    tensors.append(st_tensor("model.layers.3.block_sparse_moe.gate.weight", 99_000))  # the router
+    blobs = group_safetensors_experts(tensors)
+    assert sorted((b.layer, b.name, b.n_experts) for b in blobs) == [(3, "down", 4), (3, "gate", 4), (3, "up", 4)]

@@ -124,6 +124,12 @@ def test_baseline_attempt_from_the_ledger(model: str, ledger: Ledger, locks: str
     assert second.baseline_id == first.attempt_id
     assert second.verdict in ("faster", "slower", "inconclusive")
     assert second.speedup == pytest.approx(first.stats.median_s / second.stats.median_s)
+    assert "differs" not in (second.notes or "")
+    # a baseline from another cache state still compares, but says what differs (found in review)
+    (third,) = measure([RunConfig(model, "mmap")], runs=2, cache="cold", ledger=ledger, lock_dir=locks,
+                       baseline=first.attempt_id)
+    assert f"baseline {first.attempt_id[:8]} differs: cache 'warm' vs 'cold'" in third.notes
+    assert "differs" in ledger.attempt(third.attempt_id)["notes"]
 
 
 def test_unreachable_cold_state_is_not_labelled_cold(ledger: Ledger, locks: str) -> None:

@@ -5,8 +5,10 @@ Two layouts exist in the wild:
 * GGUF stacks all experts of a (layer, projection) into one tensor, ``blk.N.ffn_gate_exps.weight``
   with numpy shape ``(n_experts, rows, cols)``; expert ``e`` is the byte range
   ``offset + e * stride`` of length ``stride = nbytes / n_experts``, so the blob is contiguous.
-* safetensors stores one tensor per expert (``model.layers.N.mlp.experts.E.gate_proj.weight``);
-  where they lie in the file is up to the writer, so contiguity and stride are measured.
+* safetensors stores one tensor per expert (``model.layers.N.mlp.experts.E.gate_proj.weight``, or
+  Mixtral's ``block_sparse_moe.experts.E.w1|w3|w2``); where they lie in the file is up to the writer,
+  so contiguity and stride are measured. (Stacked safetensors experts, ``experts.gate_up_proj``
+  without an index, are not recognised yet and index as dense tensors.)
 
 Blob names are the projection (``gate``, ``up``, ``down``, ``gate_up``), the same for both formats;
 a non-weight companion tensor (e.g. ``.weight_scale_inv``) gets its own blob named after its suffix.
@@ -22,6 +24,9 @@ from workbench.formats.index import ExpertBlob, TensorInfo
 
 _GGUF_EXPS = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down|gate_up)_exps\.weight$")
 _ST_EXPERT = re.compile(r"(?:^|\.)layers\.(\d+)\..*?experts\.(\d+)\..*?(gate|up|down|gate_up)_proj(.*)$")
+# Mixtral's naming: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down)
+_ST_MIXTRAL = re.compile(r"(?:^|\.)layers\.(\d+)\..*?experts\.(\d+)\.(w1|w2|w3)(\..*|)$")
+_MIXTRAL_NAMES = {"w1": "gate", "w3": "up", "w2": "down"}
 
 
 def group_gguf_experts(path: str, tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:
@@ -46,11 +51,11 @@ def group_safetensors_experts(tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob
     """Group per-expert tensors by (layer, projection), in expert order, and measure their layout."""
     groups: dict[tuple[int, str], list[tuple[int, TensorInfo]]] = defaultdict(list)
     for t in tensors:
-        m = _ST_EXPERT.search(t.name)
+        m = _ST_EXPERT.search(t.name) or _ST_MIXTRAL.search(t.name)
         if m is None:
             continue
-        suffix = m.group(4)
-        name = m.group(3) if suffix in ("", ".weight") else f"{m.group(3)}{suffix}"
+        proj, suffix = _MIXTRAL_NAMES.get(m.group(3), m.group(3)), m.group(4)
+        name = proj if suffix in ("", ".weight") else f"{proj}{suffix}"
         groups[(int(m.group(1)), name)].append((int(m.group(2)), t))
     blobs = [_measure_blob(layer, name, sorted(members, key=lambda et: et[0]))
              for (layer, name), members in groups.items()]

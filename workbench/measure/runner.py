@@ -245,13 +245,25 @@ class _Session:
         from workbench.measure.bounds import bounding_ceiling, host_ceilings
 
         stats = [_summarize(r) for r in self.runs]
+        self.baseline_note = ""
         if baseline is None:
             base_stats, baseline_id = stats[0], self.ids[0]
         else:
             baseline_id = baseline
+            self.baseline_note = self._baseline_mismatch(baseline)
         walls = host_ceilings(self.ledger)
         return [self._finish_one(i, stats[i], base_stats, baseline_id, walls, bounding_ceiling)
                 for i in range(len(self.configs))]
+
+    def _baseline_mismatch(self, baseline: str) -> str:
+        """What differs between a ledger baseline and this measurement (file, cache, device), if anything:
+        a verdict against a baseline taken on another file or cache state compares two different things."""
+        base = self.ledger.attempt(baseline)
+        config = self.configs[0]
+        ours = {"file": _identity(config.file).get("hash"), "cache": self.cache, "device": config.device}
+        theirs = {"file": base.get("file_hash"), "cache": base.get("cache"), "device": base.get("device")}
+        diff = [f"{k} {theirs[k]!r} vs {ours[k]!r}" for k in ours if theirs[k] and ours[k] and theirs[k] != ours[k]]
+        return f"baseline {baseline[:8]} differs: {', '.join(diff)}" if diff else ""
 
     def _finish_one(self, i: int, stats: AttemptStats, base_stats: AttemptStats | None,
                     baseline_id: str | None, walls: dict[str, float], bound: Any) -> AttemptResult:
@@ -261,6 +273,8 @@ class _Session:
         is_base = baseline_id == self.ids[i]
         speedup, verdict, note = decide(stats, runs, base_stats, is_base)
         label = cache_label(self.cache, runs)
+        if self.baseline_note and not is_base:
+            note = "; ".join(filter(None, [note, self.baseline_note]))
         if label != cache_label(self.cache, runs[:1]):
             note = "; ".join(filter(None, [note, f"cache state: {label}"]))
         wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs))

@@ -1,7 +1,8 @@
 """``lanes``: lane-parallel pread. Tensors (big ones cut into ``chunk_mib`` pieces) are read by
 ``threads`` lanes into fresh staging heap buffers; the loading thread uploads the pieces in file order
 as they complete (uploads from the main thread, so phase times stay meaningful: ``read`` is time spent
-waiting for lanes). Eviction follows the policy and only the policy: the seed's parallel reader called
+waiting for lanes — with ``upload=pinned`` it also holds waits for copies that free staging, since the
+loading thread does those while it waits). Eviction follows the policy and only the policy: the seed's parallel reader called
 DONTNEED on every segment unconditionally and re-read the whole model from disk on every restart."""
 from __future__ import annotations
 
