@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import time
 
 import numpy as np
 import pytest
@@ -62,7 +63,7 @@ def test_half_warm_keeps_the_same_pages(model, mode):
     for off in (0, 40, 41, 150, 299):
         warm_file(path, off * PS, 7 * PS)
     warm_file(path, 300 * PS)  # the partial last page
-    before = resident_map(path)
+    before = settled_map(path)
     assert 0 < before.sum() < before.size
     assert _read_all(path, mode) == data
     assert np.array_equal(resident_map(path), before)
@@ -72,15 +73,28 @@ def test_half_warm_keeps_the_same_pages(model, mode):
 def test_subranges(model, mode, start, end):
     path, data = model
     warm_file(path, 100 * PS, 10 * PS)
-    before = resident_map(path)
+    before = settled_map(path)
     assert _read_all(path, mode, start, end, chunk=3 * PS + 5) == data[start:end]
     assert np.array_equal(resident_map(path), before)
+
+
+def settled_map(path, timeout=3.0):
+    """resident_map once the cache stops changing: an ordinary read's own async readahead may still
+    be landing, and its pages must not count as ours (CI once caught exactly that)."""
+    deadline, last = time.monotonic() + timeout, resident_map(path)
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = resident_map(path)
+        if np.array_equal(now, last):
+            return now
+        last = now
+    return last
 
 
 def test_early_stop_still_restores(model):
     path, _ = model
     warm_file(path, 0, 3 * PS)  # ordinary read: leaves a readahead marker behind
-    before = resident_map(path)
+    before = settled_map(path)
     for _offset, _data in iter_untouched(path, chunk=16 * PS, mode="buffered"):
         break
     assert np.array_equal(resident_map(path), before)
@@ -111,7 +125,7 @@ def test_range_checksums(model, mode):
     ranges = [(200 * PS + 3, 5000), (0, 10), (1152, 4096 * 3), (SIZE - 1, 1), (77, 0), (1152, 100),
               (150 * PS, 40 * PS)]  # unsorted, one overlap, one empty
     warm_file(path, 0, 20 * PS)
-    before = resident_map(path)
+    before = settled_map(path)
     got = range_checksums(path, ranges, mode=mode)
     assert got == [xxhash.xxh3_64(data[o:o + n]).hexdigest() for o, n in ranges]
     assert np.array_equal(resident_map(path), before)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping
@@ -143,7 +144,8 @@ def _text(value: Any) -> str:
     return str(value).strip("\0 ")
 
 
-_current = threading.local()  # which ordinal each thread last made current, per backend
+_current = threading.local()  # which device instance each thread last made current, per backend
+_instances = itertools.count()  # never reused, unlike id(): a new device always sets itself current
 
 
 class GpuDevice(Device):
@@ -171,6 +173,7 @@ class GpuDevice(Device):
 
     def __init__(self, ordinal: int = 0, module: Any = None):
         self.ordinal, self.label = ordinal, f"{self.name}:{ordinal}"
+        self._instance = next(_instances)
         self.module = module if module is not None else self.load_module()
         count = self._call("device_count")
         if not 0 <= ordinal < count:
@@ -189,9 +192,9 @@ class GpuDevice(Device):
 
     def _use(self) -> None:
         """Make this ordinal current on the calling thread (the runtime's current device is per thread)."""
-        if getattr(_current, self.name, None) != (id(self.module), self.ordinal):
+        if getattr(_current, self.name, None) != self._instance:
             self._call("set_device", self.ordinal)
-            setattr(_current, self.name, (id(self.module), self.ordinal))
+            setattr(_current, self.name, self._instance)
 
     def _kind(self, direction: str) -> Any:
         p = self.runtime.prefix
