@@ -1,0 +1,96 @@
+"""A ledger written before the layer move (issue 8) still opens, lists, shows, exports and reports.
+
+``fixtures/ledger-pre-arch.sqlite`` and its exports in ``fixtures/ledger-pre-arch/`` were made by the
+code of commit 781c8a0 (``fixtures/make_ledger_pre_arch.py``): baselines, a kept verdict, a failed
+worker, an unverified run, a cold state tmpfs could not reach, an external engine that worked and one
+that did not, ceilings and an H2D campaign. Today's code must read it and export the same bytes.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from workbench.cli import main
+from workbench.ledger import Ledger, export_csv, export_markdown
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+EXPORTED = FIXTURES / "ledger-pre-arch"
+CAMPAIGNS = ("pre-arch", "h2d")
+
+
+@pytest.fixture
+def old_ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "old.sqlite"
+    shutil.copyfile(FIXTURES / "ledger-pre-arch.sqlite", path)  # opening switches it to WAL
+    return path
+
+
+def attempt_ids(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return [row[0] for row in conn.execute("SELECT id FROM attempts ORDER BY created, id")]
+
+
+def invoke(path: Path, *args: str):
+    out = CliRunner().invoke(main, ["ledger", "--ledger", str(path), *args], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    return out.output
+
+
+def test_old_ledger_lists_every_attempt(old_ledger):
+    ids = attempt_ids(old_ledger)
+    assert len(ids) == 11
+    lines = invoke(old_ledger, "list").splitlines()[1:]
+    assert [line.split()[0] for line in lines] == [i[:8] for i in ids]
+    assert all("fixture-rig" in line for line in lines)
+    assert sum(" kept" in line for line in lines) == 1 and sum(line.endswith("failed") for line in lines) == 2
+
+
+def test_old_ledger_shows_every_attempt_with_its_runs(old_ledger):
+    with Ledger(old_ledger) as ledger:
+        runs = ledger.runs()
+    for attempt_id in attempt_ids(old_ledger):
+        shown = invoke(old_ledger, "show", attempt_id[:8])
+        n = int((runs["attempt_id"] == attempt_id).sum())
+        assert attempt_id in shown and f"runs ({n}):" in shown
+
+
+@pytest.mark.parametrize("campaign", CAMPAIGNS)
+def test_old_ledger_exports_the_same_bytes(old_ledger, tmp_path, campaign):
+    with Ledger(old_ledger) as ledger:
+        attempts_csv, runs_csv = export_csv(ledger, tmp_path / f"{campaign}.csv", campaign)
+        markdown = export_markdown(ledger, tmp_path / f"{campaign}.md", campaign)
+    for path in (attempts_csv, runs_csv, markdown):
+        assert path.read_text() == (EXPORTED / path.name).read_text(), path.name
+    cli = tmp_path / "cli"
+    invoke(old_ledger, "export", "--csv", str(cli), "--markdown", str(cli / "t.md"), "--campaign", campaign)
+    assert (cli / "t.md").read_text() == (EXPORTED / f"{campaign}.md").read_text()
+
+
+def test_old_ledger_reports(old_ledger, tmp_path):
+    from workbench.report import write_report
+
+    with Ledger(old_ledger) as ledger:
+        paths = write_report(ledger, "pre-arch", tmp_path / "report")
+    table = (EXPORTED / "pre-arch.md").read_text().strip()
+    assert table in paths.markdown.read_text()
+    assert "kept" in paths.html.read_text() and paths.attempts_csv.is_file() and paths.runs_csv.is_file()
+
+
+def test_old_runs_read_back_as_records(old_ledger):
+    from workbench.measure.stats import summarize
+
+    with Ledger(old_ledger) as ledger:
+        attempts = ledger.attempts("pre-arch")
+        for a in attempts.to_dict("records"):
+            runs = ledger.run_records(a["id"])
+            assert len(runs) == a["n"] + a["n_failed"]
+            again = summarize(runs, max((r.bytes for r in runs if r.ok), default=0))
+            assert (again.n, again.n_failed, again.median_s) == (a["n"], a["n_failed"], ledger.attempt_stats(a["id"]).median_s)
+        raw = [json.loads(r) for (r,) in sqlite3.connect(old_ledger).execute("SELECT result FROM runs")]
+    assert any("cache_error" in r for r in raw) and any("marker_line" in r for r in raw)
+    assert any(r.get("verify") is None and "timings" in r for r in raw)
