@@ -57,8 +57,8 @@ def bench_overhead(model: Path, runs: int, ledger: Path) -> list[str]:
                      campaign="bench-overhead")
     elapsed = time.perf_counter() - t0
     ok = [r for r in res.runs if r.ok]
-    timing = lambda key: [float(r.result["timings"][key]) for r in ok]  # noqa: E731
-    exits = [r.wall_s - float(r.result["timings"]["startup_s"]) - float(r.result["timings"]["total_s"])
+    timing = lambda key: [float(getattr(r.report.timings, key)) for r in ok]  # noqa: E731
+    exits = [r.wall_s - float(r.report.timings.startup_s) - float(r.report.timings.total_s)
              for r in ok]
     waited = sum(r.lock_wait_s for r in res.runs)
     parent = (elapsed - sum(r.wall_s or 0.0 for r in res.runs) - waited) / runs
@@ -109,8 +109,8 @@ def bench_sweep(model: Path, runs: int, cache: str, ledger: Path) -> list[str]:
 
 def _breakdown(runs: Sequence[Any]) -> str:
     """Median ms of each part of wall − load: start-up, imports, init, verification, the rest."""
-    parts = {k: [float(r.result["timings"][f"{k}_s"]) for r in runs] for k in ("startup", "import", "init", "verify")}
-    rest = [run_overhead(r) - sum(float(r.result["timings"][f"{k}_s"]) for k in parts) for r in runs]
+    parts = {k: [float(getattr(r.report.timings, f"{k}_s")) for r in runs] for k in ("startup", "import", "init", "verify")}
+    rest = [run_overhead(r) - sum(float(getattr(r.report.timings, f"{k}_s")) for k in parts) for r in runs]
     named = {**parts, "teardown + exit": rest}
     return ", ".join(f"{k} {statistics.median(v) * 1e3:.0f}" for k, v in named.items())
 

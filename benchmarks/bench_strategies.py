@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         results = measure(configs, runs=args.runs, cache=cache, ledger=ledger, campaign=campaign,
                           hypothesis="strategy sweep against the machine's ceilings", progress=_say)
         ok = next((r for a in results for r in a.runs if r.ok), None)
-        device_info = device_info or (ok.result.get("device_info") if ok else None)
+        device_info = device_info or (dict(ok.report.device_info) if ok else None)
         sections += ["", f"## {cache}", "", markdown_table(ledger, campaign)]
         _emit(args.out, head, sections, f"{_machine(env, device_info)}; total wall "
               f"{time.perf_counter() - t0:.0f} s so far")

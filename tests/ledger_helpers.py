@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.ledger import Ledger
-from workbench.measure.records import AttemptStats, RunConfig, RunRecord
+from workbench.records import (
+    AttemptStats, Engaged, LoadSummary, RunConfig, RunRecord, Timings, VerifySummary, WorkerReport,
+)
 from workbench.measure.stats import judge, summarize
 
 NBYTES = 3 << 20
@@ -19,8 +21,27 @@ def make_run(position: int, load_s: float | None, *, error: str | None = None, v
         resident_before=0.0, cache_state="cold", cache_reached=cache_reached, verified=verified,
         engaged=("zero_copy: 3/3 tensors — ON",), phases={"read": 0.01, "upload": 0.002},
         minflt=10 + position, majflt=position, lock_wait_s=0.001, error=error,
-        result={"strategy": "pread", "tensors": 3},
+        report=make_report(position, load_s, verified, cache_reached),
     )
+
+
+def make_report(position: int, load_s: float | None, verified: bool | None, cache_reached: bool) -> WorkerReport:
+    """What a worker (or, for a failed run, only the runner) reported about one run."""
+    cache_error = None if cache_reached else "the page cache stayed warm"
+    if load_s is None:
+        return WorkerReport(cache_error=cache_error)
+    load = LoadSummary(
+        strategy="mmap", params={"evict": None, "gate": None}, device="host", bytes=NBYTES, n_tensors=3,
+        load_s=load_s - 0.001, gbps=NBYTES / load_s / 1e9, phases={"read": 0.01, "upload": 0.002, "index": 0.001},
+        minflt=10 + position, majflt=position, evict=False, evict_source="device-discrete",
+        engaged=(Engaged("zero_copy", 3, 3),))
+    verify = None if verified is None else VerifySummary(verified, 3, 3, 0 if verified else 1,
+                                                          None if verified else "blk.0.w")
+    return WorkerReport(
+        pid=1000 + position, device_info={"backend": "host", "name": "host memory"}, file="/models/tiny.gguf",
+        strategy="mmap", device="host", load_s=load_s, init_s=0.002, index_s=0.001, verify_s=0.004, load=load,
+        verified=verified, verify=verify, resident_after=1.0, cache_error=cache_error,
+        timings=Timings(0.05, 0.1, 0.002, load_s, 0.004, 0.2 + load_s, ("gguf",)))
 
 
 def record_attempt(led: Ledger, strategy: str, times: list[float | None], *, campaign: str = "c",

@@ -8,6 +8,7 @@ import pytest
 from workbench.ledger import Ledger
 from workbench.measure.bounds import bounding_ceiling, host_ceilings
 from workbench.measure.ceilings import measure_ceilings, thread_counts
+from workbench.records import LoadPath
 
 MiB = 1 << 20
 
@@ -51,8 +52,9 @@ def test_ceilings_land_in_the_ledger_and_bound_attempts(tmp_path: Path, isolated
     write_synthetic(model, format="gguf", layout="dense", size=512 << 10)
     (res,) = measure([RunConfig(str(model), "pread")], runs=1, cache="warm", ledger=ledger,
                      lock_dir=tmp_path / "locks")
-    assert res.runs[0].result["result"]["path"] == {"readers": 1, "copy_from": "pageable", "direct": False}
-    want = bounding_ceiling(stored, "warm", "host", res.runs[0].result["result"]["path"])
+    path = res.runs[0].report.load.path
+    assert path == LoadPath(readers=1, copy_from="pageable", direct=False)
+    want = bounding_ceiling(stored, "warm", "host", path)
     assert (res.ceiling_name, res.ceiling_gbps) == pytest.approx(want)
     assert res.ceiling_fraction == pytest.approx(res.stats.gbps / res.ceiling_gbps)
     assert ledger.attempt(res.attempt_id)["ceiling_name"] == res.ceiling_name
@@ -79,4 +81,5 @@ WALLS = {"cold_read_buffered_1t": 1.7, "cold_read_buffered_4t": 2.0, "cold_read_
     ("asis", {"readers": 1}, None),
 ])
 def test_bounding_wall_follows_what_the_load_did(state, path, want) -> None:
-    assert bounding_ceiling(WALLS, state, "cuda:0", path) == want
+    load_path = None if path is None else LoadPath.from_json(path)
+    assert bounding_ceiling(WALLS, state, "cuda:0", load_path) == want

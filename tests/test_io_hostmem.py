@@ -42,4 +42,4 @@ def test_runner_records_memory_reported_around_each_run(tmp_path, monkeypatch):
     monkeypatch.setattr(hostmem, "reported_kib", lambda: next(counter))
     (res,) = measure([RunConfig(str(model), "pread")], runs=2, cache="asis",
                      ledger=Ledger(tmp_path / "l.sqlite"), lock_dir=tmp_path / "locks")
-    assert [r.result["host_memory_reported_mib"] for r in res.runs] == [2.0, 2.0]
+    assert [r.report.host_memory_reported_mib for r in res.runs] == [2.0, 2.0]

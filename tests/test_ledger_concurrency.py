@@ -5,7 +5,7 @@ import multiprocessing
 
 from ledger_helpers import make_run
 from workbench.ledger import Ledger
-from workbench.measure.records import RunConfig
+from workbench.records import RunConfig
 
 RUNS_EACH = 200
 

@@ -82,7 +82,7 @@ def test_markdown_of_nothing_says_so(tmp_path, campaign):
 
 def test_markdown_says_when_cache_was_not_reached_and_why_it_failed(tmp_path):
     from ledger_helpers import NBYTES, make_run
-    from workbench.measure.records import RunConfig
+    from workbench.records import RunConfig
     from workbench.measure.stats import summarize
 
     with Ledger(tmp_path / "l.sqlite") as led:
@@ -100,7 +100,7 @@ def test_markdown_says_when_cache_was_not_reached_and_why_it_failed(tmp_path):
 def test_markdown_shows_a_fast_path_that_did_not_engage_as_inert(tmp_path) -> None:
     import dataclasses
 
-    from workbench.measure.records import RunConfig
+    from workbench.records import RunConfig
     from workbench.measure.stats import summarize
 
     with Ledger(tmp_path / "l.sqlite") as led:

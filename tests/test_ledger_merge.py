@@ -6,7 +6,7 @@ import pytest
 from ledger_helpers import fill_ledger, record_attempt
 from workbench.errors import LedgerError
 from workbench.ledger import RUNNING, Ledger
-from workbench.measure.records import RunConfig
+from workbench.records import RunConfig
 
 
 def test_merge_twice_adds_nothing_the_second_time(tmp_path):

@@ -94,3 +94,20 @@ def test_old_runs_read_back_as_records(old_ledger):
         raw = [json.loads(r) for (r,) in sqlite3.connect(old_ledger).execute("SELECT result FROM runs")]
     assert any("cache_error" in r for r in raw) and any("marker_line" in r for r in raw)
     assert any(r.get("verify") is None and "timings" in r for r in raw)
+
+
+def test_every_stored_result_reads_back_typed_with_the_same_keys(old_ledger):
+    """The typed worker report writes exactly what ledgers have always held in ``runs.result``."""
+    from workbench.records import RunRecord, WorkerReport
+
+    with Ledger(old_ledger) as ledger:
+        rows = ledger.runs().to_dict("records")
+    for row in rows:
+        assert WorkerReport.from_json(row["result"]).to_json() == row["result"]
+        run = RunRecord.from_json(row)
+        assert run.to_json()["result"] == row["result"] and run.position == row["position"]
+    reports = [RunRecord.from_json(row).report for row in rows]
+    assert sum(r.load is not None for r in reports) == 13 and sum(r.external is not None for r in reports) == 3
+    loaded = next(r for r in reports if r.load is not None and r.verify is not None)
+    assert loaded.verify.ok and loaded.load.path.readers >= 1 and loaded.timings.window_s > 0
+    assert any(r.cache_error and "tmpfs" in r.cache_error for r in reports)

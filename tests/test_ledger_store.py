@@ -11,7 +11,7 @@ import pytest
 from ledger_helpers import NBYTES, fill_ledger, make_run, record_attempt
 from workbench.errors import LedgerError
 from workbench.ledger import RUNNING, Ledger
-from workbench.measure.records import RunConfig
+from workbench.records import RunConfig
 
 
 def test_round_trip_of_runs_and_stats(tmp_path):
@@ -100,7 +100,7 @@ def test_runs_survive_a_runner_that_dies(tmp_path):
         sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
         from ledger_helpers import make_run
         from workbench.ledger import Ledger
-        from workbench.measure.records import RunConfig
+        from workbench.records import RunConfig
         led = Ledger({str(path)!r})
         a = led.start_attempt(campaign="crash", config=RunConfig("/m", "pread"), cache="warm",
                               file_identity=None, environment=None, device_info=None)
@@ -143,7 +143,7 @@ def test_campaigns_listed_with_counts(tmp_path):
 def test_finish_replaces_the_cache_label_the_first_run_gave(tmp_path):
     # Found in review: the first run reached cold, the other four did not; the column kept "cold".
     from ledger_helpers import NBYTES, make_run
-    from workbench.measure.records import RunConfig
+    from workbench.records import RunConfig
     from workbench.measure.stats import summarize
 
     with Ledger(tmp_path / "l.sqlite") as led:

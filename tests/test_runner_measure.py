@@ -146,7 +146,7 @@ def test_unreachable_cold_state_is_not_labelled_cold(ledger: Ledger, locks: str)
     finally:
         path.unlink()
     run = res.runs[0]
-    assert run.ok and not run.cache_reached and "tmpfs" in run.result["cache_error"]
+    assert run.ok and not run.cache_reached and "tmpfs" in run.report.cache_error
     assert res.cache.startswith("asis(unreachable: cold")
     assert ledger.attempt(res.attempt_id)["cache"].startswith("asis(unreachable: cold")
 
@@ -165,7 +165,7 @@ def test_interrupted_measurement_keeps_its_runs(model: str, ledger: Ledger, lock
 
 def test_verdict_rules() -> None:
     from workbench.measure.attempt import decide
-    from workbench.measure.records import AttemptStats, RunRecord
+    from workbench.records import AttemptStats, RunRecord
 
     def run(load: float | None, verified: bool | None = True, error: str | None = None) -> RunRecord:
         return RunRecord(0, 1, load, 1.0, 10, 0.0, "cold", True, verified, error=error)

@@ -37,6 +37,10 @@ def test_worker_prints_one_json_result(model: str, isolated_cache: Path) -> None
     assert data["result"]["phases"]["index"] == data["index_s"]
     assert data["device_info"]["backend"] == "host" and 0 <= data["resident_after"] <= 1
     assert data["timings"]["window_imports"] == []  # nothing imported inside the timed window
+    from workbench.records import WorkerReport
+
+    report = WorkerReport.from_json(data)  # the spawner's side of the same message
+    assert report.to_json() == data and report.verify.ok and report.load.bytes == data["result"]["bytes"]
 
 
 def test_worker_without_verification(model: str, isolated_cache: Path) -> None:

@@ -6,7 +6,7 @@ import statistics
 import pytest
 
 from ledger_helpers import NBYTES, make_run
-from workbench.measure.records import AttemptStats
+from workbench.records import AttemptStats
 from workbench.measure.stats import judge, stability_warning, summarize
 
 

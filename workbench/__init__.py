@@ -20,7 +20,7 @@ from workbench.formats.synth import write_synthetic
 from workbench.io.pagecache import evict_file_pages, prepare, resident_fraction, warm_file
 from workbench.io.policy import resolve_eviction
 from workbench.ledger import Ledger
-from workbench.measure.records import AttemptStats, RunConfig, RunRecord
+from workbench.records import AttemptStats, RunConfig, RunRecord
 from workbench.measure.runner import measure
 from workbench.registry import Availability
 from workbench.strategies import STRATEGIES, Engaged, LoadResult, Placement, Strategy, get_strategy

@@ -19,8 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from workbench.errors import WorkbenchError
-
-MiB = 1 << 20
+from workbench.records import MiB
 PATHS = ("heap", "mmap_warm_pte", "mmap_cold_pte", "pread_copy", "pinned_staging", "registered")
 STAGING_CHUNK = 4 * MiB
 FILE_PATHS = {"mmap_warm_pte", "mmap_cold_pte", "pread_copy", "pinned_staging"}
@@ -244,14 +243,14 @@ def _record(results: Sequence[H2DResult], store: Any, campaign: str, hypothesis:
 
 
 def _config(r: H2DResult) -> Any:
-    from workbench.measure.records import RunConfig
+    from workbench.records import RunConfig
 
     return RunConfig(file="(scratch)", strategy=f"h2d:{r.path}", params={"size": r.size},
                      device=r.device, label=f"{r.path} {r.size / MiB:g} MiB")
 
 
 def _run_records(r: H2DResult) -> list[Any]:
-    from workbench.measure.records import RunRecord
+    from workbench.records import RunRecord
 
     cache = "warm" if r.path in FILE_PATHS else "asis"
     if r.skipped:

@@ -14,8 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from workbench.errors import ParamError, WorkbenchError
 from workbench.notebook_ui import Panel, data_root, ledger_path, parse_list, results_html
-
-MiB = 1 << 20
+from workbench.records import MiB
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
 
@@ -56,7 +55,7 @@ def resolve_file(file: str) -> Path:
 def expand_configs(file: str | os.PathLike[str], strategies: Sequence[str],
                    params: Mapping[str, Mapping[str, Any]], device: str) -> list[Any]:
     """Every strategy × its parameter grid (lists → cartesian product) as RunConfigs, in order."""
-    from workbench.measure.records import RunConfig
+    from workbench.records import RunConfig
     from workbench.strategies import STRATEGIES
 
     if not strategies:
@@ -117,7 +116,7 @@ def load_sweep_panel(*, file: str, strategies: Sequence[str], params: Mapping[st
     """The panel of notebook 01: file, strategies, their parameters, cache states, runs, device."""
     import ipywidgets as w
 
-    from workbench.measure.records import CACHE_STATES
+    from workbench.records import CACHE_STATES
     from workbench.strategies import STRATEGIES
 
     models = sorted(str(p) for p in (data_root() / "models").glob("*") if p.suffix in (".gguf", ".safetensors"))

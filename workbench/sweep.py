@@ -322,7 +322,7 @@ def _execute_point(sweep: Sweep, point: SweepPoint, out: Path, injected: Mapping
 def _record_failed_point(sweep: Sweep, outcome: PointOutcome, ledger_path: Path) -> str:
     """A failed point becomes a failed attempt in the ledger: its numbers are results too."""
     from workbench.ledger import Ledger
-    from workbench.measure.records import AttemptStats, RunConfig, RunRecord
+    from workbench.records import AttemptStats, RunConfig, RunRecord
 
     params = json.loads(json.dumps(dict(outcome.point.params), default=str))
     caches = params.get("caches") or [params.get("cache") or "asis"]

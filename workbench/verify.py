@@ -13,6 +13,7 @@ import xxhash
 
 from workbench.errors import VerificationError
 from workbench.formats.index import TensorIndex
+from workbench.records import VerifySummary
 from workbench.strategies.base import Placement
 from workbench.upload.base import Device
 
@@ -33,6 +34,11 @@ class VerifyReport:
     def to_json(self) -> dict:
         return {"ok": self.ok, "checked": self.checked, "total": self.total, "mismatches": self.mismatches,
                 "first_mismatch": self.first_mismatch, "detail": self.detail}
+
+    def summary(self) -> VerifySummary:
+        """What a worker reports across its process boundary: the keys ledgers have always stored
+        (``detail`` is for in-process callers)."""
+        return VerifySummary(self.ok, self.checked, self.total, self.mismatches, self.first_mismatch)
 
     def raise_for_mismatch(self, path: str) -> None:
         """Raise VerificationError naming the first mismatching tensor, if any."""

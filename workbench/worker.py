@@ -22,6 +22,7 @@ import time
 _T_ENTRY = time.monotonic()  # before the workbench imports, to separate interpreter from import time
 
 import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -29,6 +30,7 @@ import traceback  # noqa: E402
 from typing import Any, Mapping  # noqa: E402
 
 from workbench.errors import WorkbenchError  # noqa: E402
+from workbench.records import Timings, VerifySummary, WorkerReport  # noqa: E402
 
 
 def read_config(argv: list[str]) -> dict[str, Any]:
@@ -45,8 +47,8 @@ def read_config(argv: list[str]) -> dict[str, Any]:
     return config
 
 
-def run_load(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Open the device, time index + load, then verify; the result as one JSON-able dict."""
+def run_load(config: Mapping[str, Any]) -> WorkerReport:
+    """Open the device, time index + load, then verify; what happened as one :class:`WorkerReport`."""
     t_import = time.monotonic()
     from workbench.formats import open_index
     from workbench.strategies import get_strategy
@@ -68,33 +70,19 @@ def run_load(config: Mapping[str, Any]) -> dict[str, Any]:
         window_imports = sorted(set(sys.modules) - modules)
         verify = _verify(index, device, result) if config.get("verify", True) else None
         t_verified = time.monotonic()
-    load = result.to_json()
-    load["phases"] = {**load["phases"], "index": t_index - t_window}
+    load = result.summary()
     spawn = config.get("spawn_monotonic")
-    return {
-        "pid": os.getpid(),
-        "file": str(config["file"]),
-        "strategy": config["strategy"],
-        "device": config.get("device") or "host",
-        "device_info": info,
-        "load_s": t_loaded - t_window,
-        "init_s": t_window - t_init,
-        "index_s": t_index - t_window,
-        "verify_s": t_verified - t_loaded,
-        "result": load,
-        "verified": None if verify is None else verify["ok"],
-        "verify": verify,
-        "resident_after": _resident_after(config["file"]),
-        "timings": {
-            "startup_s": None if spawn is None else _T_ENTRY - float(spawn),
-            "import_s": t_init - t_import,
-            "init_s": t_window - t_init,
-            "window_s": t_loaded - t_window,
-            "verify_s": t_verified - t_loaded,
-            "total_s": time.monotonic() - _T_ENTRY,
-            "window_imports": window_imports[:50],
-        },
-    }
+    timings = Timings(
+        startup_s=None if spawn is None else _T_ENTRY - float(spawn), import_s=t_init - t_import,
+        init_s=t_window - t_init, window_s=t_loaded - t_window, verify_s=t_verified - t_loaded,
+        total_s=time.monotonic() - _T_ENTRY, window_imports=tuple(window_imports[:50]))
+    return WorkerReport(
+        pid=os.getpid(), file=str(config["file"]), strategy=config["strategy"],
+        device=config.get("device") or "host", device_info=info, load_s=t_loaded - t_window,
+        init_s=t_window - t_init, index_s=t_index - t_window, verify_s=t_verified - t_loaded,
+        load=dataclasses.replace(load, phases={**load.phases, "index": t_index - t_window}),
+        verified=None if verify is None else verify.ok, verify=verify,
+        resident_after=_resident_after(config["file"]), timings=timings)
 
 
 def _import_formats() -> None:
@@ -113,18 +101,10 @@ def _import_formats() -> None:
             importlib.import_module(lazy)
 
 
-def _verify(index: Any, device: Any, result: Any) -> dict[str, Any]:
+def _verify(index: Any, device: Any, result: Any) -> VerifySummary:
     from workbench.verify import verify_placements
 
-    report = verify_placements(index, device, result.placements)
-    first = report.first_mismatch
-    return {
-        "ok": bool(report.ok),
-        "checked": report.checked,
-        "total": report.total,
-        "mismatches": report.mismatches,
-        "first_mismatch": None if first is None else str(first),
-    }
+    return verify_placements(index, device, result.placements).summary()
 
 
 def _resident_after(path: str) -> float | None:
@@ -142,14 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = read_config(sys.argv[1:] if argv is None else argv)
         with contextlib.redirect_stdout(sys.stderr):  # a chatty strategy must not corrupt the JSON
-            payload = run_load(config)
+            report = run_load(config)
     except WorkbenchError as exc:
         print(f"workbench.worker: error: {exc}", file=sys.stderr)
         return 2
     except Exception:  # noqa: BLE001 - a bug: keep the traceback for the run's stderr tail
         traceback.print_exc()
         return 1
-    out.write(json.dumps(payload) + "\n")
+    out.write(json.dumps(report.to_json()) + "\n")
     out.flush()
     return 0
 

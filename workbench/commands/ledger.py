@@ -6,7 +6,7 @@ from typing import Any
 import click
 
 from workbench.errors import LedgerError
-from workbench.measure.records import USER_VERDICTS
+from workbench.records import USER_VERDICTS
 
 
 @click.group()

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import click
 
 from workbench.errors import ParamError
-from workbench.measure.records import CACHE_STATES
+from workbench.records import CACHE_STATES
 
 
 def _measure_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -100,7 +100,7 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
                  device: str, order: str, seed: int, verify: bool, cache: str, runs: int,
                  campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
                  timeout_s: float, as_json: bool) -> None:
-    from workbench.measure.records import RunConfig
+    from workbench.records import RunConfig
     from workbench.measure.runner import measure, open_ledger, preflight
 
     common = parse_params(params)
@@ -204,7 +204,7 @@ def _report(results: list[Any], ledger: Any, as_json: bool, single: bool) -> Non
             click.secho(f"{r.label}: {r.warning}", fg="yellow", bold=True, err=True)
         if r.verdict == "failed" or r.cache != r.cache_requested:
             click.secho(f"{r.label}: {r.verdict.upper()}: {r.notes or r.cache}", fg="red", bold=True, err=True)
-    reported = sum(r.result.get("host_memory_reported_mib", 0) for a in results for r in a.runs)
+    reported = sum(r.report.host_memory_reported_mib or 0 for a in results for r in a.runs)
     if reported > 0:
         click.secho(f"note: this machine handed {reported:,.0f} MiB of freed memory back to its hypervisor "
                     "during these runs (virtio-balloon free page reporting); touching it again faults "

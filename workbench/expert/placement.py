@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.formats.index import PAGE_SIZE, ExpertBlob
-from workbench.strategies.base import Engaged
+from workbench.records import Engaged
 
 MIN_KERNEL_ALIGNMENT = 64  # below this the compute kernels' vector loads would be misaligned
 

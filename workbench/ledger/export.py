@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.records import failure_reason
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -157,13 +159,9 @@ def _verdict(a: dict[str, Any], runs: pd.DataFrame | None) -> str:
 
 def _failure_reason(runs: pd.DataFrame | None) -> str:
     if runs is None or runs.empty:
-        return "no runs recorded"
-    errors = runs["error"].dropna()
-    if len(errors):
-        first = str(errors.iloc[0]).strip().splitlines()[-1] if str(errors.iloc[0]).strip() else "error"
-        return f"{len(errors)}/{len(runs)} runs failed: {first[:100]}"
+        return failure_reason(0, [], 0)
     wrong = int((runs["verified"] == False).sum())  # noqa: E712
-    return f"{wrong}/{len(runs)} runs read back wrong bytes" if wrong else ""
+    return failure_reason(len(runs), [str(e) for e in runs["error"].dropna()], wrong)
 
 
 def _ms(seconds: float | None) -> str:

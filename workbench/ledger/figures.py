@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
+from workbench.records import PHASES
+
 if TYPE_CHECKING:
     import pandas as pd
 
-PHASES = ("index", "prefetch", "read", "upload", "sync")
 CACHE_COLORS = {"cold": "#1f77b4", "warm": "#d62728", "asis": "#7f7f7f"}
 WALL_COLORS = ("#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 HEATMAP_STRATEGIES = ("warmer", "lanes")

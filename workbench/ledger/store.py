@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from workbench.errors import LedgerError
 from workbench.ledger import schema
 from workbench.ledger.schema import decode, encode, new_id, now, transaction, tristate
-from workbench.measure.records import VERDICTS, AttemptStats, RunConfig, RunRecord
+from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -97,7 +97,7 @@ class Ledger:
             "cache_reached": tristate(run.cache_reached), "verified": tristate(run.verified),
             "engaged": encode(list(run.engaged)), "phases": encode(dict(run.phases)),
             "minflt": run.minflt, "majflt": run.majflt, "lock_wait_s": run.lock_wait_s,
-            "error": run.error, "result": encode(dict(run.result)), "created": now(),
+            "error": run.error, "result": encode(run.report.to_json()), "created": now(),
         }
         self._require_attempt(attempt_id)
         self._insert("runs", row)
@@ -191,8 +191,7 @@ class Ledger:
 
     def run_records(self, attempt_id: str) -> list[RunRecord]:
         """An attempt's runs back as :class:`RunRecord` objects (to re-derive statistics)."""
-        fields = RunRecord.__dataclass_fields__
-        return [RunRecord(**{k: v for k, v in row.items() if k in fields}) for row in self._run_rows(attempt_id)]
+        return [RunRecord.from_json(row) for row in self._run_rows(attempt_id)]
 
     def attempt_stats(self, attempt_id: str) -> AttemptStats:
         """The statistics stored for an attempt (all None while it is still running)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from workbench.measure.attempt import AttemptResult
 from workbench.measure.lock import DeviceLock
 from workbench.measure.order import interleave
-from workbench.measure.records import AttemptStats, RunConfig, RunRecord
+from workbench.records import AttemptStats, RunConfig, RunRecord
 from workbench.measure.runner import measure, measure_with
 
 __all__ = ["AttemptResult", "AttemptStats", "Ceiling", "CeilingsReport", "DeviceLock", "RunConfig",

@@ -5,7 +5,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from workbench.measure.records import AttemptStats, RunConfig, RunRecord
+from workbench.records import AttemptStats, RunConfig, RunRecord, failure_reason
 
 # The keys of ``--json`` output the issue fixes, in order; extras follow them.
 ATTEMPT_KEYS = ("attempt_id", "strategy", "params", "device", "cache", "n", "median_s", "min_s",
@@ -57,9 +57,9 @@ def run_to_json(run: RunRecord) -> dict[str, Any]:
     out = {k: d[k] for k in RUN_KEYS}
     out.update(cache_state=run.cache_state, cache_reached=run.cache_reached,
                lock_wait_s=run.lock_wait_s, overhead_s=run_overhead(run),
-               timings=dict(run.result.get("timings") or {}))
-    if run.result.get("cache_error"):
-        out["cache_error"] = run.result["cache_error"]
+               timings={} if run.report.timings is None else run.report.timings.to_json())
+    if run.report.cache_error:
+        out["cache_error"] = run.report.cache_error
     return out
 
 
@@ -77,20 +77,16 @@ def cache_label(asked: str, runs: Sequence[RunRecord]) -> str:
     missed = [r for r in runs if not r.cache_reached]
     if not missed:
         return asked
-    detail = next((str(r.result.get("cache_error")) for r in missed if r.result.get("cache_error")), "")
+    detail = next((r.report.cache_error for r in missed if r.report.cache_error), "")
     return f"asis(unreachable: {asked}, {len(missed)}/{len(runs)} runs; {detail})"[:300]
 
 
-def failure_reason(runs: Sequence[RunRecord]) -> str:
+def run_failures(runs: Sequence[RunRecord]) -> str:
     """Why the attempt counts as failed ('' when it does not): a failed run or wrong device bytes."""
-    reasons = []
-    failed = [r for r in runs if not r.ok]
-    if failed:
-        reasons.append(f"{len(failed)}/{len(runs)} runs failed (first: {failed[0].error})")
-    wrong = [r for r in runs if r.verified is False]
-    if wrong:
-        reasons.append(f"{len(wrong)}/{len(runs)} runs put wrong bytes on the device")
-    return "; ".join(reasons)
+    if not runs:
+        return ""  # nothing ran: decide() says "no successful run"
+    errors = [r.error or "no load time" for r in runs if not r.ok]
+    return failure_reason(len(runs), errors, sum(r.verified is False for r in runs))
 
 
 def decide(stats: AttemptStats, runs: Sequence[RunRecord], base: AttemptStats | None,
@@ -98,7 +94,7 @@ def decide(stats: AttemptStats, runs: Sequence[RunRecord], base: AttemptStats | 
     """(speedup, verdict, note) for one attempt; ``base`` None means nothing to compare with."""
     from workbench.measure.stats import judge
 
-    reason = failure_reason(runs)
+    reason = run_failures(runs)
     speedup = None
     if base is not None and not is_baseline and stats.median_s and base.median_s:
         speedup = base.median_s / stats.median_s

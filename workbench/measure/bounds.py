@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from workbench.records import LoadPath
+
 
 def backend_of(spec: str) -> str:
     """Ceiling names go by backend: ``cuda:1`` → cuda; ``host-uma`` copies like ``host``."""
@@ -19,7 +21,7 @@ def host_ceilings(ledger: Any, host: str | None = None) -> dict[str, float]:
 
 
 def bounding_ceiling(walls: Mapping[str, float], state: str | None, device: str,
-                     path: Mapping[str, Any] | None = None) -> tuple[str, float] | None:
+                     path: LoadPath | None = None) -> tuple[str, float] | None:
     """The wall an attempt is up against, given what its load actually did (``path``).
 
     cold → the disk's best read of the kind the load used (O_DIRECT or buffered; any thread count:
@@ -28,15 +30,15 @@ def bounding_ceiling(walls: Mapping[str, float], state: str | None, device: str,
     warm → min(page-cache read with the load's number of reader threads, host→device copy from the
     memory the load copied from). Without ``path`` the best wall of each kind (the optimistic bound).
     """
-    path = path or {}
     if state not in ("cold", "warm"):
         return None
-    if state == "cold" or path.get("direct"):
-        kind = ("direct_" if path.get("direct") else "buffered_") if path else ""
+    if state == "cold" or (path is not None and path.direct):
+        kind = "" if path is None else "direct_" if path.direct else "buffered_"
         return _best_wall(walls, f"cold_read_{kind}") or _best_wall(walls, "cold_read_")
-    readers = path.get("readers")
+    readers = None if path is None else path.readers
     cache = _threads_wall(walls, "page_cache_read_", readers) or _best_wall(walls, "page_cache_read_")
-    source = {"mmap": "pageable"}.get(path.get("copy_from", ""), path.get("copy_from"))
+    copy_from = None if path is None else path.copy_from
+    source = {"mmap": "pageable"}.get(copy_from or "", copy_from)
     prefix = f"h2d_{backend_of(device)}_"
     copy = (f"{prefix}{source}", walls[f"{prefix}{source}"]) if f"{prefix}{source}" in walls else None
     found = [w for w in (cache, copy or _best_wall(walls, prefix)) if w]

@@ -16,8 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from workbench.errors import CacheStateError, WorkbenchError
 from workbench.measure.bounds import backend_of as _backend
-
-MiB = 1 << 20
+from workbench.records import MiB
 CHUNK = 4 * MiB  # per read call: large enough that syscall cost vanishes, small enough to stay in L2/L3
 COPY_MAX = 256 * MiB  # memcpy / host→device size cap: the rate is flat long before this
 REPEATS = 3

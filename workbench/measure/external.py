@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from workbench.errors import ParamError, WorkbenchError
 from workbench.measure.attempt import AttemptResult
-from workbench.measure.records import RunConfig
+from workbench.records import ExternalRun, RunConfig, WorkerReport
 from workbench.measure.spawn import Outcome
 
 TAIL_LINES = 20
@@ -55,18 +55,17 @@ def time_external(cmd: str, marker: str, *, timeout_s: float = 600.0, nbytes: in
         _kill_group(proc)
         os.close(master)
     wall = time.perf_counter() - t0
-    info: dict[str, Any] = {"pid": proc.pid, "cmd": cmd, "marker": marker, "returncode": exited,
-                            "output_tail": list(tail), "device_info": {"backend": "external"}}
+    report = WorkerReport(pid=proc.pid, device_info={"backend": "external"}, external=ExternalRun(
+        cmd=cmd, marker=marker, returncode=exited, output_tail=tuple(tail), marker_line=hit))
     if hit is not None:
-        info["marker_line"] = hit
-        return Outcome(pid=proc.pid, load_s=t_marker - t0, wall_s=wall, bytes=nbytes, result=info)
+        return Outcome(pid=proc.pid, load_s=t_marker - t0, wall_s=wall, bytes=nbytes, report=report)
     last = " | ".join(tail) or "(no output)"
     if exited is None:
         error = f"timed out: no output line matched /{marker}/ within {timeout_s:g} s; last output: {last}"
     else:
         error = f"exited with code {exited} before any line matched /{marker}/; last output: {last}"
     return Outcome(pid=proc.pid, load_s=None, wall_s=wall, bytes=nbytes, error=error[-2000:],
-                   result=info)
+                   report=report)
 
 
 def _watch(fd: int, pattern: re.Pattern[bytes], deadline: float) -> tuple[str | None, deque[str]]:

@@ -3,6 +3,7 @@ every run written to the ledger as it finishes, verdicts against a baseline, cei
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Any, Callable, Sequence
@@ -13,7 +14,7 @@ from workbench.measure.attempt import (
 )
 from workbench.measure.lock import DeviceLock
 from workbench.measure.order import interleave
-from workbench.measure.records import CACHE_STATES, AttemptStats, RunConfig, RunRecord
+from workbench.records import CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord
 from workbench.measure.spawn import Outcome, run_worker
 
 WARM_MIN = 0.98  # resident fraction that counts as warm (pagecache.prepare's default too)
@@ -173,17 +174,17 @@ def _timed_run(run_fn: RunFn, config: RunConfig, position: int, cache: str,
         except Exception as exc:  # noqa: BLE001 - a run that cannot even start is a failed run
             out = Outcome(pid=None, load_s=None, wall_s=None, error=f"could not run: {exc!r}")
         reported_after = reported_kib()
-    result = dict(out.result)
+    report = out.report
     if reported_before is not None and reported_after is not None:
         # memory the VM handed back to its hypervisor around this run: a timing confounder
-        result["host_memory_reported_mib"] = (reported_after - reported_before) / 1024
+        report = dataclasses.replace(report, host_memory_reported_mib=(reported_after - reported_before) / 1024)
     if cache_error:
-        result["cache_error"] = cache_error
+        report = dataclasses.replace(report, cache_error=cache_error)
     return RunRecord(
         position=position, pid=out.pid, load_s=out.load_s, wall_s=out.wall_s, bytes=out.bytes,
         resident_before=resident, cache_state=cache, cache_reached=reached, verified=out.verified,
         engaged=out.engaged, phases=out.phases, minflt=out.minflt, majflt=out.majflt,
-        lock_wait_s=lock.waited_s, error=out.error, result=result)
+        lock_wait_s=lock.waited_s, error=out.error, report=report)
 
 
 class _Session:
@@ -212,7 +213,7 @@ class _Session:
         config = self.configs[i]
         # The worker reports the device it opened; the parent never opens one (a CUDA context here
         # would cost memory and time on the device being measured).
-        device_info = dict(first.result.get("device_info") or {"backend": config.device})
+        device_info = dict(first.report.device_info or {"backend": config.device})
         environment = {**self._environment(config.file), "device": device_info}
         return self.ledger.start_attempt(
             campaign=self.campaign, config=config, cache=cache_label(self.cache, [first]),
@@ -290,11 +291,11 @@ class _Session:
             ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note)
 
 
-def _load_path(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
+def _load_path(runs: Sequence[RunRecord]) -> LoadPath | None:
     """What the first successful run's load did (readers, copy source, O_DIRECT), for its wall."""
     for run in runs:
         if run.ok:
-            return dict((run.result.get("result") or {}).get("path") or {}) or None
+            return run.report.load.path if run.report.load is not None else None
     return None
 
 

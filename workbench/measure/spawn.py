@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from workbench.measure.records import RunConfig
+from workbench.records import RunConfig, WorkerReport
 
 STDERR_TAIL = 2000  # characters of a failed worker's stderr kept in the run record
 
@@ -29,7 +29,7 @@ class Outcome:
     minflt: int = 0
     majflt: int = 0
     error: str | None = None
-    result: Mapping[str, Any] = field(default_factory=dict)
+    report: WorkerReport = field(default_factory=WorkerReport)
 
 
 def worker_command() -> list[str]:
@@ -61,27 +61,21 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
     if proc.returncode != 0:
         return _failed(proc.pid, wall, _describe_exit(proc.returncode, err))
     try:
-        data = _last_json(out)
-    except ValueError as exc:
+        return outcome_from_json(_last_json(out), proc.pid, wall)
+    except (ValueError, KeyError, TypeError) as exc:
         return _failed(proc.pid, wall, f"worker printed no JSON result ({exc}); stderr: {_tail(err)}")
-    return outcome_from_json(data, proc.pid, wall)
 
 
 def outcome_from_json(data: Mapping[str, Any], pid: int, wall_s: float) -> Outcome:
-    """The :class:`Outcome` of a worker's JSON result."""
-    result = data.get("result") or {}
+    """The :class:`Outcome` of a worker's JSON result (a :class:`WorkerReport`)."""
+    report = WorkerReport.from_json(data)
+    load = report.load
+    if load is None or report.load_s is None:
+        raise ValueError("the JSON object is no worker report (no load result)")
     return Outcome(
-        pid=int(data.get("pid") or pid),
-        load_s=float(data["load_s"]),
-        wall_s=wall_s,
-        bytes=int(result.get("bytes", 0)),
-        verified=data.get("verified"),
-        engaged=tuple(e.get("text", str(e)) if isinstance(e, dict) else str(e)
-                      for e in result.get("engaged", ())),
-        phases={k: float(v) for k, v in (result.get("phases") or {}).items()},
-        minflt=int(result.get("minflt", 0)),
-        majflt=int(result.get("majflt", 0)),
-        result=dict(data),
+        pid=report.pid or pid, load_s=report.load_s, wall_s=wall_s, bytes=load.bytes,
+        verified=report.verified, engaged=tuple(str(e) for e in load.engaged), phases=dict(load.phases),
+        minflt=load.minflt, majflt=load.majflt, report=report,
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
-from workbench.measure.records import AttemptStats, RunRecord
+from workbench.records import AttemptStats, RunRecord
 
 STABLE_SPREAD_PCT = 10.0  # above this the spread is loud enough that a reader must be told
 MIN_RUNS_FOR_VERDICT = 2  # one run measures no spread, so no difference can be told from noise

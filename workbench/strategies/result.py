@@ -1,40 +1,17 @@
-"""What a load returns: frozen results, engaged facts (ON/PARTIAL/INERT), placements, phase times."""
+"""What a load returns: frozen results, placements and phase times (engaged facts, ON/PARTIAL/INERT,
+are :class:`~workbench.records.Engaged`, shared with the layers that report them)."""
 from __future__ import annotations
 
-import dataclasses
 import resource
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from workbench.records import PHASES, Engaged, LoadPath, LoadSummary
 from workbench.upload.base import DeviceBuffer
 
-PHASES = ("index", "prefetch", "read", "upload", "sync")
-
-
-@dataclass(frozen=True)
-class Engaged:
-    """What a fast path actually did: ``zero_copy: 92/92 tensors`` (ON), ``0/92`` (INERT)."""
-
-    feature: str
-    done: int
-    total: int
-    unit: str = "tensors"
-    note: str = ""
-
-    @property
-    def state(self) -> str:
-        if self.total == 0 or self.done == 0:
-            return "INERT"
-        return "ON" if self.done == self.total else "PARTIAL"
-
-    def __str__(self) -> str:
-        note = f" ({self.note})" if self.note else ""
-        return f"{self.feature}: {self.done}/{self.total} {self.unit} — {self.state}{note}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "state": self.state, "text": str(self)}
+__all__ = ["PHASES", "Engaged", "LoadResult", "PhaseClock", "Placement", "page_faults"]
 
 
 @dataclass(frozen=True)
@@ -80,25 +57,18 @@ class LoadResult:
         """The first engaged fact named ``feature``, if any."""
         return next((e for e in self.engaged if e.feature == feature), None)
 
+    def summary(self) -> LoadSummary:
+        """The load as JSON can carry it across the worker's process boundary (no device handles)."""
+        return LoadSummary(
+            strategy=self.strategy, params=dict(self.params), device=self.device, bytes=self.bytes_moved,
+            n_tensors=self.n_tensors, load_s=self.load_s, gbps=self.gbps, phases=dict(self.phases),
+            minflt=self.minflt, majflt=self.majflt, evict=self.evict, evict_source=self.evict_source,
+            engaged=self.engaged, notes=self.notes, counters=dict(self.counters),
+            path=LoadPath.from_json(self.path),
+        )
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "strategy": self.strategy,
-            "params": dict(self.params),
-            "device": self.device,
-            "bytes": self.bytes_moved,
-            "n_tensors": self.n_tensors,
-            "load_s": self.load_s,
-            "gbps": self.gbps,
-            "phases": dict(self.phases),
-            "minflt": self.minflt,
-            "majflt": self.majflt,
-            "evict": self.evict,
-            "evict_source": self.evict_source,
-            "engaged": [e.to_json() for e in self.engaged],
-            "notes": list(self.notes),
-            "counters": dict(self.counters),
-            "path": dict(self.path),
-        }
+        return self.summary().to_json()
 
 
 class PhaseClock:

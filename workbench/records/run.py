@@ -5,8 +5,10 @@ the notebooks/CLI (which read them back). Raw samples are kept; medians are deri
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping, Sequence
+
+from workbench.records.worker_report import WorkerReport
 
 CACHE_STATES = ("cold", "warm", "asis")
 # Set by the runner from the numbers: baseline, faster, slower, inconclusive, failed.
@@ -56,16 +58,26 @@ class RunRecord:
     majflt: int = 0
     lock_wait_s: float = 0.0
     error: str | None = None
-    result: Mapping[str, Any] = field(default_factory=dict)  # the worker's full JSON
+    report: WorkerReport = field(default_factory=WorkerReport)  # what the run itself reported
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.load_s is not None
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["engaged"], d["phases"], d["result"] = list(self.engaged), dict(self.phases), dict(self.result)
+        """The run as the ledger's ``runs`` row holds it: the report under ``result``."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "report"}
+        d.update(engaged=list(self.engaged), phases=dict(self.phases), result=self.report.to_json())
         return d
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+        """A run back from :meth:`to_json` or a ledger row (columns it does not know are ignored)."""
+        known = {f.name for f in fields(cls)} - {"report"}
+        values = {k: v for k, v in data.items() if k in known}
+        values["engaged"] = tuple(values.get("engaged") or ())
+        values["phases"] = dict(values.get("phases") or {})
+        return cls(**values, report=WorkerReport.from_json(data.get("result") or {}))
 
 
 @dataclass(frozen=True)
@@ -83,3 +95,18 @@ class AttemptStats:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def failure_reason(n_runs: int, errors: Sequence[str], n_wrong: int) -> str:
+    """Why an attempt counts as failed, in one line ('' when it does not): its failed runs (with the
+    last line of the first error) and its runs that put wrong bytes on the device. Used by the runner's
+    verdict note and by the ledger's tables, so both say it the same way."""
+    if n_runs == 0:
+        return "no runs recorded"
+    reasons = []
+    if errors:
+        lines = str(errors[0]).strip().splitlines()
+        reasons.append(f"{len(errors)}/{n_runs} runs failed: {(lines[-1] if lines else 'error')[:100]}")
+    if n_wrong:
+        reasons.append(f"{n_wrong}/{n_runs} runs read back wrong bytes")
+    return "; ".join(reasons)

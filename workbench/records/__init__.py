@@ -1,0 +1,34 @@
+"""The data model at the bottom of the workbench: what a run and an attempt are, what a worker
+reports, whether a fast path engaged, and the units and names every layer shares.
+
+Every layer may import it; it imports nothing of the workbench (not even its errors), so a record
+means the same thing to the worker, the runner, the ledger and the notebooks.
+"""
+from __future__ import annotations
+
+from workbench.records.engaged import Engaged
+from workbench.records.run import (
+    AUTO_VERDICTS,
+    CACHE_STATES,
+    USER_VERDICTS,
+    VERDICTS,
+    AttemptStats,
+    RunConfig,
+    RunRecord,
+    failure_reason,
+)
+from workbench.records.units import PHASES, MiB
+from workbench.records.worker_report import (
+    ExternalRun,
+    LoadPath,
+    LoadSummary,
+    Timings,
+    VerifySummary,
+    WorkerReport,
+)
+
+__all__ = [
+    "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "Engaged",
+    "ExternalRun", "LoadPath", "LoadSummary", "MiB", "RunConfig", "RunRecord", "Timings", "VerifySummary",
+    "WorkerReport", "failure_reason",
+]
