@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from workbench import defaults
 from workbench.errors import ParamError
 
 DEFAULT_SIZE = "32MiB"
@@ -49,8 +49,8 @@ class DemoOptions:
         parse_size(size)  # a bad size fails now, before anything is written
         if runs is not None and runs < 1:
             raise ParamError("demo", "runs", "needs at least 1 run per attempt")
-        data = Path(data_dir or "data")
-        ledger = Path(ledger_path or os.environ.get("WORKBENCH_LEDGER") or data / "ledger.sqlite")
+        data = Path(data_dir) if data_dir else defaults.data_root()
+        ledger = Path(ledger_path) if ledger_path else defaults.ledger_path(data)
         return cls(size.replace(" ", ""), runs, ledger, data, device or best_device())
 
 
@@ -133,7 +133,7 @@ def _model(options: DemoOptions, layout: str, fmt: str) -> Path:
 
 def _ceilings(options: DemoOptions) -> str:
     """Measure this host's walls unless the ledger has them already; one line saying which."""
-    from workbench.io.envinfo import host_id
+    from workbench.defaults import host_id
     from workbench.ledger import Ledger
     from workbench.measure.ceilings import measure_ceilings
 

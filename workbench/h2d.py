@@ -200,7 +200,8 @@ def record_h2d(results: Sequence[H2DResult], ledger: Any = None, *, campaign: st
     At each size the heap copy is the baseline, and every other path gets the runner's noise-aware
     verdict against it; a skipped path is recorded as failed with its reason.
     """
-    from workbench.io.envinfo import collect_environment, host_id
+    from workbench.defaults import host_id
+    from workbench.io.envinfo import collect_environment
     from workbench.measure.runner import open_ledger
 
     store = open_ledger(ledger)

@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from workbench import defaults
 from workbench.errors import ParamError, WorkbenchError
-from workbench.notebook_ui import Panel, data_root, ledger_path, parse_list, results_html
+from workbench.notebook_ui import Panel, ledger_path, parse_list, results_html
 from workbench.records import MiB
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
@@ -39,7 +40,7 @@ def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size
 
 def model_path(layout: str, format: str, size: str, root: Path | None = None) -> Path:
     """Where the demo keeps its synthetic model of this layout, format and size."""
-    return (root or data_root()) / "models" / f"demo-{layout}-{size}.{format}"
+    return (root / "models" if root is not None else defaults.models_dir()) / f"demo-{layout}-{size}.{format}"
 
 
 def resolve_file(file: str) -> Path:
@@ -119,7 +120,7 @@ def load_sweep_panel(*, file: str, strategies: Sequence[str], params: Mapping[st
     from workbench.records import CACHE_STATES
     from workbench.strategies import STRATEGIES
 
-    models = sorted(str(p) for p in (data_root() / "models").glob("*") if p.suffix in (".gguf", ".safetensors"))
+    models = sorted(str(p) for p in defaults.models_dir().glob("*") if p.suffix in (".gguf", ".safetensors"))
     pick = w.SelectMultiple(options=STRATEGIES.names(), value=tuple(strategies), description="strategies", rows=7)
     controls = {
         "file": w.Combobox(value=file, options=models, description="file", placeholder="(demo dense model)",
@@ -145,7 +146,7 @@ def show_attempts(store: Path, campaign: str, ids: Sequence[str]) -> list[Any]:
     """A results table and the campaign figures for these attempts, read back from the ledger."""
     from IPython.display import HTML
 
-    from workbench.io.envinfo import host_id
+    from workbench.defaults import host_id
     from workbench.ledger import Ledger
     from workbench.ledger.figures import campaign_figures
 
@@ -191,8 +192,9 @@ def run_h2d(device: str, sizes_mib: Sequence[float], paths: Sequence[str], repea
     from workbench.ledger.figures import h2d_lines
 
     sizes = [int(float(s) * MiB) for s in sizes_mib]
+    root = defaults.data_root()  # the scratch file on the models' file system when there is one
     results = measure_h2d(device or _best(), sizes=sizes, paths=paths, repeats=repeats,
-                          scratch_dir=str(data_root()) if data_root().is_dir() else None, progress=say)
+                          scratch_dir=str(root) if root.is_dir() else None, progress=say)
     ids = record_h2d(results, store, campaign=campaign)
     frame = results_frame(results)
     note = HTML(f"<p>{len(ids)} attempt(s) recorded in <code>{store}</code>, campaign <code>{campaign}</code>.</p>")
@@ -228,7 +230,7 @@ def build_report(store: Path, campaign: str, out_dir: str | None = None,
     from workbench.report import campaign_frames, history_lines, report_dir, write_report
 
     say(f"writing the report of '{campaign}' …")
-    target = Path(out_dir) if out_dir else data_root() / "reports" / report_dir(campaign).name
+    target = Path(out_dir) if out_dir else report_dir(campaign)
     with Ledger(store) as ledger:
         paths = write_report(ledger, campaign, target)
         attempts, runs, ceilings = campaign_frames(ledger, campaign)

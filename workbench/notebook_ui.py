@@ -13,29 +13,16 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from workbench import defaults
 from workbench.errors import WorkbenchError
 
 Action = Callable[[Mapping[str, Any], Callable[[str], None]], Sequence[Any]]
 
 
-def data_root() -> Path:
-    """``$WORKBENCH_DATA``, else the checkout's ``data/`` above the cwd (notebooks/ → ../data), else ./data."""
-    if os.environ.get("WORKBENCH_DATA"):
-        return Path(os.environ["WORKBENCH_DATA"]).expanduser()
-    here = Path.cwd()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file() and (folder / "workbench").is_dir():
-            return folder / "data"
-    return here / "data"
-
-
 def ledger_path(value: str | os.PathLike[str] | None = None) -> Path:
-    """The ledger a notebook writes: the parameter, else ``$WORKBENCH_LEDGER``, else data_root()/ledger.sqlite."""
-    if value:
-        return Path(value).expanduser()
-    if os.environ.get("WORKBENCH_LEDGER"):
-        return Path(os.environ["WORKBENCH_LEDGER"]).expanduser()
-    return data_root() / "ledger.sqlite"
+    """The ledger a notebook writes: the parameter, else :func:`workbench.defaults.ledger_path`
+    (``$WORKBENCH_LEDGER``, else ``ledger.sqlite`` in the data root)."""
+    return Path(value).expanduser() if value else defaults.ledger_path()
 
 
 def in_batch(autorun: bool | None = None) -> bool:
@@ -46,7 +33,7 @@ def in_batch(autorun: bool | None = None) -> bool:
     """
     if autorun is not None:
         return bool(autorun)
-    if os.environ.get("WORKBENCH_BATCH") == "1":
+    if defaults.batch():
         return True
     try:
         from IPython import get_ipython

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench import defaults
 from workbench.errors import LedgerError
 
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
     from workbench.ledger import Ledger
 
-REPORTS_DIR = Path("data") / "reports"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
@@ -41,8 +41,9 @@ class ReportPaths:
 
 
 def report_dir(campaign: str, root: str | os.PathLike[str] | None = None) -> Path:
-    """``<root or data/reports>/<campaign>`` with the campaign name made safe for a path."""
-    return Path(root) if root is not None else REPORTS_DIR / _SAFE.sub("-", campaign)
+    """``root`` when given, else ``<data root>/reports/<campaign>`` with the campaign name made safe
+    for a path."""
+    return Path(root) if root is not None else defaults.reports_dir() / _SAFE.sub("-", campaign)
 
 
 def campaign_frames(ledger: Ledger, campaign: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -70,7 +71,7 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     campaign
         The campaign to report on.
     out_dir
-        Directory for the files (default ``data/reports/<campaign>``).
+        Directory for the files (default ``<data root>/reports/<campaign>``).
     """
     from workbench.ledger import export_csv, markdown_table
     from workbench.ledger.figures import campaign_figures

@@ -19,10 +19,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
+from workbench import defaults
 from workbench.errors import SweepError
 
 SWEEP_KEYS = {"notebook", "campaign", "description", "hypothesis", "parameters", "grid"}
-RUNS_DIR = Path("data") / "runs"
 KERNEL_NAME = "python3"  # ipykernel's own kernel; present wherever the project's deps are installed
 # Injected when the notebook declares them, so every point writes to the sweep's campaign and ledger.
 INJECTED = ("campaign", "ledger_path", "hypothesis")
@@ -197,8 +197,8 @@ def _stamp_completed(output: Path, point: SweepPoint, seconds: float, ledger_id:
 
 
 def default_out_dir(campaign: str) -> Path:
-    """``data/runs/<campaign>`` under the working directory."""
-    return RUNS_DIR / _SLUG_BAD.sub("-", campaign)
+    """``<data root>/runs/<campaign>``."""
+    return defaults.runs_dir() / _SLUG_BAD.sub("-", campaign)
 
 
 def run_sweep(

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from workbench.defaults import host_id
 from workbench.errors import ParamError
 from workbench.io import pagecache
 from workbench.io.hostmem import memory_reporting
@@ -20,21 +21,6 @@ from workbench.io.direct import direct_io_support, logical_block_size
 from workbench.registry import Availability
 
 PROBE_BYTES = 64 << 10
-
-
-def host_id() -> str:
-    """This machine's name in the ledger: ``$WORKBENCH_HOST`` (name your test rigs), else the hostname
-    plus the first 8 hex digits of /etc/machine-id — VMs and containers often share a hostname ("vm",
-    "localhost"), and ceilings and merged ledgers must not mix two machines under one name."""
-    named = os.environ.get("WORKBENCH_HOST", "").strip()
-    if named:
-        return named
-    try:
-        with open("/etc/machine-id", encoding="ascii") as f:
-            machine = f.read().strip()[:8]
-    except OSError:
-        machine = ""
-    return f"{socket.gethostname()}-{machine}" if machine else socket.gethostname()
 
 
 def _cpu_model() -> str:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import xxhash
 
+from workbench import defaults
 from workbench.errors import FormatError
 from workbench.formats.index import FileIdentity
 from workbench.io.untouched import iter_untouched
@@ -29,16 +30,11 @@ CREATE TABLE IF NOT EXISTS json_cache (
 """
 
 
-def cache_dir() -> Path:
-    """``$WORKBENCH_CACHE_DIR`` or ``~/.cache/workbench``."""
-    return Path(os.environ.get("WORKBENCH_CACHE_DIR") or Path.home() / ".cache" / "workbench")
-
-
 def _connect() -> sqlite3.Connection | None:
     """The cache database, or None when it cannot be opened (the caller then just computes)."""
     try:
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(cache_dir() / "identity.sqlite", timeout=30)
+        defaults.cache_dir().mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(defaults.cache_dir() / "identity.sqlite", timeout=30)
         conn.execute("PRAGMA journal_mode=WAL")  # several workers may hash at once
         conn.executescript(_SCHEMA)
         return conn

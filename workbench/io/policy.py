@@ -7,12 +7,9 @@ every load (seeds/pr617), so the choice is explicit and recorded with where it c
 """
 from __future__ import annotations
 
-import os
+from workbench import defaults
 
-from workbench.errors import ParamError
-
-ENV_VAR = "WORKBENCH_PAGE_EVICTION"
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+ENV_VAR = defaults.PAGE_EVICTION
 
 
 def resolve_eviction(uma: bool, param: bool | None = None) -> tuple[bool, str]:
@@ -20,11 +17,7 @@ def resolve_eviction(uma: bool, param: bool | None = None) -> tuple[bool, str]:
     then the device: UMA evicts ("device-uma"), discrete keeps ("device-discrete")."""
     if param is not None:
         return bool(param), "param"
-    raw = os.environ.get(ENV_VAR, "").strip().lower()
-    if raw in _TRUE:
-        return True, "env"
-    if raw in _FALSE:
-        return False, "env"
-    if raw:
-        raise ParamError("environment", ENV_VAR, f"expected 1 or 0, got {os.environ[ENV_VAR]!r}")
+    env = defaults.page_eviction()
+    if env is not None:
+        return env, "env"
     return (True, "device-uma") if uma else (False, "device-discrete")

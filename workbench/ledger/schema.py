@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from workbench import defaults
 from workbench.errors import LedgerError
 
 SCHEMA_VERSION = 1
-DEFAULT_PATH = Path("data") / "ledger.sqlite"
 BUSY_TIMEOUT_MS = 60_000
 
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -73,9 +73,9 @@ CREATE TABLE IF NOT EXISTS verdict_history (
 
 
 def resolve_path(path: str | os.PathLike[str] | None) -> Path:
-    """The argument, else ``$WORKBENCH_LEDGER``, else ``data/ledger.sqlite`` under the cwd."""
-    chosen = path if path is not None else os.environ.get("WORKBENCH_LEDGER") or DEFAULT_PATH
-    return Path(chosen).expanduser()
+    """The argument, else :func:`workbench.defaults.ledger_path` (``$WORKBENCH_LEDGER``, else
+    ``ledger.sqlite`` in the data root)."""
+    return Path(path).expanduser() if path is not None else defaults.ledger_path()
 
 
 def connect(path: Path) -> sqlite3.Connection:

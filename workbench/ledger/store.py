@@ -6,11 +6,11 @@ that dies half-way leaves every finished run recorded (its attempt stays ``runni
 from __future__ import annotations
 
 import os
-from workbench.io.envinfo import host_id
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from workbench.defaults import host_id
 from workbench.errors import LedgerError
 from workbench.ledger import schema
 from workbench.ledger.schema import decode, encode, new_id, now, transaction, tristate
@@ -26,7 +26,7 @@ _ATTEMPT_SELECT = "SELECT c.name AS campaign, a.* FROM attempts a JOIN campaigns
 
 
 class Ledger:
-    """The attempt ledger at ``path`` (else ``$WORKBENCH_LEDGER``, else ``data/ledger.sqlite``).
+    """The attempt ledger at ``path`` (else ``$WORKBENCH_LEDGER``, else ``<data root>/ledger.sqlite``).
 
     Safe for several processes at once; use one ``Ledger`` per process (or thread).
     """

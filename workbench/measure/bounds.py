@@ -14,7 +14,7 @@ def backend_of(spec: str) -> str:
 
 def host_ceilings(ledger: Any, host: str | None = None) -> dict[str, float]:
     """The latest GB/s of each ceiling recorded for ``host`` (default: this machine)."""
-    from workbench.io.envinfo import host_id
+    from workbench.defaults import host_id
 
     frame = ledger.ceilings(host=host or host_id())
     return {str(n): float(g) for n, g in zip(frame["name"], frame["gbps"])}

@@ -14,14 +14,13 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from workbench import defaults
 from workbench.errors import WorkbenchError
-
-DEFAULT_LOCK_DIR = "/tmp/workbench-locks"
 
 
 def lock_dir(directory: str | os.PathLike[str] | None = None) -> Path:
     """The lock directory: ``directory``, else ``$WORKBENCH_LOCK_DIR``, else /tmp/workbench-locks."""
-    return Path(directory or os.environ.get("WORKBENCH_LOCK_DIR") or DEFAULT_LOCK_DIR)
+    return Path(directory) if directory else defaults.lock_dir()
 
 
 def lock_name(device: str) -> str:

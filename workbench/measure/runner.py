@@ -208,7 +208,7 @@ class _Session:
         self.ledger.add_run(self.ids[i], record)
 
     def _start(self, i: int, first: RunRecord) -> str:
-        from workbench.io.envinfo import host_id
+        from workbench.defaults import host_id
 
         config = self.configs[i]
         # The worker reports the device it opened; the parent never opens one (a CUDA context here

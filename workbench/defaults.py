@@ -1,0 +1,198 @@
+"""Every ``WORKBENCH_*`` environment variable and the data root, resolved in one place.
+
+Explicit arguments always win; what is here are the defaults behind them. Each getter reads the
+environment when it is called, so a test's ``monkeypatch.setenv`` or a notebook's change takes effect
+at once. Each ``set_*`` context manager sets its variable for the block and restores it afterwards,
+in the environment itself: worker processes and notebook kernels started inside the block see the
+same value (an in-process override would silently not reach them).
+
+====================== ============================= ==============================================
+variable               getter                        default
+====================== ============================= ==============================================
+WORKBENCH_DATA         :func:`data_root`             the checkout's ``data/`` above the cwd, else ./data
+WORKBENCH_LEDGER       :func:`ledger_path`           ``<data root>/ledger.sqlite``
+WORKBENCH_HOST         :func:`host_id`               hostname + /etc/machine-id prefix
+WORKBENCH_LOCK_DIR     :func:`lock_dir`              /tmp/workbench-locks
+WORKBENCH_CACHE_DIR    :func:`cache_dir`             ~/.cache/workbench
+WORKBENCH_PAGE_EVICTION :func:`page_eviction`        None: the device decides (UMA evicts)
+WORKBENCH_BATCH        :func:`batch`                 False: notebooks ask their kernel
+====================== ============================= ==============================================
+
+``WORKBENCH_TEST_DEVICE`` is the test suite's own (which backend the shared strategy suite loads on).
+"""
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from workbench.errors import ParamError
+
+DATA = "WORKBENCH_DATA"
+LEDGER = "WORKBENCH_LEDGER"
+HOST = "WORKBENCH_HOST"
+LOCK_DIR = "WORKBENCH_LOCK_DIR"
+CACHE_DIR = "WORKBENCH_CACHE_DIR"
+PAGE_EVICTION = "WORKBENCH_PAGE_EVICTION"
+BATCH = "WORKBENCH_BATCH"
+
+DEFAULT_LOCK_DIR = "/tmp/workbench-locks"
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _env(name: str) -> str:
+    return os.environ.get(name, "").strip()
+
+
+@contextmanager
+def _setenv(name: str, value: str | None) -> Iterator[None]:
+    """``name`` = ``value`` (None: unset) for the block, then whatever it was before."""
+    old = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+# -- where data lives ------------------------------------------------------------------------------
+
+
+def data_root() -> Path:
+    """``$WORKBENCH_DATA``, else the ``data/`` of the workbench checkout the cwd is in (so a notebook
+    in ``notebooks/`` and the CLI at the repository root share one), else ``./data``."""
+    named = _env(DATA)
+    if named:
+        return Path(named).expanduser()
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file() and (folder / "workbench").is_dir():
+            return Path("data") if folder == here else folder / "data"
+    return Path("data")
+
+
+def ledger_path(root: str | os.PathLike[str] | None = None) -> Path:
+    """``$WORKBENCH_LEDGER``, else ``ledger.sqlite`` in ``root`` (default :func:`data_root`)."""
+    named = _env(LEDGER)
+    if named:
+        return Path(named).expanduser()
+    return Path(root if root is not None else data_root()) / "ledger.sqlite"
+
+
+def models_dir() -> Path:
+    """Where synthetic models go by default: ``<data root>/models``."""
+    return data_root() / "models"
+
+
+def runs_dir() -> Path:
+    """Where sweeps write their executed notebooks: ``<data root>/runs``."""
+    return data_root() / "runs"
+
+
+def reports_dir() -> Path:
+    """Where campaign reports go: ``<data root>/reports``."""
+    return data_root() / "reports"
+
+
+@contextmanager
+def set_data_root(path: str | os.PathLike[str] | None) -> Iterator[None]:
+    with _setenv(DATA, None if path is None else str(path)):
+        yield
+
+
+@contextmanager
+def set_ledger_path(path: str | os.PathLike[str] | None) -> Iterator[None]:
+    with _setenv(LEDGER, None if path is None else str(path)):
+        yield
+
+
+# -- this machine ----------------------------------------------------------------------------------
+
+
+def host_id() -> str:
+    """This machine's name in the ledger: ``$WORKBENCH_HOST`` (name your test rigs), else the hostname
+    plus the first 8 hex digits of /etc/machine-id — VMs and containers often share a hostname ("vm",
+    "localhost"), and ceilings and merged ledgers must not mix two machines under one name."""
+    named = _env(HOST)
+    if named:
+        return named
+    try:
+        with open("/etc/machine-id", encoding="ascii") as f:
+            machine = f.read().strip()[:8]
+    except OSError:
+        machine = ""
+    return f"{socket.gethostname()}-{machine}" if machine else socket.gethostname()
+
+
+@contextmanager
+def set_host(name: str | None) -> Iterator[None]:
+    with _setenv(HOST, name):
+        yield
+
+
+def lock_dir() -> Path:
+    """Where the per-device lock files live: ``$WORKBENCH_LOCK_DIR``, else /tmp/workbench-locks."""
+    return Path(_env(LOCK_DIR) or DEFAULT_LOCK_DIR)
+
+
+@contextmanager
+def set_lock_dir(path: str | os.PathLike[str] | None) -> Iterator[None]:
+    with _setenv(LOCK_DIR, None if path is None else str(path)):
+        yield
+
+
+def cache_dir() -> Path:
+    """File identities and reference checksums: ``$WORKBENCH_CACHE_DIR``, else ~/.cache/workbench."""
+    return Path(_env(CACHE_DIR) or Path.home() / ".cache" / "workbench")
+
+
+@contextmanager
+def set_cache_dir(path: str | os.PathLike[str] | None) -> Iterator[None]:
+    with _setenv(CACHE_DIR, None if path is None else str(path)):
+        yield
+
+
+# -- behaviour -------------------------------------------------------------------------------------
+
+
+def page_eviction() -> bool | None:
+    """``$WORKBENCH_PAGE_EVICTION`` as True/False; None when unset (the device decides).
+
+    Raises
+    ------
+    ParamError
+        When it is set to anything but 1/0 (true/false, yes/no, on/off).
+    """
+    raw = _env(PAGE_EVICTION).lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    if raw:
+        raise ParamError("environment", PAGE_EVICTION, f"expected 1 or 0, got {os.environ[PAGE_EVICTION]!r}")
+    return None
+
+
+@contextmanager
+def set_page_eviction(evict: bool | None) -> Iterator[None]:
+    with _setenv(PAGE_EVICTION, None if evict is None else str(int(evict))):
+        yield
+
+
+def batch() -> bool:
+    """``WORKBENCH_BATCH=1``: notebooks run their parameters at once instead of waiting for Run."""
+    return _env(BATCH) == "1"
+
+
+@contextmanager
+def set_batch(on: bool | None) -> Iterator[None]:
+    with _setenv(BATCH, None if on is None else str(int(on))):
+        yield
