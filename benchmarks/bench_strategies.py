@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
-from workbench.io.envinfo import collect_environment  # noqa: E402
+from workbench.measure.environment import collect_environment  # noqa: E402
 from workbench.ledger import Ledger, markdown_table  # noqa: E402
 from workbench.measure import RunConfig, measure  # noqa: E402
 from workbench.measure.ceilings import measure_ceilings  # noqa: E402

@@ -72,7 +72,7 @@ def test_old_ledger_exports_the_same_bytes(old_ledger, tmp_path, campaign):
 
 
 def test_old_ledger_reports(old_ledger, tmp_path):
-    from workbench.report import write_report
+    from workbench.ledger.report import write_report
 
     with Ledger(old_ledger) as ledger:
         paths = write_report(ledger, "pre-arch", tmp_path / "report")

@@ -12,8 +12,8 @@ import pytest
 
 from workbench.errors import LedgerError, ParamError, UnknownName
 from workbench.ledger import Ledger
-from workbench.notebook_actions import ParamGrid, ensure_model, expand_configs
-from workbench.notebook_ui import Panel, in_batch, ledger_path, parse_list
+from workbench.cli.notebook_actions import ParamGrid, ensure_model, expand_configs
+from workbench.cli.notebook_ui import Panel, in_batch, ledger_path, parse_list
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 MiB = 1 << 20
@@ -61,7 +61,7 @@ def test_notebook_has_one_parameters_cell_and_a_known_kernel(name):
     assert nb.metadata.kernelspec.name == "python3"
     # The package ships the same notebooks (links in a checkout, copies in a wheel): check the
     # package's own copy, not notebooks_dir(), which in a checkout is notebooks/ itself.
-    shipped = Path(__file__).resolve().parent.parent / "workbench" / "notebooks" / name
+    shipped = Path(__file__).resolve().parent.parent / "workbench" / "cli" / "notebooks" / name
     assert shipped.read_bytes() == (NOTEBOOKS / name).read_bytes()
 
 
@@ -227,7 +227,7 @@ def test_figures_show_ranges_walls_and_missed_cache_states(space):
 
 
 def test_report_writes_offline_html_and_history(space, tmp_path):
-    from workbench.report import write_report
+    from workbench.ledger.report import write_report
 
     with Ledger(space["ledger"]) as ledger:
         if "nb-01" not in set(ledger.campaigns()["name"]):

@@ -15,7 +15,7 @@ from workbench.io.pagecache import prepare
 from workbench.strategies import STRATEGIES, get_strategy
 from workbench.strategies.base import PHASES, LoadResult
 from workbench.upload import open_device
-from workbench.verify import verify_placements
+from workbench.measure.verify import verify_placements
 
 NAMES = STRATEGIES.names()
 # The backend the suite loads onto: host everywhere; WORKBENCH_TEST_DEVICE=cuda runs the same suite

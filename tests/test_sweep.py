@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from workbench.cli import main
 from workbench.errors import SweepError
-from workbench.sweep import expand_grid, load_sweep, point_completed
+from workbench.cli.sweep import expand_grid, load_sweep, point_completed
 
 PARAMS = 'x = 0\nfail_on = -1\ngate = ""\nmarks = ""\ncampaign = "none"\nledger_path = ""\n'
 BODY = """

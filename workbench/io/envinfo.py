@@ -1,7 +1,8 @@
-"""The environment a result was measured in: machine, kernel, file system, device backends, commit.
+"""Host and file-system facts a result was measured in: machine, kernel, CPU, RAM, commit, and the
+file system of the model's directory. ``workbench.measure.environment`` adds the device backends.
 
-Collected automatically so every number carries it (CONVENTIONS 5). Everything here is cheap: files
-under /proc and /sys, one 64 KiB probe file in the directory, two git calls.
+Everything here is cheap: files under /proc and /sys, one 64 KiB probe file in the directory, two git
+calls.
 """
 from __future__ import annotations
 
@@ -80,20 +81,9 @@ def _git_facts() -> dict[str, Any]:
         return {}
 
 
-def _backends() -> dict[str, dict[str, Any]]:
-    from workbench.upload import DEVICES, device_availability
-
-    out = {}
-    for name in DEVICES.names():
-        try:
-            avail = device_availability(name)
-        except Exception as exc:  # noqa: BLE001 - a broken binding is a reason, not a crash of `env`
-            avail = Availability(False, f"{type(exc).__name__}: {exc}")
-        out[name] = {"ok": avail.ok, "reason": avail.reason}
-    return out
-
-
-def _directory_facts(directory: str | os.PathLike) -> dict[str, Any]:
+def directory_facts(directory: str | os.PathLike) -> dict[str, Any]:
+    """``directory``'s file system: type, mount, O_DIRECT support and block size, and whether
+    page-cache eviction works there (probed)."""
     real = os.path.realpath(directory)
     if not os.path.exists(real):
         raise ParamError("environment", "directory", f"{directory}: no such file or directory")
@@ -108,41 +98,21 @@ def _directory_facts(directory: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def collect_environment(directory: str | os.PathLike | None = None, device: str | None = None) -> dict[str, Any]:
-    """Facts about this machine, ``directory``'s file system (default: cwd) and the device backends.
-
-    ``device`` (e.g. "cuda:0") adds that device's DeviceInfo under "device"; it is opened for that,
-    so a backend that is unavailable raises BackendUnavailable.
-    """
-    from workbench import __version__
-
+def host_facts() -> dict[str, Any]:
+    """This machine: Python, kernel, CPU, cores, RAM, page size, the workbench commit, and whether the
+    VM hands freed memory back to its hypervisor (a timing confounder)."""
     uname = platform.uname()
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count() or 0
-    env: dict[str, Any] = {
-        "workbench_version": __version__,
+    facts: dict[str, Any] = {
         "python": platform.python_version(), "implementation": platform.python_implementation(),
         "kernel": f"{uname.system} {uname.release} {uname.version}", "machine": uname.machine,
         "hostname": socket.gethostname(), "host": host_id(), "cpu_model": _cpu_model(),
         "cores": os.cpu_count() or 0, "cores_usable": usable,
         "ram_bytes": _ram_bytes(), "page_size": pagecache.page_size(),
     }
-    env.update(_git_facts())
-    env.update(_directory_facts(directory if directory is not None else os.getcwd()))
-    env["memory_reporting"] = memory_reporting()
-    env["backends"] = _backends()
-    if device:
-        env["device"] = _device_info(device)
-    return env
-
-
-def _device_info(spec: str) -> dict[str, Any]:
-    from workbench.upload import open_device
-
-    dev = open_device(spec)
-    try:
-        return dev.info().to_json()
-    finally:
-        dev.close()
+    facts.update(_git_facts())
+    facts["memory_reporting"] = memory_reporting()
+    return facts

@@ -1,29 +1,32 @@
 """Measurement: fresh worker per run, verified cache state, interleaving, device lock, verdicts, ceilings.
 
 ``measure(configs, ...)`` is the entry point; ``measure_external`` times another engine up to a log
-marker; ``measure_ceilings`` records this machine's walls. Everything here imports lazily, so a worker
-process pays only for what it uses.
+marker; ``measure_ceilings`` records this machine's walls; ``measure_h2d`` the upload paths. Every
+name is imported on first use, so a worker process (``python -m workbench.measure.worker``) pays only
+for the modules it runs.
 """
 from __future__ import annotations
 
-from workbench.measure.attempt import AttemptResult
-from workbench.measure.lock import DeviceLock
-from workbench.measure.order import interleave
-from workbench.records import AttemptStats, RunConfig, RunRecord
-from workbench.measure.runner import measure, measure_with
+import importlib
+from typing import Any
 
-__all__ = ["AttemptResult", "AttemptStats", "Ceiling", "CeilingsReport", "DeviceLock", "RunConfig",
-           "RunRecord", "interleave", "measure", "measure_ceilings", "measure_external", "measure_with",
-           "time_external"]
+_LAZY = {
+    "AttemptResult": "attempt", "DeviceLock": "lock", "interleave": "order", "measure": "runner",
+    "measure_with": "runner", "measure_external": "external", "time_external": "external",
+    "measure_ceilings": "ceilings", "Ceiling": "ceilings", "CeilingsReport": "ceilings",
+    "measure_h2d": "h2d", "record_h2d": "h2d", "collect_environment": "environment",
+    "verify_placements": "verify",
+}
+_RECORDS = ("AttemptStats", "RunConfig", "RunRecord")  # the data model, re-exported for convenience
+
+__all__ = sorted([*_LAZY, *_RECORDS])
 
 
-def __getattr__(name: str):  # external and ceilings pull in pty/numpy: load them on first use
-    if name in ("measure_external", "time_external"):
-        from workbench.measure import external
-
-        return getattr(external, name)
-    if name in ("measure_ceilings", "Ceiling", "CeilingsReport"):
-        from workbench.measure import ceilings
-
-        return getattr(ceilings, name)
-    raise AttributeError(f"module 'workbench.measure' has no attribute {name!r}")
+def __getattr__(name: str) -> Any:
+    if name in _RECORDS:
+        module = importlib.import_module("workbench.records")
+    elif name in _LAZY:
+        module = importlib.import_module(f"workbench.measure.{_LAZY[name]}")
+    else:
+        raise AttributeError(f"module 'workbench.measure' has no attribute {name!r}")
+    return getattr(module, name)

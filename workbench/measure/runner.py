@@ -28,7 +28,7 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
             labels: Sequence[str] | None = None, baseline: str | None = None, verify: bool = True,
             timeout_s: float = 600.0, progress: Progress | None = None,
             lock_dir: str | os.PathLike[str] | None = None) -> list[AttemptResult]:
-    """Measure ``configs`` interleaved, one fresh ``python -m workbench.worker`` per run.
+    """Measure ``configs`` interleaved, one fresh ``python -m workbench.measure.worker`` per run.
 
     Parameters
     ----------
@@ -221,7 +221,7 @@ class _Session:
             environment=environment, device_info=device_info, host=host_id())
 
     def _environment(self, path: str) -> dict[str, Any]:
-        from workbench.io.envinfo import collect_environment
+        from workbench.measure.environment import collect_environment
 
         directory = os.path.dirname(os.path.abspath(path))
         if directory not in self._env:

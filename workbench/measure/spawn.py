@@ -34,11 +34,11 @@ class Outcome:
 
 def worker_command() -> list[str]:
     """argv of a fresh worker reading its config from stdin."""
-    return [sys.executable, "-m", "workbench.worker", "-"]
+    return [sys.executable, "-m", "workbench.measure.worker", "-"]
 
 
 def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600.0) -> Outcome:
-    """Spawn ``python -m workbench.worker`` for ``config``; wall time is spawn → exit as seen here."""
+    """Spawn ``python -m workbench.measure.worker`` for ``config``; wall time is spawn → exit as seen here."""
     cmd = worker_command()
     payload = {**config.to_json(), "verify": verify}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

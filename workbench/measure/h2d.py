@@ -201,7 +201,7 @@ def record_h2d(results: Sequence[H2DResult], ledger: Any = None, *, campaign: st
     verdict against it; a skipped path is recorded as failed with its reason.
     """
     from workbench.defaults import host_id
-    from workbench.io.envinfo import collect_environment
+    from workbench.measure.environment import collect_environment
     from workbench.measure.runner import open_ledger
 
     store = open_ledger(ledger)

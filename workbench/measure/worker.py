@@ -1,4 +1,4 @@
-"""``python -m workbench.worker [CONFIG.json]`` — one load in a fresh process, one JSON object out.
+"""``python -m workbench.measure.worker [CONFIG.json]`` — one load in a fresh process, one JSON object out.
 
 Module imports are start-up, not load (a compiled engine has its parser linked in): the format readers
 and the libraries they import lazily are imported before the window, and any module that is still
@@ -102,7 +102,7 @@ def _import_formats() -> None:
 
 
 def _verify(index: Any, device: Any, result: Any) -> VerifySummary:
-    from workbench.verify import verify_placements
+    from workbench.measure.verify import verify_placements
 
     return verify_placements(index, device, result.placements).summary()
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr):  # a chatty strategy must not corrupt the JSON
             report = run_load(config)
     except WorkbenchError as exc:
-        print(f"workbench.worker: error: {exc}", file=sys.stderr)
+        print(f"workbench.measure.worker: error: {exc}", file=sys.stderr)
         return 2
     except Exception:  # noqa: BLE001 - a bug: keep the traceback for the run's stderr tail
         traceback.print_exc()

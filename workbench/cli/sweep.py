@@ -84,8 +84,8 @@ class SweepReport:
 
 def notebooks_dir() -> Path:
     """The notebooks shipped with the workbench: the checkout's ``notebooks/``, else the package copy."""
-    here = Path(__file__).resolve().parent
-    checkout = here.parent / "notebooks"
+    here = Path(__file__).resolve().parent  # workbench/cli
+    checkout = here.parent.parent / "notebooks"
     return checkout if checkout.is_dir() else here / "notebooks"
 
 

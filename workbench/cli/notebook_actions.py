@@ -1,6 +1,6 @@
 """The notebooks' actions and their panels: a load sweep (01), H2D micro-benchmarks (02), a report (05).
 
-Each ``*_panel`` function turns a notebook's parameters into a :class:`~workbench.notebook_ui.Panel`;
+Each ``*_panel`` function turns a notebook's parameters into a :class:`~workbench.cli.notebook_ui.Panel`;
 the work itself is in plain functions (``expand_configs``, ``run_load_sweep`` …) so it is testable
 without a kernel.
 """
@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from workbench import defaults
 from workbench.errors import ParamError, WorkbenchError
-from workbench.notebook_ui import Panel, ledger_path, parse_list, results_html
+from workbench.cli.notebook_ui import Panel, ledger_path, parse_list, results_html
 from workbench.records import MiB
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
@@ -167,7 +167,7 @@ def h2d_panel(*, device: str, sizes_mib: Sequence[float], paths: Sequence[str], 
     """The panel of notebook 02: upload paths × sizes on one device, recorded as attempts."""
     import ipywidgets as w
 
-    from workbench.h2d import PATHS
+    from workbench.measure.h2d import PATHS
 
     controls = {
         "device": w.Dropdown(options=_devices(device), value=device or _best(), description="device"),
@@ -188,7 +188,7 @@ def run_h2d(device: str, sizes_mib: Sequence[float], paths: Sequence[str], repea
     """Measure, record in the ledger, and return the table and the GB/s-by-size figure."""
     from IPython.display import HTML
 
-    from workbench.h2d import measure_h2d, record_h2d, results_frame
+    from workbench.measure.h2d import measure_h2d, record_h2d, results_frame
     from workbench.ledger.figures import h2d_lines
 
     sizes = [int(float(s) * MiB) for s in sizes_mib]
@@ -227,7 +227,7 @@ def build_report(store: Path, campaign: str, out_dir: str | None = None,
 
     from workbench.ledger import Ledger
     from workbench.ledger.figures import campaign_figures
-    from workbench.report import campaign_frames, history_lines, report_dir, write_report
+    from workbench.ledger.report import campaign_frames, history_lines, report_dir, write_report
 
     say(f"writing the report of '{campaign}' …")
     target = Path(out_dir) if out_dir else report_dir(campaign)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from workbench.io.envinfo import collect_environment
+from workbench.measure.environment import collect_environment
 
 
 def _gib(n: int) -> str:

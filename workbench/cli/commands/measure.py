@@ -164,7 +164,7 @@ def ceilings(directory: str | None, devices: tuple[str, ...], size: str, threads
     if as_json:
         click.echo(json.dumps({**report.to_json(), "ledger": str(ledger.path)}, indent=2))
         return
-    from workbench.measure.report import ceilings_table
+    from workbench.measure.tables import ceilings_table
 
     click.echo(ceilings_table(report))
     for name, reason in report.skipped:
@@ -197,7 +197,7 @@ class _progress:
 
 
 def _report(results: list[Any], ledger: Any, as_json: bool, single: bool) -> None:
-    from workbench.measure.report import attempts_table
+    from workbench.measure.tables import attempts_table
 
     for r in results:  # loud, on stderr, in every mode: an unstable number must not pass unseen
         if r.warning:

@@ -3,7 +3,7 @@
 A notebook builds a :class:`Panel` from its parameters: controls pre-filled with them, a Run button,
 a status line and an output area. Under papermill (no front end driving the kernel) the panel runs
 the parameters at once and prints into the cell; opened in JupyterLab it waits for the button and
-draws into its output area. The measuring itself lives in :mod:`workbench.notebook_actions`.
+draws into its output area. The measuring itself lives in :mod:`workbench.cli.notebook_actions`.
 """
 from __future__ import annotations
 

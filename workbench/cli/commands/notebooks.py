@@ -19,7 +19,7 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
     from pathlib import Path
 
     from workbench.ledger.schema import resolve_path
-    from workbench.sweep import (
+    from workbench.cli.sweep import (
         check_parameters, default_out_dir, describe_point, expand_grid, ledger_identity, load_sweep,
         point_completed, run_sweep,
     )
@@ -57,7 +57,7 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
               help="Data directory for models, runs and reports (default ./data).")
 def demo(size: str | None, runs: int | None, ledger_path: str | None, out_dir: str | None) -> None:
     """Synthetic dense + MoE models, the default sweep on the best device, ledger and report."""
-    from workbench.demo import DemoOptions, run_demo
+    from workbench.cli.demo import DemoOptions, run_demo
 
     options = DemoOptions.build(size=size, runs=runs, ledger_path=ledger_path, data_dir=out_dir)
     result = run_demo(options, echo=click.echo)

@@ -2,7 +2,7 @@
 
 1. synthetic models: a small dense and a small MoE GGUF under ``<data>/models/`` (kept when present);
 2. this machine's ceilings, measured once per host and ledger (so GB/s has walls to be read against);
-3. the default sweep (``workbench/data/demo.yaml``, notebook 01) on the best device, through papermill,
+3. the default sweep (``workbench/cli/data/demo.yaml``, notebook 01) on the best device, through papermill,
    every run recorded in the SQLite ledger; finished points are resumed, so running twice is safe;
 4. the report: CSV, Markdown and HTML with the figures under ``<data>/reports/demo/``.
 """
@@ -90,8 +90,8 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = print, progress
     from tqdm.auto import tqdm
 
     from workbench.ledger import Ledger
-    from workbench.report import write_report
-    from workbench.sweep import run_sweep
+    from workbench.ledger.report import write_report
+    from workbench.cli.sweep import run_sweep
 
     options.data_dir.mkdir(parents=True, exist_ok=True)
     with tqdm(total=len(MODELS) + 1, desc="demo setup", unit="step", disable=not progress) as bar:
@@ -114,7 +114,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = print, progress
 
 def demo_sweep(options: DemoOptions, models: list[Path]) -> Any:
     """The shipped sweep with the generated models as its files and the demo's runs and device."""
-    from workbench.sweep import load_sweep
+    from workbench.cli.sweep import load_sweep
 
     sweep = load_sweep(demo_sweep_file())
     parameters = {**sweep.parameters, "device": options.device}
@@ -125,7 +125,7 @@ def demo_sweep(options: DemoOptions, models: list[Path]) -> Any:
 
 
 def _model(options: DemoOptions, layout: str, fmt: str) -> Path:
-    from workbench.notebook_actions import ensure_model, model_path
+    from workbench.cli.notebook_actions import ensure_model, model_path
 
     path = model_path(layout, fmt, options.size, root=options.data_dir)
     return ensure_model(path, layout=layout, format=fmt, size=options.size)

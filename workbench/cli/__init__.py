@@ -1,0 +1,61 @@
+"""The user-facing layer: the ``workbench`` command line, sweeps, the demo and the notebooks' code.
+
+Each command lives in ``workbench/cli/commands/<area>.py`` and is imported only when it runs, so
+``workbench --help`` stays fast and no GPU binding loads by accident.
+
+A :class:`~workbench.errors.WorkbenchError` becomes one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from workbench.errors import WorkbenchError
+
+COMMANDS = {
+    "env": ("workbench.cli.commands.env:env", "Machine, file system and device backends."),
+    "synth": ("workbench.cli.commands.formats:synth", "Write a synthetic dense or MoE model file."),
+    "inspect": ("workbench.cli.commands.formats:inspect", "Show a model file's tensor index."),
+    "strategies": ("workbench.cli.commands.strategies:strategies", "List load strategies and parameters."),
+    "run": ("workbench.cli.commands.measure:run", "Measure one strategy on a file (fresh process per run)."),
+    "compare": ("workbench.cli.commands.measure:compare", "Measure strategies interleaved against a baseline."),
+    "ceilings": ("workbench.cli.commands.measure:ceilings", "Measure this machine's bandwidth walls."),
+    "external": ("workbench.cli.commands.measure:external", "Time an external engine's load up to a log marker."),
+    "ledger": ("workbench.cli.commands.ledger:ledger", "Read, edit, export and merge the attempt ledger."),
+    "sweep": ("workbench.cli.commands.notebooks:sweep", "Run a papermill sweep from a YAML grid."),
+    "demo": ("workbench.cli.commands.notebooks:demo", "Synthetic models, default sweep, ledger and report."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use, turning WorkbenchError into one line."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module_name, _, attr = COMMANDS[name][0].partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, help_) for name, (_, help_) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except WorkbenchError as exc:
+            click.echo(f"workbench: error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(package_name="workbench")
+def main() -> None:
+    """The load-path workbench: model file on disk → tensors in device memory, measured honestly."""
+
