@@ -226,6 +226,23 @@ def test_figures_show_ranges_walls_and_missed_cache_states(space):
     assert "threads_chunk" not in campaign_figures(attempts[attempts["strategy"] == "pread"], runs)
 
 
+
+def test_heat_map_axes_come_from_the_strategies_params():
+    """The figures name no strategy: each declares its grid on its Params (``heatmap_axes``)."""
+    from workbench.ledger.figures import threads_chunk_heatmap
+    from workbench.strategies import heatmap_axes
+
+    assert heatmap_axes() == {"warmer": ("threads", "chunk_mib"), "lanes": ("threads", "chunk_mib")}
+    attempts = pd.DataFrame({"id": ["a", "b", "c"], "strategy": ["odirect"] * 3, "cache": ["warm"] * 3,
+                             "gbps": [1.0, 2.0, 3.0], "params": [{"threads": 1, "bounce_mib": 4},
+                                                                  {"threads": 2, "bounce_mib": 4},
+                                                                  {"threads": 2, "bounce_mib": 8}]})
+    assert threads_chunk_heatmap(attempts) is None  # odirect declares no grid
+    fig = threads_chunk_heatmap(attempts, axes={"odirect": ("threads", "bounce_mib")})
+    assert fig.layout.title.text == "Median GB/s by threads × bounce_mib"
+    assert fig.layout.xaxis.title.text == "bounce_mib" and list(fig.data[0].y) == ["1", "2"]
+
+
 def test_report_writes_offline_html_and_history(space, tmp_path):
     from workbench.ledger.report import write_report
 

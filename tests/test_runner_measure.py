@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from workbench.io.envinfo import eviction_support
+from workbench.errors import WorkerFailed
 from workbench.ledger import Ledger
 from workbench.errors import WorkbenchError
 from workbench.measure import RunConfig, interleave, measure
@@ -180,3 +181,15 @@ def test_verdict_rules() -> None:
     assert decide(fast, ok_runs + [run(None, None, "boom")], good, False)[1] == "failed"
     speed, verdict, note = decide(fast, ok_runs + [run(0.5, verified=False)], good, False)
     assert verdict == "failed" and "wrong bytes" in note
+
+
+def test_a_failing_worker_raises_worker_failed_and_is_recorded(tmp_path: Path, ledger: Ledger, locks: str) -> None:
+    missing = RunConfig(str(tmp_path / "gone.gguf"), "pread")
+    with pytest.raises(WorkerFailed) as err:
+        run_worker(missing)
+    assert err.value.returncode == 2 and err.value.pid and err.value.wall_s > 0
+    assert str(err.value).startswith("worker exit 2:") and "gone.gguf" in str(err.value)
+    (res,) = measure_with(run_worker, [missing], runs=1, cache="asis", ledger=ledger, lock_dir=locks)
+    run = res.runs[0]
+    assert res.verdict == "failed" and run.error == str(err.value)  # the same one line, recorded
+    assert run.pid and run.wall_s and run.load_s is None

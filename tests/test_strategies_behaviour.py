@@ -147,17 +147,17 @@ def test_a_raising_load_cleans_up(name, params, model):
 
 
 def test_warmer_threads_are_joined_after_a_failure(model, monkeypatch):
-    from workbench.strategies import _common
+    from workbench.strategies import toolkit
 
     set_cache(model.path, "cold")
     spawned: list[threading.Thread] = []
-    real_spawn = _common.ThreadGuard.spawn
+    real_spawn = toolkit.ThreadGuard.spawn
 
     def spy(self, target, *args):
         real_spawn(self, target, *args)
         spawned.append(self.threads[-1])
 
-    monkeypatch.setattr(_common.ThreadGuard, "spawn", spy)
+    monkeypatch.setattr(toolkit.ThreadGuard, "spawn", spy)
     with pytest.raises(RuntimeError):
         get_strategy("warmer")(threads=3, chunk_mib=1).load(model, FailingDevice(fail_at=3))
     assert len(spawned) == 3  # the warmer did run, so the guard had threads to stop

@@ -103,7 +103,7 @@ def test_every_strategy_odd_layout(name, raw_model):
     sizes = [3, 1, 4097, 12289, 5, (2 << 20) + 333, 4096, 77, 0, 65537]
     index = raw_model(sizes, first=1231, gap=29, tail=17)
     set_cache(index.path, "cold")
-    load_and_verify(name, index, **SMALL_PIECES.get(name, {}))
+    load_and_verify(name, index, **get_strategy(name).Params.small_pieces)  # tensors across pieces
 
 
 @pytest.mark.parametrize("upload", ["pageable", "pinned", "registered"])
@@ -111,10 +111,6 @@ def test_pread_upload_modes_byte_exact(upload, raw_model):
     index = raw_model([3, 4097, (1 << 20) + 333, 65537], first=1231, gap=29, tail=17)
     set_cache(index.path, "cold")
     load_and_verify("pread", index, upload=upload, staging_mib=1)
-
-
-SMALL_PIECES = {"lanes": {"chunk_mib": 1, "threads": 3}, "warmer": {"chunk_mib": 1},
-                "odirect": {"bounce_mib": 1, "threads": 2}}  # force tensors across several pieces
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -70,14 +70,22 @@ class VerificationError(WorkbenchError):
 
 
 class WorkerFailed(WorkbenchError):
-    """A measurement worker process exited non-zero, crashed or timed out."""
+    """A measurement worker process exited non-zero, was killed, timed out or printed no result.
 
-    def __init__(self, cmd: list[str] | str, returncode: int | None, stderr: str):
+    ``str(err)`` (``detail``) is what the runner records as that run's error: a failed run is a
+    result, so the runner catches this and goes on. ``pid`` and ``wall_s`` say which process it was
+    and how long it lived, as the parent saw it.
+    """
+
+    def __init__(self, cmd: list[str] | str, returncode: int | None, stderr: str, detail: str = "", *,
+                 pid: int | None = None, wall_s: float | None = None):
         self.cmd = cmd if isinstance(cmd, str) else " ".join(cmd)
-        self.returncode, self.stderr = returncode, stderr
-        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no stderr"
-        code = "timed out" if returncode is None else f"exit {returncode}"
-        super().__init__(f"worker failed ({code}): {last} [cmd: {self.cmd}]")
+        self.returncode, self.stderr, self.pid, self.wall_s = returncode, stderr, pid, wall_s
+        if not detail:
+            last = stderr.strip().splitlines()[-1] if stderr.strip() else "no stderr"
+            detail = f"worker {'timed out' if returncode is None else f'exit {returncode}'}: {last}"
+        self.detail = detail
+        super().__init__(detail)
 
 
 class LedgerError(WorkbenchError):

@@ -6,7 +6,7 @@ has nothing for it), so notebooks, the HTML report and tests share one drawing o
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import plotly.graph_objects as go
 
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 CACHE_COLORS = {"cold": "#1f77b4", "warm": "#d62728", "asis": "#7f7f7f"}
 WALL_COLORS = ("#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
-HEATMAP_STRATEGIES = ("warmer", "lanes")
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=30, t=60, b=60), height=420)
 
 
@@ -147,42 +146,51 @@ def resident_before(attempts: pd.DataFrame, runs: pd.DataFrame) -> go.Figure:
     return _empty_note(fig, frame.empty, "no run recorded its residency")
 
 
-def threads_chunk_heatmap(attempts: pd.DataFrame) -> go.Figure | None:
-    """GB/s over threads × chunk_mib for warmer and lanes, one panel per strategy and cache state.
+def threads_chunk_heatmap(attempts: pd.DataFrame,
+                          axes: Mapping[str, tuple[str, str]] | None = None) -> go.Figure | None:
+    """Median GB/s over each strategy's parameter grid, one panel per strategy and cache state.
 
-    None when the campaign has no such attempts with both parameters.
+    ``axes`` maps a strategy to its (rows, columns) parameters; by default what the registered
+    strategies declare as ``Params.heatmap_axes`` (threads × chunk_mib for warmer and lanes). None
+    when the campaign has no attempt with both parameters.
     """
     from plotly.subplots import make_subplots
 
-    panels = _heatmap_panels(attempts)
+    if axes is None:
+        from workbench.strategies import heatmap_axes
+
+        axes = heatmap_axes()
+    panels = _heatmap_panels(attempts, axes)
     if not panels:
         return None
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _ in panels])
-    for col, (_, table) in enumerate(panels, start=1):
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _, _ in panels])
+    for col, (_, (rows, cols), table) in enumerate(panels, start=1):
         fig.add_trace(go.Heatmap(
             z=table.values, x=[str(c) for c in table.columns], y=[str(i) for i in table.index],
             coloraxis="coloraxis", text=table.round(2).values, texttemplate="%{text}",
-            hovertemplate="threads %{y}, chunk %{x} MiB<br>%{z:.2f} GB/s<extra></extra>"), row=1, col=col)
-        fig.update_xaxes(title_text="chunk_mib", type="category", row=1, col=col)
-        fig.update_yaxes(title_text="threads", type="category", row=1, col=col)
-    fig.update_layout(title="Median GB/s by threads × chunk size", coloraxis=dict(colorscale="Viridis"),
-                      **_LAYOUT)
+            hovertemplate=f"{rows} %{{y}}, {cols} %{{x}}<br>%{{z:.2f}} GB/s<extra></extra>"), row=1, col=col)
+        fig.update_xaxes(title_text=cols, type="category", row=1, col=col)
+        fig.update_yaxes(title_text=rows, type="category", row=1, col=col)
+    grids = " / ".join(dict.fromkeys(f"{r} × {c}" for _, (r, c), _ in panels))
+    fig.update_layout(title=f"Median GB/s by {grids}", coloraxis=dict(colorscale="Viridis"), **_LAYOUT)
     return fig
 
 
-def _heatmap_panels(attempts: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+def _heatmap_panels(attempts: pd.DataFrame, axes: Mapping[str, tuple[str, str]]
+                    ) -> list[tuple[str, tuple[str, str], pd.DataFrame]]:
     rows = []
     for a in attempts.dropna(subset=["gbps"]).to_dict("records"):
-        params = a["params"] or {}
-        if a["strategy"] in HEATMAP_STRATEGIES and "threads" in params and "chunk_mib" in params:
-            rows.append({"panel": f"{a['strategy']} · {_cache(a['cache'])}", "threads": int(params["threads"]),
-                         "chunk_mib": _number(params["chunk_mib"]), "gbps": float(a["gbps"])})
+        params, grid = a["params"] or {}, axes.get(a["strategy"])
+        if grid and grid[0] in params and grid[1] in params:
+            rows.append({"panel": f"{a['strategy']} · {_cache(a['cache'])}", "grid": grid,
+                         "row": _number(params[grid[0]]), "col": _number(params[grid[1]]), "gbps": float(a["gbps"])})
     if not rows:
         return []
     import pandas as pd
 
     frame = pd.DataFrame(rows)
-    return [(panel, group.pivot_table(index="threads", columns="chunk_mib", values="gbps", aggfunc="median"))
+    return [(panel, group["grid"].iloc[0],
+             group.pivot_table(index="row", columns="col", values="gbps", aggfunc="median"))
             for panel, group in frame.groupby("panel", sort=False)]
 
 

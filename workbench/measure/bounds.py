@@ -1,9 +1,12 @@
 """Which measured wall bounds an attempt: the ceiling its GB/s is reported against."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from workbench.records import LoadPath
+
+if TYPE_CHECKING:
+    from workbench.ledger import Ledger
 
 
 def backend_of(spec: str) -> str:
@@ -12,7 +15,7 @@ def backend_of(spec: str) -> str:
     return "host" if name.startswith("host") else name
 
 
-def host_ceilings(ledger: Any, host: str | None = None) -> dict[str, float]:
+def host_ceilings(ledger: Ledger, host: str | None = None) -> dict[str, float]:
     """The latest GB/s of each ceiling recorded for ``host`` (default: this machine)."""
     from workbench.defaults import host_id
 

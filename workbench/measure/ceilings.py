@@ -12,11 +12,15 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from workbench.errors import CacheStateError, WorkbenchError
 from workbench.measure.bounds import backend_of as _backend
 from workbench.records import MiB
+
+if TYPE_CHECKING:
+    from workbench.measure.runner import LedgerArg
+    from workbench.upload.base import Device, DeviceBuffer
 CHUNK = 4 * MiB  # per read call: large enough that syscall cost vanishes, small enough to stay in L2/L3
 COPY_MAX = 256 * MiB  # memcpy / host→device size cap: the rate is flat long before this
 REPEATS = 3
@@ -60,7 +64,7 @@ def thread_counts(limit: int | None = None) -> list[int]:
 
 def measure_ceilings(directory: str | os.PathLike[str] | None = None, *,
                      devices: Sequence[str] = ("host",), size: int = 512 * MiB,
-                     threads: Sequence[int] | None = None, ledger: Any = None, record: bool = True,
+                     threads: Sequence[int] | None = None, ledger: LedgerArg = None, record: bool = True,
                      progress: Callable[[str], None] | None = None,
                      lock_dir: str | os.PathLike[str] | None = None) -> CeilingsReport:
     """Measure the walls on a ``size``-byte scratch file in ``directory`` (deleted afterwards).
@@ -114,13 +118,17 @@ def _measure(directory: str | os.PathLike[str] | None, devices: Sequence[str], s
     return CeilingsReport(host_id(), directory, size, tuple(found), tuple(skipped))
 
 
-def _record(report: CeilingsReport, ledger: Any) -> None:
+def _record(report: CeilingsReport, ledger: LedgerArg) -> None:
     from workbench.measure.runner import open_ledger
 
     store = open_ledger(ledger)
-    for c in report.ceilings:
-        store.record_ceiling(c.name, c.gbps, {**c.detail, "directory": report.directory,
-                                              "size": report.size}, host=report.host)
+    try:
+        for c in report.ceilings:
+            store.record_ceiling(c.name, c.gbps, {**c.detail, "directory": report.directory,
+                                                  "size": report.size}, host=report.host)
+    finally:
+        if store is not ledger:  # opened here, so closed here
+            store.close()
 
 
 def _write_scratch(directory: str, size: int) -> str:
@@ -257,7 +265,7 @@ def _h2d(spec: str, nbytes: int, found: list[Ceiling], skipped: list[tuple[str, 
         device.free(dst)
 
 
-def _copy(device: Any, dst: Any, src: Any, asynchronous: bool) -> None:
+def _copy(device: Device, dst: DeviceBuffer, src: Any, asynchronous: bool) -> None:
     device.copy_h2d(dst, 0, src, asynchronous=asynchronous)
     device.synchronize()
 

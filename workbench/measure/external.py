@@ -12,7 +12,6 @@ import os
 import pty
 import re
 import select
-import signal
 import subprocess
 import time
 from collections import deque
@@ -21,7 +20,7 @@ from typing import Any, Sequence
 from workbench.errors import ParamError, WorkbenchError
 from workbench.measure.attempt import AttemptResult
 from workbench.records import ExternalRun, RunConfig, WorkerReport
-from workbench.measure.spawn import Outcome
+from workbench.measure.spawn import Outcome, kill_group
 
 TAIL_LINES = 20
 
@@ -52,7 +51,7 @@ def time_external(cmd: str, marker: str, *, timeout_s: float = 600.0, nbytes: in
         t_marker = time.perf_counter()
         exited = None if hit is not None else _exit_code(proc, t0 + timeout_s)
     finally:
-        _kill_group(proc)
+        kill_group(proc)
         os.close(master)
     wall = time.perf_counter() - t0
     report = WorkerReport(pid=proc.pid, device_info={"backend": "external"}, external=ExternalRun(
@@ -100,15 +99,6 @@ def _exit_code(proc: subprocess.Popen, deadline: float) -> int | None:
         return proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
     except subprocess.TimeoutExpired:
         return None
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the command and everything it started, then reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def file_nbytes(path: str) -> int:

@@ -14,12 +14,17 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.records import MiB
+from workbench.records import MiB, RunConfig, RunRecord
+
+if TYPE_CHECKING:
+    from workbench.ledger import Ledger
+    from workbench.measure.runner import LedgerArg
+    from workbench.upload.base import Device, DeviceBuffer
 PATHS = ("heap", "mmap_warm_pte", "mmap_cold_pte", "pread_copy", "pinned_staging", "registered")
 STAGING_CHUNK = 4 * MiB
 FILE_PATHS = {"mmap_warm_pte", "mmap_cold_pte", "pread_copy", "pinned_staging"}
@@ -84,7 +89,7 @@ def _write_scratch(directory: str, size: int) -> str:
     return path
 
 
-def _measure_one(dev: Any, spec: str, path: str, size: int, repeats: int, scratch: str) -> H2DResult:
+def _measure_one(dev: Device, spec: str, path: str, size: int, repeats: int, scratch: str) -> H2DResult:
     dst = dev.alloc(size)
     with contextlib.ExitStack() as stack:
         stack.callback(dev.free, dst)
@@ -98,20 +103,20 @@ def _measure_one(dev: Any, spec: str, path: str, size: int, repeats: int, scratc
         return H2DResult(path, size, spec, seconds, verified, note)
 
 
-def _timed(fn: Callable[[], Any], dev: Any) -> float:
+def _timed(fn: Callable[[], Any], dev: Device) -> float:
     t0 = time.perf_counter()
     fn()
     dev.synchronize()
     return time.perf_counter() - t0
 
 
-def _heap(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+def _heap(dev: Device, dst: DeviceBuffer, size: int, scratch: str, stack: contextlib.ExitStack) -> Prepared:
     with open(scratch, "rb") as f:
         src = np.frombuffer(f.read(size), dtype=np.uint8).copy()  # faulted in before timing
     return (lambda: _timed(lambda: dev.copy_h2d(dst, 0, src), dev)), "", ""
 
 
-def _mmap_warm(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+def _mmap_warm(dev: Device, dst: DeviceBuffer, size: int, scratch: str, stack: contextlib.ExitStack) -> Prepared:
     with open(scratch, "rb") as f:
         mm = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
     view = np.frombuffer(mm, dtype=np.uint8)
@@ -119,7 +124,7 @@ def _mmap_warm(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepa
     return (lambda: _timed(lambda: dev.copy_h2d(dst, 0, view), dev)), "page-table entries populated", ""
 
 
-def _mmap_cold(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+def _mmap_cold(dev: Device, dst: DeviceBuffer, size: int, scratch: str, stack: contextlib.ExitStack) -> Prepared:
     def run() -> float:
         with open(scratch, "rb") as f:
             mm = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)  # a fresh mapping: no PTEs yet
@@ -130,7 +135,7 @@ def _mmap_cold(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepa
     return run, "fresh mapping per repeat (soft faults inside the copy)", ""
 
 
-def _pread_copy(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+def _pread_copy(dev: Device, dst: DeviceBuffer, size: int, scratch: str, stack: contextlib.ExitStack) -> Prepared:
     buf = np.empty(size, dtype=np.uint8)
     buf[:] = 0
 
@@ -144,7 +149,7 @@ def _pread_copy(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prep
     return (lambda: _timed(once, dev)), "pread into a heap buffer, then copy", ""
 
 
-def _pinned(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+def _pinned(dev: Device, dst: DeviceBuffer, size: int, scratch: str, stack: contextlib.ExitStack) -> Prepared:
     chunk = min(size, STAGING_CHUNK)
     bufs = [dev.alloc_pinned(chunk) for _ in range(2)]
     for b in bufs:
@@ -168,7 +173,7 @@ def _pinned(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared
     return (lambda: _timed(once, dev)), note, ""
 
 
-def _registered(dev: Any, dst: Any, size: int, scratch: str, stack: Any) -> Prepared:
+def _registered(dev: Device, dst: DeviceBuffer, size: int, scratch: str, stack: contextlib.ExitStack) -> Prepared:
     with open(scratch, "rb") as f:
         src = np.frombuffer(f.read(size), dtype=np.uint8).copy()
     handle = dev.register_host(memoryview(src))
@@ -193,7 +198,7 @@ def results_frame(results: Sequence[H2DResult]) -> Any:
     return pd.DataFrame(rows)
 
 
-def record_h2d(results: Sequence[H2DResult], ledger: Any = None, *, campaign: str = "h2d",
+def record_h2d(results: Sequence[H2DResult], ledger: LedgerArg = None, *, campaign: str = "h2d",
                hypothesis: str = "") -> list[str]:
     """Store each measured path × size as an attempt (one run per repeat); returns the attempt ids.
 
@@ -213,7 +218,7 @@ def record_h2d(results: Sequence[H2DResult], ledger: Any = None, *, campaign: st
             store.close()
 
 
-def _record(results: Sequence[H2DResult], store: Any, campaign: str, hypothesis: str, environment: dict,
+def _record(results: Sequence[H2DResult], store: Ledger, campaign: str, hypothesis: str, environment: dict,
             host: str) -> list[str]:
     from workbench.measure.stats import judge, summarize
 
@@ -243,16 +248,12 @@ def _record(results: Sequence[H2DResult], store: Any, campaign: str, hypothesis:
     return ids
 
 
-def _config(r: H2DResult) -> Any:
-    from workbench.records import RunConfig
-
+def _config(r: H2DResult) -> RunConfig:
     return RunConfig(file="(scratch)", strategy=f"h2d:{r.path}", params={"size": r.size},
                      device=r.device, label=f"{r.path} {r.size / MiB:g} MiB")
 
 
-def _run_records(r: H2DResult) -> list[Any]:
-    from workbench.records import RunRecord
-
+def _run_records(r: H2DResult) -> list[RunRecord]:
     cache = "warm" if r.path in FILE_PATHS else "asis"
     if r.skipped:
         return [RunRecord(0, os.getpid(), None, None, r.size, None, cache, False, None, error=r.skipped)]

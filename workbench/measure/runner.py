@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from workbench.errors import CacheStateError, WorkbenchError
+from workbench.errors import CacheStateError, WorkbenchError, WorkerFailed
 from workbench.measure.attempt import (
     AttemptResult, cache_label, decide, effective_state,
 )
@@ -17,6 +17,12 @@ from workbench.measure.order import interleave
 from workbench.records import CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord
 from workbench.measure.spawn import Outcome, run_worker
 
+if TYPE_CHECKING:
+    from workbench.ledger import Ledger
+
+    # what ``ledger=`` accepts everywhere in measure/: an open Ledger, a path, or None (the default)
+    LedgerArg = Ledger | str | os.PathLike[str] | None
+
 WARM_MIN = 0.98  # resident fraction that counts as warm (pagecache.prepare's default too)
 
 RunFn = Callable[[RunConfig], Outcome]
@@ -24,7 +30,7 @@ Progress = Callable[[int, int, RunConfig, RunRecord], None]
 
 
 def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold", order: str = "abab",
-            seed: int = 0, ledger: Any = None, campaign: str = "default", hypothesis: str = "",
+            seed: int = 0, ledger: LedgerArg = None, campaign: str = "default", hypothesis: str = "",
             labels: Sequence[str] | None = None, baseline: str | None = None, verify: bool = True,
             timeout_s: float = 600.0, progress: Progress | None = None,
             lock_dir: str | os.PathLike[str] | None = None) -> list[AttemptResult]:
@@ -56,7 +62,7 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
 
 
 def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
-                 order: str = "abab", seed: int = 0, ledger: Any = None, campaign: str = "default",
+                 order: str = "abab", seed: int = 0, ledger: LedgerArg = None, campaign: str = "default",
                  hypothesis: str = "", labels: Sequence[str] | None = None,
                  baseline: str | None = None, progress: Progress | None = None,
                  lock_dir: str | os.PathLike[str] | None = None) -> list[AttemptResult]:
@@ -81,7 +87,7 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
             store.close()
 
 
-def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[int], store: Any, *,
+def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[int], store: Ledger, *,
                   labels: Sequence[str] | None, campaign: str, hypothesis: str, cache: str,
                   baseline: str | None, progress: Progress | None,
                   lock_dir: str | os.PathLike[str] | None) -> list[AttemptResult]:
@@ -131,7 +137,7 @@ def preflight(configs: Sequence[RunConfig]) -> None:
             raise StrategyUnavailable(config.strategy, f"{config.file}: {fits.reason}")
 
 
-def open_ledger(ledger: Any) -> Any:
+def open_ledger(ledger: LedgerArg) -> Ledger:
     """A ``Ledger`` from a ``Ledger``, a path, or None (the default ledger)."""
     from workbench.ledger import Ledger
 
@@ -171,6 +177,8 @@ def _timed_run(run_fn: RunFn, config: RunConfig, position: int, cache: str,
             resident, reached, cache_error = None, False, str(exc)
         try:
             out = run_fn(config)
+        except WorkerFailed as exc:  # the worker died or said nothing: that is this run's result
+            out = Outcome(pid=exc.pid, load_s=None, wall_s=exc.wall_s, error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a run that cannot even start is a failed run
             out = Outcome(pid=None, load_s=None, wall_s=None, error=f"could not run: {exc!r}")
         reported_after = reported_kib()
@@ -190,7 +198,7 @@ def _timed_run(run_fn: RunFn, config: RunConfig, position: int, cache: str,
 class _Session:
     """The attempts of one measure() call, opened in the ledger lazily and finished together."""
 
-    def __init__(self, ledger: Any, configs: list[RunConfig], labels: Sequence[str] | None,
+    def __init__(self, ledger: Ledger, configs: list[RunConfig], labels: Sequence[str] | None,
                  campaign: str, hypothesis: str, cache: str):
         self.ledger, self.configs, self.campaign = ledger, configs, campaign
         self.hypothesis, self.cache = hypothesis, cache
@@ -267,7 +275,8 @@ class _Session:
         return f"baseline {baseline[:8]} differs: {', '.join(diff)}" if diff else ""
 
     def _finish_one(self, i: int, stats: AttemptStats, base_stats: AttemptStats | None,
-                    baseline_id: str | None, walls: dict[str, float], bound: Any) -> AttemptResult:
+                    baseline_id: str | None, walls: dict[str, float],
+                    bound: Callable[..., tuple[str, float] | None]) -> AttemptResult:
         from workbench.measure.stats import stability_warning
 
         runs, config = tuple(self.runs[i]), self.configs[i]

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from workbench.errors import WorkerFailed
 from workbench.records import RunConfig, WorkerReport
 
 STDERR_TAIL = 2000  # characters of a failed worker's stderr kept in the run record
@@ -38,7 +39,14 @@ def worker_command() -> list[str]:
 
 
 def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600.0) -> Outcome:
-    """Spawn ``python -m workbench.measure.worker`` for ``config``; wall time is spawn → exit as seen here."""
+    """Spawn ``python -m workbench.measure.worker`` for ``config``; wall time is spawn → exit as seen here.
+
+    Raises
+    ------
+    WorkerFailed
+        When the worker exits non-zero, is killed, runs past ``timeout_s`` (then it is killed) or
+        prints no report; the runner records that as the run's error.
+    """
     cmd = worker_command()
     payload = {**config.to_json(), "verify": verify}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -49,21 +57,21 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
     try:
         out, err = proc.communicate(json.dumps(payload), timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_group(proc)
         out, err = proc.communicate()
-        return _failed(proc.pid, time.perf_counter() - t0,
-                       f"worker timed out after {timeout_s:g} s; stderr: {_tail(err)}")
+        raise WorkerFailed(cmd, None, err, f"worker timed out after {timeout_s:g} s; stderr: {_tail(err)}",
+                           pid=proc.pid, wall_s=time.perf_counter() - t0) from None
     except BaseException:  # Ctrl-C: the worker has its own session, so it must be killed here
-        _kill_group(proc)
-        proc.wait()
+        kill_group(proc)
         raise
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        return _failed(proc.pid, wall, _describe_exit(proc.returncode, err))
+        raise WorkerFailed(cmd, proc.returncode, err, _describe_exit(proc.returncode, err), pid=proc.pid, wall_s=wall)
     try:
         return outcome_from_json(_last_json(out), proc.pid, wall)
     except (ValueError, KeyError, TypeError) as exc:
-        return _failed(proc.pid, wall, f"worker printed no JSON result ({exc}); stderr: {_tail(err)}")
+        raise WorkerFailed(cmd, 0, err, f"worker printed no JSON result ({exc}); stderr: {_tail(err)}",
+                           pid=proc.pid, wall_s=wall) from None
 
 
 def outcome_from_json(data: Mapping[str, Any], pid: int, wall_s: float) -> Outcome:
@@ -77,10 +85,6 @@ def outcome_from_json(data: Mapping[str, Any], pid: int, wall_s: float) -> Outco
         verified=report.verified, engaged=tuple(str(e) for e in load.engaged), phases=dict(load.phases),
         minflt=load.minflt, majflt=load.majflt, report=report,
     )
-
-
-def _failed(pid: int | None, wall_s: float, error: str) -> Outcome:
-    return Outcome(pid=pid, load_s=None, wall_s=wall_s, error=error)
 
 
 def _describe_exit(returncode: int, stderr: str) -> str:
@@ -108,9 +112,11 @@ def _last_json(stdout: str) -> dict[str, Any]:
     raise ValueError("empty stdout" if not stdout.strip() else "no JSON object line")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the process and anything it started (it leads its own session)."""
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill a process that leads its own session and everything it started, then reap it (a worker
+    past its time, or an external engine once its marker line appeared)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
+    proc.wait()

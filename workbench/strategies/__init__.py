@@ -25,4 +25,18 @@ def get_strategy(name: str) -> type[Strategy]:
     return STRATEGIES.get(name)
 
 
-__all__ = ["STRATEGIES", "Engaged", "LoadResult", "Placement", "Strategy", "get_strategy"]
+def heatmap_axes() -> dict[str, tuple[str, str]]:
+    """Strategy name → the two parameters its grid is drawn over (its ``Params.heatmap_axes``), for
+    every registered strategy that declares them; one whose module cannot be imported here is left out."""
+    axes = {}
+    for name in STRATEGIES:
+        try:
+            declared = STRATEGIES.get(name).Params.heatmap_axes
+        except ImportError:
+            continue
+        if declared:
+            axes[name] = (str(declared[0]), str(declared[1]))
+    return axes
+
+
+__all__ = ["STRATEGIES", "Engaged", "LoadResult", "Placement", "Strategy", "get_strategy", "heatmap_axes"]

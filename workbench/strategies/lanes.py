@@ -10,11 +10,12 @@ import queue
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, NamedTuple
+from types import MappingProxyType
+from typing import Any, Callable, ClassVar, Mapping, NamedTuple
 
 import numpy as np
 
-from workbench.strategies._common import MIB, Evictor, ThreadGuard, pread_into
+from workbench.strategies.toolkit import UPLOADS, Evictor, MiB, ThreadGuard, check_upload, pread_into
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 
 
@@ -24,6 +25,9 @@ class LanesParams(BaseParams):
     ``pageable`` (a fresh heap buffer per piece, synchronous copy) or ``pinned`` (lanes read into
     page-locked staging buffers that are recycled once the asynchronous copy out of them is done)."""
 
+    heatmap_axes: ClassVar[tuple[str, str] | None] = ("threads", "chunk_mib")
+    small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType({"chunk_mib": 1, "threads": 3})
+
     threads: int = 4
     chunk_mib: int = 16
     upload: str = "pageable"
@@ -31,10 +35,11 @@ class LanesParams(BaseParams):
     def __post_init__(self) -> None:
         check_param("lanes", "threads", self.threads >= 1, f"must be >= 1, got {self.threads}")
         check_param("lanes", "chunk_mib", self.chunk_mib >= 1, f"must be >= 1, got {self.chunk_mib}")
-        check_param("lanes", "upload", self.upload in UPLOADS, f"one of {', '.join(UPLOADS)}, got {self.upload!r}")
+        check_upload("lanes", self.upload, LANES_UPLOADS)
 
 
-UPLOADS = ("pageable", "pinned")
+# lanes implements heap buffers and its own recycled pinned staging; it has no registered mode
+LANES_UPLOADS = tuple(u for u in UPLOADS if u != "registered")
 
 
 class Job(NamedTuple):
@@ -166,9 +171,9 @@ class LanesStrategy(Strategy):
         p = self.params
         fd = ctx.open_fd()
         bufs = [ctx.place(t) for t in ctx.tensors]
-        jobs = plan_jobs(ctx, p.chunk_mib * MIB)
+        jobs = plan_jobs(ctx, p.chunk_mib * MiB)
         pinned = p.upload == "pinned"
-        staging = _Staging(ctx, 2 * p.threads, p.chunk_mib * MIB, pinned)
+        staging = _Staging(ctx, 2 * p.threads, p.chunk_mib * MiB, pinned)
         lanes = _Lanes(ctx, fd, jobs, staging)
         copies: deque[tuple[Any, int]] = deque()  # (event, staging token) of copies in flight
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from workbench.strategies._common import (Mapping, eviction_reason, open_mapping, pread_upload,
+from workbench.strategies.toolkit import (FileMapping, eviction_reason, open_mapping, pread_upload,
                                           probe_resident, upload_borrowed)
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 
@@ -63,7 +63,7 @@ class MmapStrategy(Strategy):
         ctx.engage("zero_copy", n, n)
 
 
-def _upload_registered_mapping(ctx: LoadContext, mapping: Mapping) -> None:
+def _upload_registered_mapping(ctx: LoadContext, mapping: FileMapping) -> None:
     with ctx.phase("prefetch"):  # registering pins the pages: every one is faulted in here
         handle = ctx.device.register_host(mapping.view)
     if handle is None:

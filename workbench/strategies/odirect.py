@@ -10,13 +10,14 @@ import ctypes
 import errno
 import os
 from dataclasses import dataclass
-from typing import ClassVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 from workbench.formats.index import TensorInfo
 from workbench.io import direct
 from workbench.io.pagecache import filesystem_type
 from workbench.registry import Availability
-from workbench.strategies._common import MIB, ThreadGuard, pread_upload
+from workbench.strategies.toolkit import MiB, ThreadGuard, pread_upload
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 from workbench.upload.base import DeviceBuffer
 
@@ -25,6 +26,8 @@ from workbench.upload.base import DeviceBuffer
 class OdirectParams(BaseParams):
     """``threads`` lanes (each with its own bounce buffer of ``bounce_mib``); ``evict`` only matters
     in the buffered fallback."""
+
+    small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType({"bounce_mib": 1, "threads": 2})
 
     threads: int = 1
     bounce_mib: int = 16
@@ -93,7 +96,7 @@ class OdirectStrategy(Strategy):
             return
         block = direct.logical_block_size(ctx.index.path)
         if self.params.threads == 1:
-            lane = _Lane(ctx, fd, block, self.params.bounce_mib * MIB)
+            lane = _Lane(ctx, fd, block, self.params.bounce_mib * MiB)
             for t in ctx.tensors:
                 buf = ctx.place(t)
                 with ctx.phase("read"):  # read + shift + upload interleave per piece
@@ -102,14 +105,14 @@ class OdirectStrategy(Strategy):
             self._load_lanes(ctx, fd, block)
         shifted = ctx.counters.get("shift_copy_bytes", 0)
         ctx.set_path(readers=self.params.threads, direct=True)
-        ctx.engage("odirect", n, n, note=f"block {block} B, shift copy {shifted / MIB:.2f} MiB")
+        ctx.engage("odirect", n, n, note=f"block {block} B, shift copy {shifted / MiB:.2f} MiB")
         ctx.note(f"shift copy: {shifted} B in {ctx.counters.get('shifted_pieces', 0)} pieces "
                  "(pure shift correction: tensor offsets off the block boundary)")
 
     def _load_lanes(self, ctx: LoadContext, fd: int, block: int) -> None:
         p = self.params
         bufs = [ctx.place(t) for t in ctx.tensors]
-        lanes = [_Lane(ctx, fd, block, p.bounce_mib * MIB) for _ in range(p.threads)]
+        lanes = [_Lane(ctx, fd, block, p.bounce_mib * MiB) for _ in range(p.threads)]
         with ctx.phase("read"), ThreadGuard("odirect") as guard:  # lanes upload themselves
             for k, lane in enumerate(lanes):
                 guard.spawn(self._lane_run, lane, bufs, k, p.threads, guard)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 from workbench.errors import ParamError
 
@@ -43,7 +44,19 @@ def _coerce(owner: str, key: str, annotation: Any, value: Any) -> Any:
 
 @dataclass(frozen=True)
 class BaseParams:
-    """Parameters every strategy shares. ``evict``: None follows the device (UMA → evict)."""
+    """Parameters every strategy shares. ``evict``: None follows the device (UMA → evict).
+
+    Two class-level facts a strategy may declare about its parameters, so code that draws or tests
+    every strategy never names one:
+
+    - ``heatmap_axes``: (rows, columns), two numeric parameters whose grid the campaign figures draw
+      as a heat map of GB/s (``warmer`` and ``lanes``: threads × chunk_mib);
+    - ``small_pieces``: parameter overrides that cut even a small file into several pieces, so the
+      shared test suite exercises the piecewise path (chunk boundaries inside a tensor).
+    """
+
+    heatmap_axes: ClassVar[tuple[str, str] | None] = None
+    small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType({})
 
     evict: bool | None = None
 

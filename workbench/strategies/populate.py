@@ -14,7 +14,7 @@ import numpy as np
 
 from workbench.formats.index import PAGE_SIZE
 from workbench.registry import Availability
-from workbench.strategies._common import Mapping, open_mapping, pread_upload, upload_borrowed
+from workbench.strategies.toolkit import FileMapping, open_mapping, pread_upload, upload_borrowed
 from workbench.strategies.base import BaseParams, LoadContext, Strategy
 from workbench.strategies.mmap import fallback_reason
 
@@ -39,7 +39,7 @@ def populate_supported() -> Availability:
         m.close()
 
 
-def _populate(ctx: LoadContext, mapping: Mapping) -> None:
+def _populate(ctx: LoadContext, mapping: FileMapping) -> None:
     start, end = ctx.data_range
     lo = start - start % PAGE_SIZE  # madvise wants a page-aligned address
     pages = -(-(end - lo) // PAGE_SIZE)

@@ -11,10 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from workbench.strategies._common import MIB, Evictor, pread_into, pread_upload, read_tensor
+from workbench.strategies.toolkit import Evictor, MiB, check_upload, pread_into, pread_upload, read_tensor
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
-
-UPLOADS = ("pageable", "registered", "pinned")
 
 
 @dataclass(frozen=True)
@@ -26,7 +24,7 @@ class PreadParams(BaseParams):
     staging_mib: int = 16
 
     def __post_init__(self) -> None:
-        check_param("pread", "upload", self.upload in UPLOADS, f"one of {', '.join(UPLOADS)}, got {self.upload!r}")
+        check_upload("pread", self.upload)
         check_param("pread", "staging_mib", self.staging_mib >= 1, f"must be >= 1, got {self.staging_mib}")
 
 
@@ -76,7 +74,7 @@ def _upload_pinned(ctx: LoadContext, fd: int, staging: int) -> None:
     with ctx.phase("read"):
         evictor.finish()
     locked = sum(1 for s in slots if s.locked)
-    ctx.engage("pinned_staging", locked, 2, unit="buffers", note=f"{k} pieces through 2 x {staging // MIB} MiB")
+    ctx.engage("pinned_staging", locked, 2, unit="buffers", note=f"{k} pieces through 2 x {staging // MiB} MiB")
 
 
 class PreadStrategy(Strategy):
@@ -88,7 +86,7 @@ class PreadStrategy(Strategy):
         fd, mode = ctx.open_fd(), self.params.upload
         ctx.set_path(copy_from=mode)
         if mode == "pinned":
-            _upload_pinned(ctx, fd, self.params.staging_mib * MIB)
+            _upload_pinned(ctx, fd, self.params.staging_mib * MiB)
             return
         if mode == "registered":
             _upload_registered(ctx, fd)

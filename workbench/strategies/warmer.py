@@ -8,15 +8,19 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import ClassVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
-from workbench.strategies._common import MIB, ThreadGuard, eviction_reason, pread_upload, probe_resident
+from workbench.strategies.toolkit import MiB, ThreadGuard, eviction_reason, pread_upload, probe_resident
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 
 
 @dataclass(frozen=True)
 class WarmerParams(BaseParams):
     """``threads`` warming readers, ``chunk_mib`` per read, skip at ``gate`` resident fraction."""
+
+    heatmap_axes: ClassVar[tuple[str, str] | None] = ("threads", "chunk_mib")
+    small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType({"chunk_mib": 1})
 
     threads: int = 4
     chunk_mib: int = 16
@@ -73,7 +77,7 @@ class WarmerStrategy(Strategy):
             pread_upload(ctx, fd)
             return
         start, end = ctx.data_range
-        chunks = _Chunks(start, end, p.chunk_mib * MIB)
+        chunks = _Chunks(start, end, p.chunk_mib * MiB)
         n = min(p.threads, len(chunks.starts))
         with ThreadGuard("warmer") as guard:
             for _ in range(n):

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
-from workbench.strategies._common import pread_upload
+from workbench.strategies.toolkit import pread_upload
 from workbench.strategies.base import BaseParams, LoadContext, Strategy
 
 

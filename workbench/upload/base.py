@@ -49,7 +49,6 @@ class Device(ABC):
     """A device backend. Copies take any buffer-protocol source: bytes, memoryview of an mmap, pinned."""
 
     name: ClassVar[str]
-    install_hint: ClassVar[str] = ""
 
     @classmethod
     @abstractmethod

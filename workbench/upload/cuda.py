@@ -42,7 +42,6 @@ class CudaDevice(GpuDevice):
     """An NVIDIA GPU; ``uma`` from the ``integrated`` property (Jetson, GB10-class parts)."""
 
     name = "cuda"
-    install_hint = "pip install 'workbench[cuda]' and an NVIDIA driver"
     runtime = CUDA_RUNTIME
     load_module = staticmethod(load_cudart)
     format_version = staticmethod(format_cuda_version)

@@ -55,7 +55,6 @@ class HipDevice(GpuDevice):
     """An AMD GPU or APU."""
 
     name = "hip"
-    install_hint = "pip install 'workbench[hip]' and ROCm (libamdhip64.so)"
     runtime = HIP_RUNTIME
     load_module = staticmethod(load_hip)
     format_version = staticmethod(format_hip_version)

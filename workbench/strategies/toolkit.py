@@ -1,6 +1,9 @@
-"""Pieces several strategy families share: reading a tensor with pread, the per-read eviction policy,
-the plain pread → upload loop (the baseline and every fallback), a borrowed mapping, and a thread guard
-that always stops and joins its threads."""
+"""The strategy toolkit: the public pieces a load strategy is built from (README, "Adding a strategy").
+
+Reading a tensor with pread, the per-read eviction policy, the plain pread → upload loop (the baseline
+and every fallback), one residency probe per load, a borrowed read-only mapping of the file, the host
+memory an upload may copy from, and a thread guard that always stops and joins its threads.
+"""
 from __future__ import annotations
 
 import mmap
@@ -13,9 +16,21 @@ import numpy as np
 from workbench.errors import FormatError
 from workbench.formats.index import PAGE_SIZE, TensorInfo
 from workbench.io.pagecache import resident_fraction
+from workbench.records import MiB
 from workbench.strategies.base import LoadContext
+from workbench.strategies.params import check_param
 
-MIB = 1 << 20
+__all__ = ["UPLOADS", "Evictor", "FileMapping", "MiB", "ThreadGuard", "check_upload", "eviction_reason",
+           "open_mapping", "pread_into", "pread_upload", "probe_resident", "read_tensor", "upload_borrowed"]
+
+# The host memory an upload can copy from: the heap buffer as it is, the heap buffer page-locked for
+# its copy (register_host), or page-locked staging buffers with asynchronous copies.
+UPLOADS = ("pageable", "registered", "pinned")
+
+
+def check_upload(owner: str, upload: str, supported: tuple[str, ...] = UPLOADS) -> None:
+    """ParamError unless ``upload`` is one of the modes this strategy implements (for __post_init__)."""
+    check_param(owner, "upload", upload in supported, f"one of {', '.join(supported)}, got {upload!r}")
 
 
 def pread_into(fd: int, view: Any, offset: int, path: str = "") -> None:
@@ -79,6 +94,7 @@ def pread_upload(ctx: LoadContext, fd: int, tensors: tuple[TensorInfo, ...] | No
 
 
 def eviction_reason(ctx: LoadContext) -> str:
+    """Why a prefetch or zero-copy path stood down: the eviction policy is on (and where it came from)."""
     return f"eviction policy on ({ctx.evict_source})"
 
 
@@ -94,7 +110,7 @@ def probe_resident(ctx: LoadContext) -> float:
     return frac
 
 
-class Mapping:
+class FileMapping:
     """A read-only mapping of the whole file kept alive for the load; ``slice`` lends views of it."""
 
     def __init__(self, fd: int):
@@ -109,13 +125,14 @@ class Mapping:
         self.map.close()  # BufferError if a backend kept a slice alive: a bug worth seeing
 
 
-def open_mapping(ctx: LoadContext, fd: int) -> Mapping:
-    m = Mapping(fd)
+def open_mapping(ctx: LoadContext, fd: int) -> FileMapping:
+    """Map the file for the whole load; unmapped when the load ends."""
+    m = FileMapping(fd)
     ctx.cleanup(m.close)
     return m
 
 
-def upload_borrowed(ctx: LoadContext, mapping: Mapping) -> None:
+def upload_borrowed(ctx: LoadContext, mapping: FileMapping) -> None:
     """Upload every tensor straight from the mapping: no heap copy; page faults happen in the copy."""
     for t in ctx.tensors:
         buf = ctx.place(t)
