@@ -183,6 +183,9 @@ def test_bad_arguments_are_one_line_param_errors(tmp_path):
         assert "\n" not in str(err.value)
     with pytest.raises(ParamError, match="not a MoE"):
         ExpertCache(path, (), budget_bytes=PAGE)
+    empty = ExpertBlob(0, "up", 2, 0, True, ((0, 0), (0, 0)), ("t",))
+    with pytest.raises(ParamError, match="empty expert slice"):
+        ExpertCache(path, (empty,), budget_bytes=PAGE)
 
 
 def test_inplace_layout_mirrors_the_file_remainder():

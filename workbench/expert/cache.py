@@ -29,7 +29,7 @@ from workbench.expert.layout import PLACEMENTS, BlobLayout, layout_blobs
 from workbench.expert.memory import PAGE, Reservation
 from workbench.expert.placement import PlacementReport, pages_fully_covered, pages_touched, releasable_pages
 from workbench.expert.policy import EvictionPolicy, make_policy
-from workbench.expert.readers import READERS, SliceReader, open_reader
+from workbench.expert.readers import READERS, open_reader
 from workbench.formats.index import ExpertBlob
 
 BOUNDARY_RELEASE = ("on", "off")
@@ -201,6 +201,11 @@ class ExpertCache:
     def __len__(self) -> int:
         return len(self._live)
 
+    @property
+    def reservations(self) -> tuple[Reservation, ...]:
+        """The per-blob reservations, in blob order (e.g. to page-lock them for DMA)."""
+        return tuple(self._maps)
+
     def view(self, key: SliceKey) -> memoryview:
         """The live entry's bytes in its slot (release the view before :meth:`close`)."""
         if key not in self._live:
@@ -255,6 +260,9 @@ def _check_args(blobs: Sequence[ExpertBlob], budget: int, placement: str, releas
         raise ParamError("cache", "boundary_release", f"{release!r} is not one of on, off")
     if reader != "auto" and reader not in READERS:
         raise ParamError("cache", "reader", f"{reader!r} is not one of auto, {', '.join(READERS)}")
+    empty = next((b for b in blobs if any(n <= 0 for _, n in b.slices)), None)
+    if empty is not None:
+        raise ParamError("cache", "blobs", f"layer {empty.layer} {empty.name} has an empty expert slice")
     largest = max(n for b in blobs for _, n in b.slices)
     if budget < largest:
         raise ParamError("cache", "budget", f"{budget} B cannot hold one expert slice ({largest} B)")
