@@ -111,3 +111,11 @@ class DeviceError(WorkbenchError):
         self.device, self.call, self.code, self.detail = device, call, code, detail
         tail = f" ({detail})" if detail else ""
         super().__init__(f"{device}: {call} failed: {code}{tail}")
+
+
+class TraceError(WorkbenchError):
+    """A routing trace that cannot be used: names the file (or "synthetic"), where, and what is wrong."""
+
+    def __init__(self, path: object, detail: str):
+        self.path, self.detail = str(path), detail
+        super().__init__(f"{self.path}: {detail}")

@@ -1,4 +1,14 @@
-"""MoE experts: placement math for copy-free O_DIRECT reads and page accounting for an expert cache."""
+"""MoE experts: placement math for copy-free O_DIRECT reads, an expert-slice cache with page accounting,
+routing traces, and long decode sessions recorded per turn."""
+from workbench.expert.cache import (
+    BOUNDARY_RELEASE,
+    CacheCounters,
+    CacheFacts,
+    CacheMemory,
+    ExpertCache,
+    SliceKey,
+)
+from workbench.expert.layout import PLACEMENTS, BlobLayout, layout_blob, layout_blobs
 from workbench.expert.placement import (
     BlobPlacement,
     PlacementReport,
@@ -8,6 +18,17 @@ from workbench.expert.placement import (
     plan_placements,
     releasable_pages,
 )
+from workbench.expert.policy import POLICIES, EvictionPolicy
+from workbench.expert.readers import READERS, ReadOutcome, SliceReader, open_reader
+from workbench.expert.routing import RoutingTrace, load_trace, moe_shape, save_trace, synthetic_trace
+from workbench.expert.session import ExpertSession, SessionConfig, run_session
+from workbench.expert.session_records import SessionFacts, SessionReport, SessionSummary, TurnRecord
 
-__all__ = ["BlobPlacement", "PlacementReport", "pages_fully_covered", "pages_touched", "plan_blob",
-           "plan_placements", "releasable_pages"]
+__all__ = [
+    "BOUNDARY_RELEASE", "PLACEMENTS", "POLICIES", "READERS", "BlobLayout", "BlobPlacement", "CacheCounters",
+    "CacheFacts", "CacheMemory", "EvictionPolicy", "ExpertCache", "ExpertSession", "PlacementReport",
+    "ReadOutcome", "RoutingTrace", "SessionConfig", "SessionFacts", "SessionReport", "SessionSummary",
+    "SliceKey", "SliceReader", "TurnRecord", "layout_blob", "layout_blobs", "load_trace", "moe_shape",
+    "open_reader", "pages_fully_covered", "pages_touched", "plan_blob", "plan_placements",
+    "releasable_pages", "run_session", "save_trace", "synthetic_trace",
+]

@@ -5,10 +5,12 @@ Two layouts exist in the wild:
 * GGUF stacks all experts of a (layer, projection) into one tensor, ``blk.N.ffn_gate_exps.weight``
   with numpy shape ``(n_experts, rows, cols)``; expert ``e`` is the byte range
   ``offset + e * stride`` of length ``stride = nbytes / n_experts``, so the blob is contiguous.
-* safetensors stores one tensor per expert (``model.layers.N.mlp.experts.E.gate_proj.weight``, or
-  Mixtral's ``block_sparse_moe.experts.E.w1|w3|w2``); where they lie in the file is up to the writer,
-  so contiguity and stride are measured. (Stacked safetensors experts, ``experts.gate_up_proj``
-  without an index, are not recognised yet and index as dense tensors.)
+* safetensors mostly stores one tensor per expert (``model.layers.N.mlp.experts.E.gate_proj.weight``,
+  or Mixtral's ``block_sparse_moe.experts.E.w1|w3|w2``); where they lie in the file is up to the
+  writer, so contiguity and stride are measured.
+* gpt-oss style safetensors stack them like GGUF: ``model.layers.N.mlp.experts.gate_up_proj`` (and
+  ``down_proj``, with ``_bias`` / ``_blocks`` / ``_scales`` companions) holds every expert of the
+  layer along its first dimension; split by stride like a GGUF stacked tensor.
 
 Blob names are the projection (``gate``, ``up``, ``down``, ``gate_up``), the same for both formats;
 a non-weight companion tensor (e.g. ``.weight_scale_inv``) gets its own blob named after its suffix.
@@ -27,6 +29,8 @@ _ST_EXPERT = re.compile(r"(?:^|\.)layers\.(\d+)\..*?experts\.(\d+)\..*?(gate|up|
 # Mixtral's naming: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down)
 _ST_MIXTRAL = re.compile(r"(?:^|\.)layers\.(\d+)\..*?experts\.(\d+)\.(w1|w2|w3)(\..*|)$")
 _MIXTRAL_NAMES = {"w1": "gate", "w3": "up", "w2": "down"}
+# gpt-oss: no expert number; "experts." directly before the projection (not "shared_experts.")
+_ST_STACKED = re.compile(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?experts\.(gate_up|gate|up|down)_proj(.*)$")
 
 
 def group_gguf_experts(path: str, tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:
@@ -34,17 +38,34 @@ def group_gguf_experts(path: str, tensors: Iterable[TensorInfo]) -> tuple[Expert
     blobs = []
     for t in tensors:
         m = _GGUF_EXPS.match(t.name)
+        if m is not None:
+            blobs.append(_split_stacked(path, t, int(m.group(1)), m.group(2)))
+    return tuple(sorted(blobs, key=lambda b: (b.layer, b.offset)))
+
+
+def group_stacked_safetensors_experts(path: str, tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:
+    """Split each gpt-oss style ``layers.N.mlp.experts.<proj>_proj[suffix]`` tensor by its first dim."""
+    blobs = []
+    for t in tensors:
+        m = _ST_STACKED.search(t.name)
         if m is None:
             continue
-        if len(t.shape) < 2 or t.shape[0] < 1:
-            raise FormatError(path, f"tensor '{t.name}'.shape", f"stacked experts need >= 2 dims, got {t.shape}")
-        n = t.shape[0]
-        if t.nbytes % n:
-            raise FormatError(path, f"tensor '{t.name}'.nbytes", f"{t.nbytes} bytes do not split into {n} experts")
-        stride = t.nbytes // n
-        slices = tuple((t.offset + e * stride, stride) for e in range(n))
-        blobs.append(ExpertBlob(int(m.group(1)), m.group(2), n, stride, True, slices, (t.name,)))
+        suffix = m.group(3)
+        name = m.group(2) if suffix in ("", ".weight") else f"{m.group(2)}{suffix}"
+        blobs.append(_split_stacked(path, t, int(m.group(1)), name))
     return tuple(sorted(blobs, key=lambda b: (b.layer, b.offset)))
+
+
+def _split_stacked(path: str, t: TensorInfo, layer: int, name: str) -> ExpertBlob:
+    """Experts along the first (numpy) dimension: expert ``e`` is ``offset + e * stride``."""
+    if len(t.shape) < 2 or t.shape[0] < 1:
+        raise FormatError(path, f"tensor '{t.name}'.shape", f"stacked experts need >= 2 dims, got {t.shape}")
+    n = t.shape[0]
+    if t.nbytes % n:
+        raise FormatError(path, f"tensor '{t.name}'.nbytes", f"{t.nbytes} bytes do not split into {n} experts")
+    stride = t.nbytes // n
+    slices = tuple((t.offset + e * stride, stride) for e in range(n))
+    return ExpertBlob(layer, name, n, stride, True, slices, (t.name,))
 
 
 def group_safetensors_experts(tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:

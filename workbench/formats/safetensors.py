@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from workbench.errors import FormatError
 from workbench.formats.index import TensorIndex, TensorInfo
-from workbench.formats.moe import group_safetensors_experts
+from workbench.formats.moe import group_safetensors_experts, group_stacked_safetensors_experts
 
 # Bits per element of every dtype the safetensors spec knows.
 DTYPE_BITS = {
@@ -48,9 +48,11 @@ def read_safetensors_index(path: str, size: int) -> TensorIndex:
     tensors = [_read_tensor(path, name, entry, data_offset, size) for name, entry in header.items()]
     tensors.sort(key=lambda t: (t.offset, t.nbytes))
     _check_overlaps(path, tensors)
+    blobs = group_safetensors_experts(tensors) + group_stacked_safetensors_experts(path, tensors)
     return TensorIndex(
         path=path, format="safetensors", size=size, data_offset=data_offset, alignment=8,
-        tensors=tuple(tensors), blobs=group_safetensors_experts(tensors), metadata=metadata,
+        tensors=tuple(tensors), blobs=tuple(sorted(blobs, key=lambda b: (b.layer, b.offset))),
+        metadata=metadata,
     )
 
 

@@ -3,11 +3,18 @@
 Shapes follow real models. Dense (llama-like): token embedding, per layer attention q/k/v/o and an MLP
 gate/up/down with their norms, a final norm and an output head. MoE (Qwen3-A3B-like): per layer
 attention, a router, ``experts`` × gate/up/down (GGUF: stacked ``ffn_*_exps`` tensors; safetensors:
-one tensor per expert, each projection's experts back to back), a shared expert and norms.
+one tensor per expert, each projection's experts back to back, or gpt-oss style stacked
+``experts.gate_up_proj`` / ``down_proj``), a shared expert and norms (see synth_experts.py). Every
+expert is a whole number of pages, as in real quantized checkpoints.
 
 GGUF uses the quant types real files use (Q4_0 for the big matrices, Q8_0 for embedding and head, F32
 for norms and router), so at hidden size 2048 an expert slice is 2048 × 768 Q4_0 = 884736 B = 216
-pages, and with the default ``alignment=32`` tensor offsets sit off page boundaries as in real files.
+pages, and tensor offsets sit off page boundaries as in real files. The alignment decides the expert
+blobs' remainder mod 64: every GGUF tensor is a whole number of 64-byte units, so all offsets share the
+data region's remainder; at ``alignment >= 64`` that is 0 (copy-free O_DIRECT placement can engage),
+and below 64 the header is padded so the data region starts an odd multiple of the alignment past a
+64-byte boundary — the files whose experts would under-align the compute kernels, where placement
+must decline. (A real file at the default 32 lands either way, depending on its header length.)
 safetensors uses F16 matrices and F32 norms (dtypes numpy, and so the safetensors package, can read).
 
 Content: tensor ``i`` is PCG64 seeded by ``(seed, i)``, generated and written in 8 MiB chunks, so
@@ -29,6 +36,7 @@ from workbench.formats.index import TensorIndex
 from workbench.formats.synth_layout import LAYOUTS, TensorSpec, plan_model
 
 CHUNK_BYTES = 8 << 20
+_KERNEL_ALIGNMENT = 64  # expert offsets below this alignment would under-align the compute kernels
 FORMATS = ("gguf", "safetensors")
 _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
           "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
@@ -52,7 +60,8 @@ def parse_size(text: str | int) -> int:
 
 
 def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, size: int,
-                    experts: int = 8, alignment: int = 32, seed: int = 0) -> TensorIndex:
+                    experts: int = 8, alignment: int = 32, seed: int = 0,
+                    expert_layout: str | None = None) -> TensorIndex:
     """Write a synthetic model file of about ``size`` bytes and return its index.
 
     Parameters
@@ -72,9 +81,12 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
         to it (tensors inside stay back to back, as the format requires).
     seed
         Content seed: the same seed gives a byte-identical file.
+    expert_layout
+        MoE safetensors only: ``"split"`` (default; one tensor per expert) or ``"stacked"`` (gpt-oss
+        style, one tensor per layer and projection). GGUF experts are always stacked.
     """
     _check_args(format, layout, size, experts, alignment, seed)
-    specs, meta = plan_model(format, layout, size, experts, alignment)
+    specs, meta = plan_model(format, layout, size, experts, alignment, expert_layout)
     path = os.fspath(path)
     tmp = path + ".partial"
     try:
@@ -112,6 +124,26 @@ def _check_args(format: str, layout: str, size: int, experts: int, alignment: in
 def _write_gguf(path: str, specs: list[TensorSpec], meta: dict[str, int | str], alignment: int,
                 seed: int) -> None:
     """gguf-py's writer for header, key/values and tensor infos; the data is streamed here."""
+    header = _write_gguf_header(path, specs, meta, alignment, seed, pad=0)
+    pad = (_data_remainder(alignment) - _round_up(header, alignment)) % _KERNEL_ALIGNMENT
+    if pad:  # a multiple of the alignment, so the data region moves by exactly `pad`
+        _write_gguf_header(path, specs, meta, alignment, seed, pad=pad)
+    with open(path, "r+b") as f:
+        f.seek(0, os.SEEK_END)
+        _pad(f, alignment)
+        for i, s in enumerate(specs):
+            _write_content(f, s, seed, i)
+            _pad(f, alignment)  # next tensor's offset, as gguf-py's writer lays them out
+
+
+def _data_remainder(alignment: int) -> int:
+    """Where the data region starts mod 64: 0 at alignment >= 64, else an odd multiple of the alignment."""
+    return 0 if alignment >= _KERNEL_ALIGNMENT else alignment
+
+
+def _write_gguf_header(path: str, specs: list[TensorSpec], meta: dict[str, int | str], alignment: int,
+                       seed: int, pad: int) -> int:
+    """Write header, key/values and tensor infos (truncating ``path``); returns their length in bytes."""
     from gguf import GGMLQuantizationType, GGUFWriter
 
     arch = str(meta["architecture"])
@@ -124,6 +156,8 @@ def _write_gguf(path: str, specs: list[TensorSpec], meta: dict[str, int | str], 
             writer.add_uint32(key, value)
     writer.add_uint64("workbench.synth.seed", seed)
     writer.add_uint64("workbench.synth.size", int(meta["size"]))
+    # moves the data region (see _data_remainder); never empty, as gguf-py drops empty strings
+    writer.add_string("workbench.synth.pad", " " * (1 + pad))
     for s in specs:
         writer.add_tensor_info(s.name, s.shape, np.dtype(np.float32), s.nbytes,
                                raw_dtype=GGMLQuantizationType[s.dtype])
@@ -131,12 +165,7 @@ def _write_gguf(path: str, specs: list[TensorSpec], meta: dict[str, int | str], 
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     writer.close()
-    with open(path, "r+b") as f:
-        f.seek(0, os.SEEK_END)
-        _pad(f, alignment)
-        for i, s in enumerate(specs):
-            _write_content(f, s, seed, i)
-            _pad(f, alignment)  # next tensor's offset, as gguf-py's writer lays them out
+    return os.path.getsize(path)
 
 
 def _write_safetensors(path: str, specs: list[TensorSpec], meta: dict[str, int | str], alignment: int,
@@ -156,6 +185,10 @@ def _write_safetensors(path: str, specs: list[TensorSpec], meta: dict[str, int |
         f.write(raw)
         for i, s in enumerate(specs):
             _write_content(f, s, seed, i)
+
+
+def _round_up(x: int, n: int) -> int:
+    return -(-x // n) * n
 
 
 def _pad(f: BinaryIO, alignment: int) -> None:

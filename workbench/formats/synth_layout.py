@@ -1,26 +1,33 @@
 """The shape plan of a synthetic model: which tensors, in file order, sized to a byte budget.
 
 Hidden size comes from a ladder of real sizes (the largest that still leaves room for 8 layers),
-then the layer count fills the budget and the vocabulary size absorbs the remainder, so the file
-lands within about one vocabulary row (plus the header estimate's error) of the target.
-Every GGUF row length (numpy's last dimension) is a multiple of 32, the Q4_0/Q8_0 block.
+then the layer count fills the budget and the vocabulary size (a multiple of 64, as real vocabularies
+are padded) absorbs the remainder, so the file lands within 64 vocabulary rows (plus the header
+estimate's error) of the target. Every GGUF row length (numpy's last dimension) is a multiple of 32,
+the Q4_0/Q8_0 block, and every GGUF tensor is a whole number of 64-byte units, so tensor offsets keep
+the data region's remainder mod 64 (see ``synth._write_gguf``).
+
+MoE expert widths are rounded so one expert is a whole number of 4096-byte pages at every size, as in
+real quantized checkpoints (A3B: 768 × 2048 at Q4_0 = 216 pages); see :func:`page_multiple_width`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from workbench.errors import ParamError
+from workbench.formats.synth_experts import EXPERT_LAYOUTS, expert_roles, page_multiple_width
 
 LAYOUTS = ("dense", "moe")
 _LADDER = (64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 5120, 8192)
 _TARGET_LAYERS = 8
 _MIN_VOCAB = 256
+_VOCAB_UNIT = 64
 _HEADER_PER_TENSOR = 160  # generous estimate of one tensor's header entry (GGUF info / JSON)
 _HEADER_FIXED = 1024
 _BLOCKS = {"Q4_0": (32, 18), "Q8_0": (32, 34), "F32": (1, 4), "F16": (1, 2)}
 _DTYPES = {
-    "gguf": {"matrix": "Q4_0", "embed": "Q8_0", "norm": "F32", "router": "F32"},
-    "safetensors": {"matrix": "F16", "embed": "F16", "norm": "F32", "router": "F32"},
+    "gguf": {"matrix": "Q4_0", "embed": "Q8_0", "norm": "F32", "router": "F32", "bias": "F32"},
+    "safetensors": {"matrix": "F16", "embed": "F16", "norm": "F32", "router": "F32", "bias": "F16"},
 }
 _ARCH = {"dense": "llama", "moe": "qwen2moe"}
 
@@ -43,6 +50,8 @@ class Dims:
     layers: int
     vocab: int
     experts: int
+    matrix_dtype: str = "Q4_0"
+    expert_layout: str = "stacked"  # GGUF always; safetensors "split" (one tensor per expert) or "stacked"
 
     @property
     def head_dim(self) -> int:
@@ -57,24 +66,48 @@ class Dims:
         return _round_up(self.hidden * 8 // 3, 64)
 
     @property
-    def expert_ff(self) -> int:  # A3B: hidden 2048 → expert FFN 768
+    def expert_ff(self) -> int:
+        """A3B: hidden 2048 → expert FFN 768; rounded to the nearest page-multiple width, so small
+        hidden sizes get a wider FFN (at Q4_0 an expert cannot be smaller than 9 pages)."""
+        unit = page_multiple_width(self.hidden, self.matrix_dtype)
+        return max(unit, round(self.hidden * 3 / 8 / unit) * unit)
+
+    @property
+    def shared_ff(self) -> int:  # the shared expert is a dense tensor: no page rounding needed
         return _round_up(self.hidden * 3 // 8, 32)
 
 
-def plan_model(fmt: str, layout: str, size: int, experts: int,
-               alignment: int) -> tuple[list[TensorSpec], dict[str, int | str]]:
-    """Tensor specs in file order and the metadata describing them, for a file of about ``size``."""
+def plan_model(fmt: str, layout: str, size: int, experts: int, alignment: int,
+               expert_layout: str | None = None) -> tuple[list[TensorSpec], dict[str, int | str]]:
+    """Tensor specs in file order and the metadata describing them, for a file of about ``size``.
+
+    ``expert_layout``: GGUF experts are always ``"stacked"``; safetensors defaults to ``"split"``
+    (one tensor per expert) and takes ``"stacked"`` (gpt-oss style, one tensor per layer).
+    """
     align = alignment if fmt == "gguf" else 1  # safetensors packs tensors back to back
-    hidden = _pick_hidden(fmt, layout, size, experts, align)
-    per_layer, row, fixed = _costs(fmt, layout, hidden, experts, align)
+    proto = Dims(0, 1, 1, experts, _DTYPES[fmt]["matrix"], _expert_layout(fmt, expert_layout))
+    hidden = _pick_hidden(fmt, layout, size, proto, align)
+    proto = replace(proto, hidden=hidden)
+    per_layer, row, fixed = _costs(fmt, layout, proto, align)
     layers = (size - fixed - _MIN_VOCAB * row) // per_layer
     if layers < 1:
         need = fixed + _MIN_VOCAB * row + per_layer
         raise ParamError("synth", "size", f"{size} bytes is too small for a {layout} {fmt} model with "
                                           f"these settings (at least {need} bytes)")
-    vocab = max(_MIN_VOCAB, (size - fixed - layers * per_layer) // row)
-    dims = Dims(hidden, layers, vocab, experts)
+    vocab = max(_MIN_VOCAB, (size - fixed - layers * per_layer) // row // _VOCAB_UNIT * _VOCAB_UNIT)
+    dims = replace(proto, layers=layers, vocab=vocab)
     return model_specs(fmt, layout, dims), _metadata(layout, dims, size)
+
+
+def _expert_layout(fmt: str, expert_layout: str | None) -> str:
+    if expert_layout is None:
+        return "stacked" if fmt == "gguf" else "split"
+    if expert_layout not in EXPERT_LAYOUTS:
+        raise ParamError("synth", "expert_layout", f"{expert_layout!r} is not one of {', '.join(EXPERT_LAYOUTS)}")
+    if fmt == "gguf" and expert_layout != "stacked":
+        raise ParamError("synth", "expert_layout", "GGUF stores experts stacked (ffn_*_exps); 'split' is "
+                                                   "a safetensors layout")
+    return expert_layout
 
 
 def model_specs(fmt: str, layout: str, dims: Dims) -> list[TensorSpec]:
@@ -82,52 +115,49 @@ def model_specs(fmt: str, layout: str, dims: Dims) -> list[TensorSpec]:
     names = _GGUF_NAMES if fmt == "gguf" else _ST_NAMES
     entries = [(names["embed"], "embed", (dims.vocab, dims.hidden))]
     for layer in range(dims.layers):
-        entries += _layer_roles(layout, dims, names, layer)
+        entries += _layer_roles(fmt, layout, dims, names, layer)
     entries += [(names["norm"], "norm", (dims.hidden,)), (names["head"], "embed", (dims.vocab, dims.hidden))]
     dt = _DTYPES[fmt]
     return [TensorSpec(name, shape, dt[kind], _nbytes(dt[kind], shape)) for name, kind, shape in entries]
 
 
-def _layer_roles(layout: str, d: Dims, names: dict[str, str], layer: int) -> list[tuple[str, str, tuple]]:
+def _layer_roles(fmt: str, layout: str, d: Dims, names: dict[str, str],
+                 layer: int) -> list[tuple[str, str, tuple]]:
     """(name, dtype kind, shape) of one layer's tensors; names already carry the layer number."""
     h = d.hidden
 
-    def n(role: str, expert: int | None = None) -> str:
-        return names[role].format(L=layer, E=expert)
+    def n(role: str) -> str:
+        return names[role].format(L=layer)
 
     roles = [(n("attn_norm"), "norm", (h,)), (n("q"), "matrix", (h, h)), (n("k"), "matrix", (d.kv, h)),
              (n("v"), "matrix", (d.kv, h)), (n("o"), "matrix", (h, h)), (n("ffn_norm"), "norm", (h,))]
     if layout == "dense":
         return roles + [(n("gate"), "matrix", (d.ff, h)), (n("up"), "matrix", (d.ff, h)),
                         (n("down"), "matrix", (h, d.ff))]
-    fe, e = d.expert_ff, d.experts
-    roles.append((n("router"), "router", (e, h)))
-    if names is _GGUF_NAMES:  # stacked: experts are the first numpy dimension
-        roles += [(n("gate_exps"), "matrix", (e, fe, h)), (n("up_exps"), "matrix", (e, fe, h)),
-                  (n("down_exps"), "matrix", (e, h, fe))]
-    else:  # one tensor per expert, each projection's experts back to back
-        for proj, shape in (("gate_exp", (fe, h)), ("up_exp", (fe, h)), ("down_exp", (h, fe))):
-            roles += [(n(proj, x), "matrix", shape) for x in range(e)]
-    return roles + [(n("shexp_gate_inp"), "router", (1, h)), (n("gate_shexp"), "matrix", (fe, h)),
-                    (n("up_shexp"), "matrix", (fe, h)), (n("down_shexp"), "matrix", (h, fe))]
+    roles += expert_roles(fmt, d, layer)
+    if fmt == "safetensors" and d.expert_layout == "stacked":
+        return roles  # gpt-oss has no shared expert
+    fs = d.shared_ff
+    return roles + [(n("shexp_gate_inp"), "router", (1, h)), (n("gate_shexp"), "matrix", (fs, h)),
+                    (n("up_shexp"), "matrix", (fs, h)), (n("down_shexp"), "matrix", (h, fs))]
 
 
-def _pick_hidden(fmt: str, layout: str, size: int, experts: int, align: int) -> int:
+def _pick_hidden(fmt: str, layout: str, size: int, proto: Dims, align: int) -> int:
     """The largest ladder hidden size that leaves room for the target layer count."""
     best = _LADDER[0]
     for hidden in _LADDER:
-        per_layer, row, fixed = _costs(fmt, layout, hidden, experts, align)
+        per_layer, row, fixed = _costs(fmt, layout, replace(proto, hidden=hidden), align)
         if fixed + _MIN_VOCAB * row + _TARGET_LAYERS * per_layer <= size:
             best = hidden
     return best
 
 
-def _costs(fmt: str, layout: str, hidden: int, experts: int, align: int) -> tuple[int, int, int]:
+def _costs(fmt: str, layout: str, one: Dims, align: int) -> tuple[int, int, int]:
     """(bytes per layer, bytes per vocabulary row, fixed bytes) including padding and header."""
     names = _GGUF_NAMES if fmt == "gguf" else _ST_NAMES
-    one = Dims(hidden, 1, 1, experts)
-    layer = _layer_roles(layout, one, names, 0)
+    layer = _layer_roles(fmt, layout, one, names, 0)
     dt = _DTYPES[fmt]
+    hidden = one.hidden
     per_layer = sum(_round_up(_nbytes(dt[k], s), align) + _HEADER_PER_TENSOR for _, k, s in layer)
     row = 2 * _nbytes(dt["embed"], (1, hidden))
     fixed = _HEADER_FIXED + 3 * (align + _HEADER_PER_TENSOR) + _nbytes(dt["norm"], (hidden,)) + align
@@ -146,7 +176,8 @@ def _metadata(layout: str, d: Dims, size: int) -> dict[str, int | str]:
     if layout == "moe":
         meta.update({f"{arch}.expert_count": d.experts, f"{arch}.expert_used_count": min(8, d.experts),
                      f"{arch}.expert_feed_forward_length": d.expert_ff,
-                     f"{arch}.expert_shared_feed_forward_length": d.expert_ff})
+                     f"{arch}.expert_shared_feed_forward_length": d.shared_ff,
+                     "expert_layout": d.expert_layout})
     return meta
 
 
@@ -167,8 +198,6 @@ _GGUF_NAMES = {
     "attn_norm": "blk.{L}.attn_norm.weight", "q": "blk.{L}.attn_q.weight", "k": "blk.{L}.attn_k.weight",
     "v": "blk.{L}.attn_v.weight", "o": "blk.{L}.attn_output.weight", "ffn_norm": "blk.{L}.ffn_norm.weight",
     "gate": "blk.{L}.ffn_gate.weight", "up": "blk.{L}.ffn_up.weight", "down": "blk.{L}.ffn_down.weight",
-    "router": "blk.{L}.ffn_gate_inp.weight", "gate_exps": "blk.{L}.ffn_gate_exps.weight",
-    "up_exps": "blk.{L}.ffn_up_exps.weight", "down_exps": "blk.{L}.ffn_down_exps.weight",
     "shexp_gate_inp": "blk.{L}.ffn_gate_inp_shexp.weight", "gate_shexp": "blk.{L}.ffn_gate_shexp.weight",
     "up_shexp": "blk.{L}.ffn_up_shexp.weight", "down_shexp": "blk.{L}.ffn_down_shexp.weight",
 }
@@ -179,10 +208,7 @@ _ST_NAMES = {
     "o": "model.layers.{L}.self_attn.o_proj.weight",
     "ffn_norm": "model.layers.{L}.post_attention_layernorm.weight",
     "gate": "model.layers.{L}.mlp.gate_proj.weight", "up": "model.layers.{L}.mlp.up_proj.weight",
-    "down": "model.layers.{L}.mlp.down_proj.weight", "router": "model.layers.{L}.mlp.gate.weight",
-    "gate_exp": "model.layers.{L}.mlp.experts.{E}.gate_proj.weight",
-    "up_exp": "model.layers.{L}.mlp.experts.{E}.up_proj.weight",
-    "down_exp": "model.layers.{L}.mlp.experts.{E}.down_proj.weight",
+    "down": "model.layers.{L}.mlp.down_proj.weight",
     "shexp_gate_inp": "model.layers.{L}.mlp.shared_expert_gate.weight",
     "gate_shexp": "model.layers.{L}.mlp.shared_expert.gate_proj.weight",
     "up_shexp": "model.layers.{L}.mlp.shared_expert.up_proj.weight",

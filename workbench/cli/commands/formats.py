@@ -24,13 +24,17 @@ def _mib(n: int) -> str:
 @click.option("--alignment", type=int, default=32, show_default=True,
               help="GGUF general.alignment (4096 puts every tensor on a page boundary).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Content seed (same seed, same bytes).")
-def synth(out: str, fmt: str, layout: str, size: str, experts: int, alignment: int, seed: int) -> None:
+@click.option("--expert-layout", type=click.Choice(["stacked", "split"]), default=None,
+              help="MoE safetensors: one tensor per expert (split, the default) or gpt-oss style "
+                   "experts.gate_up_proj/down_proj holding a layer's experts (stacked). GGUF is always stacked.")
+def synth(out: str, fmt: str, layout: str, size: str, experts: int, alignment: int, seed: int,
+          expert_layout: str | None) -> None:
     """Write a synthetic dense or MoE model file with deterministic pseudo-random content."""
     from workbench.formats.synth import parse_size, write_synthetic
 
     t0 = time.perf_counter()
     index = write_synthetic(out, format=fmt, layout=layout, size=parse_size(size), experts=experts,
-                            alignment=alignment, seed=seed)
+                            alignment=alignment, seed=seed, expert_layout=expert_layout)
     dt = time.perf_counter() - t0
     blobs = f", {len(index.blobs)} expert blobs" if index.blobs else ""
     click.echo(f"wrote {index.path}: {fmt} {layout}, {index.size:,} bytes ({_mib(index.size)}), "

@@ -1,0 +1,156 @@
+"""Readers that put one expert slice of a file into a destination region.
+
+Contract of :meth:`SliceReader.read_into` ``(region, at, offset, nbytes)``: file bytes
+``[offset, offset + nbytes)`` land at ``region[at : at + nbytes]``. The caller promises more: any
+byte ``region[at + d]`` may receive file byte ``offset + d`` (the write-up's ``allow_in_place``), so
+an in-place reader may let its aligned window overhang the slice — but only inside ``region``. Give
+it exactly the pages the slice's entry covers and the overhang stays in pages that entry commits.
+
+* ``pread`` — buffered ``preadv`` straight into the slice (no copy of ours; the page cache's own).
+* ``direct-bounce`` — O_DIRECT reads the enclosing page-aligned window into a bounce buffer, then
+  copies the payload out: ``nbytes`` of shift-copy per read.
+* ``direct-inplace`` — where the destination carries the file's own remainder mod the page and the
+  window fits the region, the window is read straight into the region: zero shift-copy bytes.
+  Otherwise (wrong remainder, or a window that would overrun the region — the dense loader's
+  overrun in the write-up) it falls back to the bounce for that read and counts it.
+
+Windows are whole pages: aligned for every logical block size up to a page, and the overhang of a
+slice's window is exactly the partial pages at its ends.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from workbench.io.direct import AlignedBuffer, aligned_window, direct_io_support, open_direct, read_direct
+
+PAGE = 4096
+READERS = ("pread", "direct-bounce", "direct-inplace")
+
+
+@dataclass(frozen=True)
+class ReadOutcome:
+    """One read: bytes moved from the file (the whole window for O_DIRECT), bytes memcpy'd out of a
+    bounce buffer, and whether the window went straight into place."""
+
+    io_bytes: int
+    shift_copy_bytes: int
+    in_place: bool
+
+
+class SliceReader(Protocol):
+    """Puts file bytes into a region (see the module docstring for the in-place promise)."""
+
+    name: str
+
+    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int) -> ReadOutcome: ...
+
+    def close(self) -> None: ...
+
+
+def region_address(region: memoryview) -> int:
+    """The address of a writable buffer's first byte."""
+    return int(np.frombuffer(region, dtype=np.uint8).ctypes.data)
+
+
+class BufferedReader:
+    """Buffered ``preadv`` into the slice."""
+
+    name = "pread"
+
+    def __init__(self, path: str | os.PathLike):
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int) -> ReadOutcome:
+        _check_request(region, at, nbytes)
+        dest, done = region[at:at + nbytes], 0
+        while done < nbytes:
+            n = os.preadv(self._fd, [dest[done:]], offset + done)
+            if n == 0:
+                raise EOFError(f"file ends {nbytes - done} B short of slice [{offset}, {offset + nbytes})")
+            done += n
+        return ReadOutcome(nbytes, 0, False)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class DirectBounceReader:
+    """O_DIRECT window into a (growing, reused) bounce buffer, then the payload copied out."""
+
+    name = "direct-bounce"
+
+    def __init__(self, path: str | os.PathLike):
+        self._fd = open_direct(path)
+        self._bounce: AlignedBuffer | None = None
+
+    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int) -> ReadOutcome:
+        _check_request(region, at, nbytes)
+        start, length, shift = aligned_window(offset, nbytes, PAGE)
+        if self._bounce is None or self._bounce.nbytes < length:
+            if self._bounce is not None:
+                self._bounce.close()
+            self._bounce = AlignedBuffer(length, PAGE)
+        got = read_direct(self._fd, self._bounce.view, start, length)
+        _check_got(got, shift + nbytes, offset, nbytes)
+        region[at:at + nbytes] = self._bounce.view[shift:shift + nbytes]
+        return ReadOutcome(got, nbytes, False)
+
+    def close(self) -> None:
+        if self._bounce is not None:
+            self._bounce.close()
+            self._bounce = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class DirectInplaceReader(DirectBounceReader):
+    """O_DIRECT window straight into the region when the destination's remainder matches the file's
+    and the window fits; the bounce otherwise (counted in :attr:`fallbacks`)."""
+
+    name = "direct-inplace"
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(path)
+        self.fallbacks = 0
+
+    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int) -> ReadOutcome:
+        _check_request(region, at, nbytes)
+        start, length, shift = aligned_window(offset, nbytes, PAGE)
+        lo = at - shift  # where the window's first byte would land in the region
+        if (region_address(region) + at - offset) % PAGE or lo < 0 or lo + length > len(region):
+            self.fallbacks += 1  # the overhang would leave the region the caller gave us
+            return super().read_into(region, at, offset, nbytes)
+        got = read_direct(self._fd, region[lo:lo + length], start, length)
+        _check_got(got, shift + nbytes, offset, nbytes)
+        return ReadOutcome(got, 0, True)
+
+
+def open_reader(kind: str, path: str | os.PathLike) -> tuple[SliceReader, str]:
+    """(reader, note): the reader asked for, or buffered pread where O_DIRECT is refused (tmpfs, …),
+    with a one-line note saying so ("" when the reader is the one asked for)."""
+    if kind not in READERS:
+        raise ValueError(f"unknown reader {kind!r}; known: {', '.join(READERS)}")
+    if kind == "pread":
+        return BufferedReader(path), ""
+    support = direct_io_support(path)
+    if not support:
+        return BufferedReader(path), f"{kind}: O_DIRECT refused ({support.reason}); buffered pread instead"
+    cls = DirectInplaceReader if kind == "direct-inplace" else DirectBounceReader
+    return cls(path), ""
+
+
+def _check_request(region: memoryview, at: int, nbytes: int) -> None:
+    if at < 0 or nbytes < 0 or at + nbytes > len(region):
+        raise ValueError(f"slice of {nbytes} B at {at} does not fit a {len(region)} B region")
+
+
+def _check_got(got: int, need: int, offset: int, nbytes: int) -> None:
+    if got < need:
+        raise EOFError(f"file ends {need - got} B short of slice [{offset}, {offset + nbytes})")
