@@ -8,6 +8,6 @@ from __future__ import annotations
 
 from workbench.ledger.export import export_csv, export_markdown, markdown_table
 from workbench.ledger.report import write_report
-from workbench.ledger.store import RUNNING, Ledger
+from workbench.ledger.store import ATTEMPT_KINDS, RUNNING, Ledger
 
-__all__ = ["Ledger", "RUNNING", "export_csv", "export_markdown", "markdown_table", "write_report"]
+__all__ = ["ATTEMPT_KINDS", "Ledger", "RUNNING", "export_csv", "export_markdown", "markdown_table", "write_report"]

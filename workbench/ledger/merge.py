@@ -13,9 +13,9 @@ import sqlite3
 from pathlib import Path
 
 from workbench.errors import LedgerError
-from workbench.ledger.schema import COLUMNS, check_version, transaction
+from workbench.ledger.schema import COLUMNS, check_version, table_columns, transaction
 
-_PLAIN_TABLES = ("runs", "ceilings", "verdict_history")
+_PLAIN_TABLES = ("runs", "ceilings", "verdict_history", "turns")
 
 
 def merge_into(conn: sqlite3.Connection, own_path: Path, other_path: Path) -> dict[str, int]:
@@ -40,11 +40,21 @@ def _copy_rows(conn: sqlite3.Connection) -> dict[str, int]:
     counts = {"campaigns": _insert_campaigns(conn), "attempts": _insert_attempts(conn)}
     counts["attempts_finished"] = _take_finished(conn)
     for table in _PLAIN_TABLES:
-        cols = ", ".join(COLUMNS[table])
+        cols = ", ".join(_shared_columns(conn, table))
+        if not cols:  # a table the other (older) ledger does not have
+            counts[table] = 0
+            continue
         cur = conn.execute(f"INSERT OR IGNORE INTO main.{table} ({cols}) SELECT {cols} FROM other.{table}")
         counts[table] = cur.rowcount
     counts["verdicts_updated"] = _follow_history(conn)
     return counts
+
+
+def _shared_columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
+    """Our columns that the other ledger has too: an older ledger lacks the newer ones, which then
+    take their defaults here."""
+    theirs = set(table_columns(conn, table, "other"))
+    return tuple(c for c in COLUMNS[table] if c in theirs)
 
 
 def _insert_campaigns(conn: sqlite3.Connection) -> int:
@@ -56,27 +66,27 @@ def _insert_campaigns(conn: sqlite3.Connection) -> int:
     return cur.rowcount
 
 
-def _mapped_attempt_columns(alias: str) -> str:
+def _mapped_attempt_columns(conn: sqlite3.Connection, alias: str) -> str:
     """The other ledger's attempt columns with its campaign id replaced by ours of the same name."""
     mapped = (
         f"(SELECT m.id FROM main.campaigns m JOIN other.campaigns o ON o.name = m.name"
         f" WHERE o.id = {alias}.campaign_id)"
     )
-    return ", ".join(mapped if c == "campaign_id" else f"{alias}.{c}" for c in COLUMNS["attempts"])
+    return ", ".join(mapped if c == "campaign_id" else f"{alias}.{c}" for c in _shared_columns(conn, "attempts"))
 
 
 def _insert_attempts(conn: sqlite3.Connection) -> int:
-    cols = ", ".join(COLUMNS["attempts"])
+    cols = ", ".join(_shared_columns(conn, "attempts"))
     cur = conn.execute(
-        f"INSERT OR IGNORE INTO main.attempts ({cols}) SELECT {_mapped_attempt_columns('a')} FROM other.attempts a"
+        f"INSERT OR IGNORE INTO main.attempts ({cols}) SELECT {_mapped_attempt_columns(conn, 'a')} FROM other.attempts a"
     )
     return cur.rowcount
 
 
 def _take_finished(conn: sqlite3.Connection) -> int:
-    cols = ", ".join(COLUMNS["attempts"])
+    cols = ", ".join(_shared_columns(conn, "attempts"))
     cur = conn.execute(
-        f"UPDATE main.attempts SET ({cols}) = (SELECT {_mapped_attempt_columns('o')} FROM other.attempts o"
+        f"UPDATE main.attempts SET ({cols}) = (SELECT {_mapped_attempt_columns(conn, 'o')} FROM other.attempts o"
         " WHERE o.id = main.attempts.id)"
         " WHERE verdict = 'running' AND id IN (SELECT id FROM other.attempts WHERE verdict != 'running')"
     )

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from workbench import defaults
 from workbench.errors import LedgerError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 60_000
 
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -29,6 +29,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "device_info", "file_path", "file_size", "file_hash", "cache", "environment", "n", "n_failed",
         "median_s", "min_s", "max_s", "spread_pct", "gbps", "stable", "ceiling_name", "ceiling_gbps",
         "baseline_id", "speedup", "verdict", "auto_verdict", "notes", "created", "finished",
+        "kind", "ci_low", "ci_high", "verdict_reason", "binary_path", "binary_hash",
     ),
     "runs": (
         "id", "attempt_id", "position", "pid", "load_s", "wall_s", "bytes", "resident_before",
@@ -37,6 +38,27 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "ceilings": ("id", "host", "name", "gbps", "detail", "measured_at"),
     "verdict_history": ("id", "attempt_id", "old", "new", "note", "at"),
+    "turns": (
+        "id", "attempt_id", "turn", "tokens", "bytes_read", "hits", "misses", "evictions", "minflt",
+        "majflt", "accounted_bytes", "actual_anon_bytes", "unreleased_pages", "seconds",
+        "tokens_per_s", "extra", "created",
+    ),
+}
+
+# Columns each version added, as (table, column, SQL type and default): a ledger of an older version
+# gets them by ALTER TABLE when it is opened (one way: an older workbench then refuses it by version).
+#   kind: what an attempt measured — a strategy load, an external engine, a long expert session;
+#   ci_low/ci_high/verdict_reason: the speedup's confidence interval and why the verdict is what it is;
+#   binary_path/binary_hash: the executable an external engine ran, hashed like the model file.
+ADDED_COLUMNS: dict[int, tuple[tuple[str, str, str], ...]] = {
+    2: (
+        ("attempts", "kind", "TEXT NOT NULL DEFAULT 'strategy'"),
+        ("attempts", "ci_low", "REAL"),
+        ("attempts", "ci_high", "REAL"),
+        ("attempts", "verdict_reason", "TEXT NOT NULL DEFAULT ''"),
+        ("attempts", "binary_path", "TEXT"),
+        ("attempts", "binary_hash", "TEXT"),
+    ),
 }
 
 DDL = """
@@ -55,7 +77,9 @@ CREATE TABLE IF NOT EXISTS attempts (
     file_size INTEGER, file_hash TEXT, cache TEXT, environment TEXT, n INTEGER, n_failed INTEGER,
     median_s REAL, min_s REAL, max_s REAL, spread_pct REAL, gbps REAL, stable INTEGER,
     ceiling_name TEXT, ceiling_gbps REAL, baseline_id TEXT, speedup REAL, verdict TEXT NOT NULL,
-    auto_verdict TEXT, notes TEXT NOT NULL DEFAULT '', created TEXT NOT NULL, finished TEXT);
+    auto_verdict TEXT, notes TEXT NOT NULL DEFAULT '', created TEXT NOT NULL, finished TEXT,
+    kind TEXT NOT NULL DEFAULT 'strategy', ci_low REAL, ci_high REAL,
+    verdict_reason TEXT NOT NULL DEFAULT '', binary_path TEXT, binary_hash TEXT);
 CREATE INDEX IF NOT EXISTS attempts_campaign ON attempts(campaign_id);
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, attempt_id TEXT NOT NULL REFERENCES attempts(id), position INTEGER,
@@ -69,6 +93,12 @@ CREATE TABLE IF NOT EXISTS ceilings (
 CREATE TABLE IF NOT EXISTS verdict_history (
     id TEXT PRIMARY KEY, attempt_id TEXT NOT NULL REFERENCES attempts(id), old TEXT,
     new TEXT NOT NULL, note TEXT NOT NULL DEFAULT '', at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS turns (
+    id TEXT PRIMARY KEY, attempt_id TEXT NOT NULL REFERENCES attempts(id), turn INTEGER NOT NULL,
+    tokens INTEGER, bytes_read INTEGER, hits INTEGER, misses INTEGER, evictions INTEGER,
+    minflt INTEGER, majflt INTEGER, accounted_bytes INTEGER, actual_anon_bytes INTEGER,
+    unreleased_pages INTEGER, seconds REAL, tokens_per_s REAL, extra TEXT, created TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS turns_attempt ON turns(attempt_id);
 """
 
 
@@ -94,7 +124,8 @@ def connect(path: Path) -> sqlite3.Connection:
             for statement in DDL.format(version=SCHEMA_VERSION).split(";"):
                 if statement.strip():
                     conn.execute(statement)
-        check_version(conn, path)
+            check_version(conn, path)
+            migrate(conn)
     except sqlite3.Error as exc:
         conn.close()
         raise LedgerError(path, f"not a usable ledger: {exc}") from exc
@@ -113,6 +144,22 @@ def check_version(conn: sqlite3.Connection, path: Path, schema: str = "main") ->
     if row is None or row[0] is None or row[0] > SCHEMA_VERSION:
         found = None if row is None else row[0]
         raise LedgerError(path, f"ledger schema version {found}; this workbench reads {SCHEMA_VERSION}")
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring an older ledger to :data:`SCHEMA_VERSION` in place (inside the caller's transaction)."""
+    found = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+    for version in range(found + 1, SCHEMA_VERSION + 1):
+        for table, column, decl in ADDED_COLUMNS.get(version, ()):
+            if column not in table_columns(conn, table):
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+    if found < SCHEMA_VERSION:
+        conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+
+
+def table_columns(conn: sqlite3.Connection, table: str, schema: str = "main") -> tuple[str, ...]:
+    """The columns ``table`` has in the attached database ``schema`` (older ledgers have fewer)."""
+    return tuple(row[1] for row in conn.execute(f"PRAGMA {schema}.table_info({table})"))
 
 
 @contextmanager

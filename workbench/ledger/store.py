@@ -19,6 +19,7 @@ from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
 if TYPE_CHECKING:
     import pandas as pd
 
+ATTEMPT_KINDS = ("strategy", "external", "session")
 RUNNING = "running"  # verdict of an attempt whose runner has not finished it (yet, or ever)
 MIN_PREFIX = 6
 
@@ -69,9 +70,15 @@ class Ledger:
     def start_attempt(
         self, *, campaign: str, config: RunConfig, cache: str, hypothesis: str = "", label: str = "",
         file_identity: Mapping[str, Any] | None = None, environment: Mapping[str, Any] | None = None,
-        device_info: Mapping[str, Any] | None = None, host: str | None = None,
+        device_info: Mapping[str, Any] | None = None, host: str | None = None, kind: str = "strategy",
+        binary: Mapping[str, Any] | None = None,
     ) -> str:
-        """Record a new attempt (verdict ``running``) before its first run; returns its id."""
+        """Record a new attempt (verdict ``running``) before its first run; returns its id.
+
+        ``kind`` is what is measured (:data:`ATTEMPT_KINDS`); ``binary`` the identity (``path``,
+        ``hash``) of the executable an external engine ran."""
+        if kind not in ATTEMPT_KINDS:
+            raise LedgerError(self.path, f"unknown attempt kind '{kind}'; known: {', '.join(ATTEMPT_KINDS)}")
         campaign_id = self.ensure_campaign(campaign or "default")
         ident = dict(file_identity or {})
         host = host or (environment or {}).get("host") or host_id()
@@ -83,7 +90,8 @@ class Ledger:
             "file_path": ident.get("path", config.file), "file_size": ident.get("size"),
             "file_hash": ident.get("hash"), "cache": cache,
             "environment": encode(dict(environment) if environment is not None else None),
-            "verdict": RUNNING, "notes": "", "created": now(),
+            "verdict": RUNNING, "notes": "", "created": now(), "kind": kind,
+            "binary_path": (binary or {}).get("path"), "binary_hash": (binary or {}).get("hash"),
         }
         self._insert("attempts", row)
         return row["id"]
@@ -106,7 +114,8 @@ class Ledger:
     def finish_attempt(
         self, attempt_id: str, stats: AttemptStats, *, baseline_id: str | None, speedup: float | None,
         verdict: str, ceiling_name: str | None = None, ceiling_gbps: float | None = None, notes: str = "",
-        cache: str | None = None,
+        cache: str | None = None, ci: tuple[float | None, float | None] = (None, None),
+        verdict_reason: str = "",
     ) -> None:
         """Store an attempt's statistics, comparison and automatic verdict; ``cache`` replaces the
         label recorded at the start once all runs are in (a state reached by the first run only
@@ -115,18 +124,31 @@ class Ledger:
         values = (
             stats.n, stats.n_failed, stats.median_s, stats.min_s, stats.max_s, stats.spread_pct,
             stats.gbps, int(stats.stable), ceiling_name, ceiling_gbps, baseline_id, speedup,
-            verdict, verdict, notes, now(), attempt_id,
+            verdict, verdict, notes, now(), ci[0], ci[1], verdict_reason, attempt_id,
         )
         with transaction(self._conn, self.path) as c:
             cur = c.execute(
                 "UPDATE attempts SET n=?, n_failed=?, median_s=?, min_s=?, max_s=?, spread_pct=?, gbps=?,"
                 " stable=?, ceiling_name=?, ceiling_gbps=?, baseline_id=?, speedup=?, verdict=?,"
-                " auto_verdict=?, notes=?, finished=? WHERE id=?", values,
+                " auto_verdict=?, notes=?, finished=?, ci_low=?, ci_high=?, verdict_reason=? WHERE id=?", values,
             )
             if cur.rowcount != 1:
                 raise LedgerError(self.path, f"no attempt '{attempt_id}' to finish")
             if cache is not None:
                 c.execute("UPDATE attempts SET cache=? WHERE id=?", (cache, attempt_id))
+
+    def add_turn(self, attempt_id: str, turn: Mapping[str, Any]) -> str:
+        """Record one turn of a long session (``kind='session'``): the columns of the ``turns`` table
+        from ``turn``'s keys, everything else kept in ``extra`` as JSON; returns the row's id."""
+        cols = schema.COLUMNS["turns"]
+        row = {k: turn.get(k) for k in cols if k not in ("id", "attempt_id", "extra", "created")}
+        if row["turn"] is None:
+            raise LedgerError(self.path, "a turn needs its number ('turn')")
+        extra = {k: v for k, v in turn.items() if k not in cols}
+        row.update(id=new_id(), attempt_id=attempt_id, extra=encode(extra), created=now())
+        self._require_attempt(attempt_id)
+        self._insert("turns", row)
+        return row["id"]
 
     def set_verdict(self, attempt_id: str, verdict: str, note: str = "") -> str:
         """A person's verdict (``kept``, ``reverted``, ``reference`` …), audited; returns the full id."""
@@ -188,6 +210,24 @@ class Ledger:
     def runs(self, attempt_id: str | None = None, campaign: str | None = None) -> pd.DataFrame:
         """Runs of one attempt (id prefix ok), of one campaign, or all; in attempt then position order."""
         return _frame(self._run_rows(attempt_id, campaign), schema.COLUMNS["runs"])
+
+    def turns(self, attempt_id: str | None = None, campaign: str | None = None) -> pd.DataFrame:
+        """Turns of one session attempt (id prefix ok), of one campaign, or all; in turn order."""
+        clauses, args = [], []
+        if attempt_id:
+            clauses.append("t.attempt_id = ?")
+            args.append(self.resolve_id(attempt_id))
+        if campaign:
+            clauses.append("c.name = ?")
+            args.append(campaign)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._query(
+            "SELECT t.* FROM turns t JOIN attempts a ON a.id = t.attempt_id JOIN campaigns c ON c.id = a.campaign_id"
+            f" {where} ORDER BY a.created, a.id, t.turn", tuple(args),
+        )
+        for row in rows:
+            row["extra"] = decode(row["extra"]) or {}
+        return _frame(rows, schema.COLUMNS["turns"])
 
     def run_records(self, attempt_id: str) -> list[RunRecord]:
         """An attempt's runs back as :class:`RunRecord` objects (to re-derive statistics)."""
