@@ -79,7 +79,8 @@ def base_from_file(path: str | os.PathLike[str], name: str | None = None) -> Bas
 
 
 def make_synth_bases(directory: Path) -> list[Base]:
-    """The synthetic models, dense and MoE, both formats (plus one GGUF at 4096 alignment)."""
+    """The synthetic models, dense and MoE, both formats (plus one GGUF at 4096 alignment), and one
+    file written by the safetensors package."""
     from workbench.formats.synth import write_synthetic
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -90,7 +91,26 @@ def make_synth_bases(directory: Path) -> list[Base]:
         if not path.exists():
             write_synthetic(path, format=fmt, layout=layout, size=SYNTH_SIZE, experts=4, alignment=align, seed=1)
         bases.append(base_from_file(path, f"{fmt}-{layout}" + ("-a4096" if align != 32 else "")))
-    return bases
+    return bases + _peer_base(directory)
+
+
+def _peer_base(directory: Path) -> list[Base]:
+    """A MoE-named safetensors written by the safetensors package itself (its header layout and
+    padding), when that package is installed."""
+    try:
+        import numpy as np
+        from safetensors.numpy import save_file
+    except ImportError:
+        return []
+    path = directory / "peer.safetensors"
+    if not path.exists():
+        arrays = {f"model.layers.{layer}.mlp.experts.{e}.{p}_proj.weight": np.zeros((8, 4), np.float16)
+                  for layer in range(2) for e in range(4) for p in ("gate", "up", "down")}
+        arrays.update({"model.embed_tokens.weight": np.zeros((64, 4), np.float32),
+                       "model.layers.0.mlp.gate.weight": np.zeros((4, 4), np.float32),
+                       "model.layers.0.step": np.zeros((1,), np.int64), "mask": np.zeros((7,), np.uint8)})
+        save_file(arrays, str(path), metadata={"format": "pt"})
+    return [base_from_file(path, "safetensors-peer")]
 
 
 def random_bytes() -> st.SearchStrategy[Case]:
@@ -260,6 +280,7 @@ _KNOWN = ("tensor", "header", "magic", "version", "tensor_count", "kv_count", "k
 
 def field_class(name: str) -> str:
     """A FormatError field without its particulars: "tensor '*'.dtype", "kv <key>.count" …"""
+    name = re.sub(r"^tensor '.*'", "tensor '*'", name)  # greedy: a name may hold quotes itself
     name = re.sub(r"\[\d+\]", "[N]", _QUOTED.sub("'*'", name))
     if name.startswith(_KNOWN):
         return name

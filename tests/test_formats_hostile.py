@@ -207,3 +207,12 @@ def test_gguf_bad_file_is_not_parsed_twice(tmp_path, monkeypatch):
     with pytest.raises(FormatError, match="boom"):
         open_index(write_gguf(tmp_path / "m.gguf"))
     assert len(calls) == 1, calls
+
+
+@pytest.mark.parametrize("key", [b"", b"   ", b"\x00"])
+def test_gguf_blank_key_is_named_by_its_place(tmp_path, key):
+    # An empty key gave the error field '' ("file: : not valid UTF-8"): no field named at all.
+    kvs = [gguf_kv_u32("general.alignment", 32), struct.pack("<Q", len(key)) + key + struct.pack("<IQ", STRING, 1) + b"\xff"]
+    with pytest.raises(FormatError) as info:
+        index_within(write_gguf(tmp_path / "m.gguf", kvs=kvs, data=bytes(96)))
+    assert info.value.field == "kv[1]" and "not valid UTF-8" in str(info.value)

@@ -190,10 +190,11 @@ def _walk_kvs(w: _Walker, n_kv: int) -> tuple[int, list[tuple[str, int, int, str
     for i in range(n_kv):
         start = w.pos
         key = w.string(f"kv[{i}].key")
+        label = key if key.strip() and key.isprintable() else f"kv[{i}]"  # errors name a blank key by place
         if key in seen:
-            raise FormatError(w.path, key, "duplicate key")
+            raise FormatError(w.path, label, "duplicate key")
         seen.add(key)
-        vtype = w.uint(4, f"{key}.type")
+        vtype = w.uint(4, f"{label}.type")
         if key == "general.alignment":
             if vtype != _UINT32:
                 raise FormatError(w.path, key, f"must be UINT32, got value type {vtype}")
@@ -201,7 +202,7 @@ def _walk_kvs(w: _Walker, n_kv: int) -> tuple[int, list[tuple[str, int, int, str
             if alignment == 0 or alignment & (alignment - 1):
                 raise FormatError(w.path, key, f"{alignment} is not a power of two")
         else:
-            _skip_value(w, vtype, key, depth=0)
+            _skip_value(w, vtype, label, depth=0)
         kvs.append((key, start, vtype, _array_summary(w, start, vtype)))
     return alignment, kvs
 
