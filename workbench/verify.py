@@ -12,6 +12,7 @@ from typing import Iterable
 import xxhash
 
 from workbench.errors import VerificationError
+from workbench.formats.drift import changed_since_indexed
 from workbench.formats.index import TensorIndex
 from workbench.strategies.base import Placement
 from workbench.upload.base import Device
@@ -86,6 +87,11 @@ def _check_one(device: Device, p: Placement | None, nbytes: int, want: str, stag
 
 def verify_placements(index: TensorIndex, device: Device, placements: Iterable[Placement]) -> VerifyReport:
     """Read back every placement and compare with the file; never raises for a mismatch, reports it."""
+    total = len(index.tensors)
+    changed = changed_since_indexed(index)
+    if changed:  # the file's bytes now are not the ones the index (and the load) described
+        return VerifyReport(ok=False, checked=0, total=total, mismatches=0,
+                            detail=f"file changed since it was indexed ({changed}): cannot vouch for the load")
     by_name = {p.tensor: p for p in placements}
     want = reference_checksums(index)
     bad, checked, first, detail = 0, 0, None, ""
@@ -100,6 +106,5 @@ def verify_placements(index: TensorIndex, device: Device, placements: Iterable[P
                     first, detail = t.name, problem
     finally:
         device.free_pinned(staging)
-    total = len(index.tensors)
     return VerifyReport(ok=bad == 0, checked=checked, total=total, mismatches=bad,
                         first_mismatch=first, detail=detail)

@@ -124,6 +124,7 @@ def _verify(index: Any, device: Any, result: Any) -> dict[str, Any]:
         "total": report.total,
         "mismatches": report.mismatches,
         "first_mismatch": None if first is None else str(first),
+        "detail": report.detail,  # why it failed: which bytes differ, or the file changed since indexing
     }
 
 
