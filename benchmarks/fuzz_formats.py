@@ -58,8 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 class Tally:
     """Everything the summary needs, accumulated case by case (results are not all kept)."""
 
-    def __init__(self, keep: Path | None):
-        self.keep, self.n, self.kinds, self.outcomes = keep, 0, Counter(), Counter()
+    def __init__(self, keep: Path | None, scratch: Path):
+        self.keep, self.scratch, self.n, self.kinds, self.outcomes = keep, str(scratch), 0, Counter(), Counter()
         self.samples: dict[str, list[str]] = defaultdict(list)
         self.problems: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.problem_counts: Counter[str] = Counter()
@@ -73,7 +73,7 @@ class Tally:
         self.outcomes[r.outcome] += 1
         self.seconds.append(r.seconds)
         if len(self.samples[r.outcome]) < 2:
-            self.samples[r.outcome].append(r.detail[:160])
+            self.samples[r.outcome].append(r.detail.replace(self.scratch, "CASE")[:160])
         if self.slowest is None or r.seconds > self.slowest.seconds:
             self.slowest = r
         if self.biggest is None or r.peak_bytes > self.biggest.peak_bytes:
@@ -122,9 +122,16 @@ def run_generated(bases: list[fh.Base], scratch: Path, args: argparse.Namespace,
 
 def machine() -> dict[str, Any]:
     cpu = next((line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")), "")
-    return {"uname": " ".join(platform.uname()), "cores": os.cpu_count(), "cpu": cpu,
+    return {"uname": _uname(), "cores": os.cpu_count(), "cpu": cpu,
             "python": platform.python_version(), "gguf-py": metadata.version("gguf"),
             "hypothesis": metadata.version("hypothesis"), "commit": _commit()}
+
+
+def _uname() -> str:
+    try:
+        return subprocess.run(["uname", "-a"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return " ".join(platform.uname())
 
 
 def _lines(path: str) -> list[str]:
@@ -197,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     shm = Path("/dev/shm")
     work = args.work or Path(tempfile.mkdtemp(prefix="wb-fuzz-", dir=shm if shm.is_dir() else None))
     bases = fh.make_synth_bases(work / "bases") + [fh.base_from_file(p) for p in args.real]
-    scratch, tally = work / "case", Tally(args.keep)
+    scratch = work / "case"
+    tally = Tally(args.keep, scratch)
     for b in bases:  # first parses import gguf-py and fill caches; keep them out of the measured peaks
         fh.run_case(fh.truncate_case(b, b.size), scratch, args.time_limit)
     tracemalloc.start()
