@@ -11,11 +11,22 @@ class WorkbenchError(Exception):
 
 
 class FormatError(WorkbenchError):
-    """A model file that cannot be indexed: names the file, the field and what is wrong."""
+    """A model file that cannot be indexed: names the file, the field and what is wrong.
+
+    Field and detail quote names from the file, which may hold newlines, escape sequences or lone
+    surrogates; they are escaped so the message stays one printable line.
+    """
 
     def __init__(self, path: object, field: str, detail: str):
-        self.path, self.field, self.detail = str(path), field, detail
-        super().__init__(f"{self.path}: {field}: {detail}")
+        self.path, self.field, self.detail = str(path), printable(field), printable(detail)
+        super().__init__(f"{printable(self.path)}: {self.field}: {self.detail}")
+
+
+def printable(text: str) -> str:
+    """``text`` with every unprintable character (controls, lone surrogates …) backslash-escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class BackendUnavailable(WorkbenchError):

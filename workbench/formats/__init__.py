@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 
@@ -23,8 +24,8 @@ _SNIFF_BYTES = 16
 
 def detect_format(path: str | os.PathLike[str]) -> str:
     """The registered format name whose ``sniff`` accepts the file's first bytes."""
-    path, size = _check_path(path)
-    return _detect(path, size)
+    path, st = _check_path(path)
+    return _detect(path, st.st_size)
 
 
 def open_index(path: str | os.PathLike[str]) -> TensorIndex:
@@ -45,11 +46,13 @@ def open_index(path: str | os.PathLike[str]) -> TensorIndex:
     FormatError
         Missing path, directory, empty or truncated file, unknown format, or any malformed field.
     """
-    path, size = _check_path(path)
-    return FORMATS.get(_detect(path, size)).read_index(path, size)
+    path, st = _check_path(path)
+    index = FORMATS.get(_detect(path, st.st_size)).read_index(path, st.st_size)
+    # stat before the header was read: a change while reading it also shows up as drift later
+    return dataclasses.replace(index, mtime_ns=st.st_mtime_ns, inode=st.st_ino)
 
 
-def _check_path(path: str | os.PathLike[str]) -> tuple[str, int]:
+def _check_path(path: str | os.PathLike[str]) -> tuple[str, os.stat_result]:
     path = os.path.abspath(os.fspath(path))
     try:
         st = os.stat(path)
@@ -63,7 +66,7 @@ def _check_path(path: str | os.PathLike[str]) -> tuple[str, int]:
         raise FormatError(path, "path", "not a regular file")
     if st.st_size == 0:
         raise FormatError(path, "size", "empty file")
-    return path, st.st_size
+    return path, st
 
 
 def _detect(path: str, size: int) -> str:

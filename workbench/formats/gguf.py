@@ -94,10 +94,10 @@ def _open_reader(path: str, header: GGUFHeader):  # noqa: ANN202 - a gguf.GGUFRe
                     super()._build_fields(kv_offset, 1)
             return header.kv_end
 
-    try:
-        return SkipArraysReader(path, "r")
-    except Exception:  # noqa: BLE001 - gguf-py internals moved: the plain reader is slow but right
-        return GGUFReader(path, "r")
+    # Only a gguf-py without the hook gets the plain reader (slow but right). A file that the fast
+    # reader refuses is not tried again: the plain one would refuse it too, after parsing every array.
+    hooked = callable(getattr(GGUFReader, "_build_fields", None))
+    return SkipArraysReader(path, "r") if hooked else GGUFReader(path, "r")
 
 
 def _tensor_info(t) -> TensorInfo:  # noqa: ANN001 - gguf.ReaderTensor
@@ -133,9 +133,17 @@ class _Walker:
         return struct.unpack_from(self.order + ("I" if n == 4 else "Q"), self.buf, self.take(n, field))[0]
 
     def string(self, field: str) -> str:
+        """A length-prefixed string that must be UTF-8 (keys, names, values: gguf-py decodes them strictly)."""
         n = self.uint(8, f"{field} length")
         start = self.take(n, field)
-        return bytes(self.buf[start:start + n]).decode("utf-8", errors="replace")
+        try:
+            return bytes(self.buf[start:start + n]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError(self.path, field, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+    def skip_string(self, field: str) -> None:
+        """A string inside an array: skipped unread (real vocabularies hold byte tokens that are not UTF-8)."""
+        self.take(self.uint(8, f"{field} length"), field)
 
     def remaining(self) -> int:
         return self.size - self.pos
@@ -182,10 +190,11 @@ def _walk_kvs(w: _Walker, n_kv: int) -> tuple[int, list[tuple[str, int, int, str
     for i in range(n_kv):
         start = w.pos
         key = w.string(f"kv[{i}].key")
+        label = key if key.strip() and key.isprintable() else f"kv[{i}]"  # errors name a blank key by place
         if key in seen:
-            raise FormatError(w.path, key, "duplicate key")
+            raise FormatError(w.path, label, "duplicate key")
         seen.add(key)
-        vtype = w.uint(4, f"{key}.type")
+        vtype = w.uint(4, f"{label}.type")
         if key == "general.alignment":
             if vtype != _UINT32:
                 raise FormatError(w.path, key, f"must be UINT32, got value type {vtype}")
@@ -193,7 +202,7 @@ def _walk_kvs(w: _Walker, n_kv: int) -> tuple[int, list[tuple[str, int, int, str
             if alignment == 0 or alignment & (alignment - 1):
                 raise FormatError(w.path, key, f"{alignment} is not a power of two")
         else:
-            _skip_value(w, vtype, key, depth=0)
+            _skip_value(w, vtype, label, depth=0)
         kvs.append((key, start, vtype, _array_summary(w, start, vtype)))
     return alignment, kvs
 
@@ -213,7 +222,7 @@ def _skip_value(w: _Walker, vtype: int, field: str, depth: int) -> None:
     if vtype in _SCALAR_SIZES:
         w.take(_SCALAR_SIZES[vtype], field)
     elif vtype == _STRING:
-        w.string(field)
+        w.skip_string(field) if depth else w.string(field)
     elif vtype == _ARRAY and depth < 4:
         itype, count = w.uint(4, f"{field}.item_type"), w.uint(8, f"{field}.count")
         if itype not in _SCALAR_SIZES and itype not in (_STRING, _ARRAY):  # checked even when empty
@@ -240,6 +249,8 @@ def _walk_tensor_info(w: _Walker, i: int) -> tuple[str, int, int, int]:
     if not 1 <= n_dims <= MAX_DIMS:
         raise FormatError(w.path, f"tensor '{name}'.n_dims", f"{n_dims} dimensions (1..{MAX_DIMS} allowed)")
     dims = [w.uint(8, f"tensor '{name}'.dims") for _ in range(n_dims)]
+    if max(dims) >= 1 << 63:  # ggml's ne are int64; numpy cannot shape them either
+        raise FormatError(w.path, f"tensor '{name}'.dims", f"{max(dims)} exceeds int64 (dims {dims})")
     raw_type = w.uint(4, f"tensor '{name}'.dtype")
     offset = w.uint(8, f"tensor '{name}'.offset")
     if raw_type not in GGMLQuantizationType._value2member_map_ or \

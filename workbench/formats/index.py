@@ -68,6 +68,9 @@ class TensorIndex:
     tensors: tuple[TensorInfo, ...]
     blobs: tuple[ExpertBlob, ...] = ()
     metadata: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # The file as it was indexed (0: unknown, an index built by hand); see workbench.formats.drift.
+    mtime_ns: int = field(default=0, compare=False)
+    inode: int = field(default=0, compare=False)
 
     def __iter__(self) -> Iterator[TensorInfo]:
         return iter(self.tensors)

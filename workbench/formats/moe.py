@@ -24,13 +24,13 @@ from typing import Iterable
 from workbench.errors import FormatError
 from workbench.formats.index import ExpertBlob, TensorInfo
 
-_GGUF_EXPS = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down|gate_up)_exps\.weight$")
-_ST_EXPERT = re.compile(r"(?:^|\.)layers\.(\d+)\..*?experts\.(\d+)\..*?(gate|up|down|gate_up)_proj(.*)$")
-# Mixtral's naming: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down)
-_ST_MIXTRAL = re.compile(r"(?:^|\.)layers\.(\d+)\..*?experts\.(\d+)\.(w1|w2|w3)(\..*|)$")
-_MIXTRAL_NAMES = {"w1": "gate", "w3": "up", "w2": "down"}
-# gpt-oss: no expert number; "experts." directly before the projection (not "shared_experts.")
-_ST_STACKED = re.compile(r"(?:^|\.)layers\.(\d+)\.(?:.*\.)?experts\.(gate_up|gate|up|down)_proj(.*)$")
+# Layer and expert numbers longer than 6 digits are not numbers a model uses (and int() refuses more
+# than 4300): such a name indexes as a plain tensor.
+_GGUF_EXPS = re.compile(r"^blk\.(\d{1,6})\.ffn_(gate|up|down|gate_up)_exps\.weight$")
+_PROJECTIONS = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "gate_up_proj": "gate_up",
+                # Mixtral's naming: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down)
+                "w1": "gate", "w3": "up", "w2": "down"}
+MAX_EXPERTS = 8192  # the largest released MoE models have 512; a larger count is a corrupt header
 
 
 def group_gguf_experts(path: str, tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:
@@ -47,12 +47,12 @@ def group_stacked_safetensors_experts(path: str, tensors: Iterable[TensorInfo]) 
     """Split each gpt-oss style ``layers.N.mlp.experts.<proj>_proj[suffix]`` tensor by its first dim."""
     blobs = []
     for t in tensors:
-        m = _ST_STACKED.search(t.name)
-        if m is None:
+        found = match_stacked_name(t.name)
+        if found is None:
             continue
-        suffix = m.group(3)
-        name = m.group(2) if suffix in ("", ".weight") else f"{m.group(2)}{suffix}"
-        blobs.append(_split_stacked(path, t, int(m.group(1)), name))
+        layer, proj, suffix = found
+        name = proj if suffix in ("", ".weight") else f"{proj}{suffix}"
+        blobs.append(_split_stacked(path, t, layer, name))
     return tuple(sorted(blobs, key=lambda b: (b.layer, b.offset)))
 
 
@@ -61,7 +61,9 @@ def _split_stacked(path: str, t: TensorInfo, layer: int, name: str) -> ExpertBlo
     if len(t.shape) < 2 or t.shape[0] < 1:
         raise FormatError(path, f"tensor '{t.name}'.shape", f"stacked experts need >= 2 dims, got {t.shape}")
     n = t.shape[0]
-    if t.nbytes % n:
+    if n > MAX_EXPERTS:  # checked before building one slice per expert
+        raise FormatError(path, f"tensor '{t.name}'.shape", f"{n} experts (at most {MAX_EXPERTS})")
+    if t.nbytes % n or t.nbytes < n:
         raise FormatError(path, f"tensor '{t.name}'.nbytes", f"{t.nbytes} bytes do not split into {n} experts")
     stride = t.nbytes // n
     slices = tuple((t.offset + e * stride, stride) for e in range(n))
@@ -72,15 +74,59 @@ def group_safetensors_experts(tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob
     """Group per-expert tensors by (layer, projection), in expert order, and measure their layout."""
     groups: dict[tuple[int, str], list[tuple[int, TensorInfo]]] = defaultdict(list)
     for t in tensors:
-        m = _ST_EXPERT.search(t.name) or _ST_MIXTRAL.search(t.name)
-        if m is None:
+        found = match_expert_name(t.name)
+        if found is None:
             continue
-        proj, suffix = _MIXTRAL_NAMES.get(m.group(3), m.group(3)), m.group(4)
+        layer, expert, proj, suffix = found
         name = proj if suffix in ("", ".weight") else f"{proj}{suffix}"
-        groups[(int(m.group(1)), name)].append((int(m.group(2)), t))
+        groups[(layer, name)].append((expert, t))
     blobs = [_measure_blob(layer, name, sorted(members, key=lambda et: et[0]))
              for (layer, name), members in groups.items()]
     return tuple(sorted(blobs, key=lambda b: (b.layer, b.offset)))
+
+
+def match_expert_name(name: str) -> tuple[int, int, str, str] | None:
+    """``...layers.L. ... experts.E. ... {gate,up,down,gate_up}_proj[.suffix]`` (or Mixtral's
+    ``experts.E.w1|w2|w3``) → (L, E, projection, suffix), else None.
+
+    Walks the dot-separated parts once: a backtracking regex took seconds on a long crafted name.
+    """
+    parts = name.split(".")
+    layer_at = next((i for i in range(len(parts) - 1) if parts[i] == "layers" and _is_number(parts[i + 1])), None)
+    if layer_at is None:
+        return None
+    expert_at = next((i for i in range(layer_at + 2, len(parts) - 1)
+                      if parts[i] == "experts" and _is_number(parts[i + 1])), None)
+    if expert_at is None:
+        return None
+    if parts[expert_at + 2:expert_at + 3] in (["w1"], ["w2"], ["w3"]):
+        proj_at = expert_at + 2
+    else:
+        proj_at = next((i for i in range(expert_at + 2, len(parts)) if parts[i].endswith("_proj")
+                        and parts[i] in _PROJECTIONS), None)
+    if proj_at is None:
+        return None
+    suffix = "".join("." + p for p in parts[proj_at + 1:])
+    return int(parts[layer_at + 1]), int(parts[expert_at + 1]), _PROJECTIONS[parts[proj_at]], suffix
+
+
+def match_stacked_name(name: str) -> tuple[int, str, str] | None:
+    """``...layers.L. ... experts.{gate_up,gate,up,down}_proj[.suffix]`` with no expert number
+    (gpt-oss) → (L, projection, suffix), else None; ``shared_experts`` is another part, not matched."""
+    parts = name.split(".")
+    layer_at = next((i for i in range(len(parts) - 1) if parts[i] == "layers" and _is_number(parts[i + 1])), None)
+    if layer_at is None:
+        return None
+    for i in range(layer_at + 2, len(parts) - 1):
+        head, _, tail = parts[i + 1].partition("_proj")
+        if parts[i] == "experts" and head + "_proj" in _PROJECTIONS and not head.startswith("w"):
+            suffix = ("_" + tail.lstrip("_") if tail else "") + "".join("." + p for p in parts[i + 2:])
+            return int(parts[layer_at + 1]), _PROJECTIONS[head + "_proj"], suffix
+    return None
+
+
+def _is_number(part: str) -> bool:
+    return 0 < len(part) <= 6 and part.isascii() and part.isdigit()
 
 
 def _measure_blob(layer: int, name: str, members: list[tuple[int, TensorInfo]]) -> ExpertBlob:

@@ -68,23 +68,36 @@ def _read_header(path: str, size: int) -> tuple[dict[str, Any], int]:
         raw = f.read(n)
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(path, "header", f"not valid UTF-8 JSON: {exc}") from None
     except RecursionError:
         raise FormatError(path, "header", "JSON nested too deeply") from None
     except KeyError as exc:
-        raise FormatError(path, "header", f"duplicate key {exc.args[0]!r}") from None
+        raise FormatError(path, "header", f"{exc.args[0]}") from None
+    except ValueError as exc:  # bad UTF-8 or JSON, and ints past Python's 4300-digit limit
+        raise FormatError(path, "header", f"not valid UTF-8 JSON: {exc}") from None
     if not isinstance(header, dict):
         raise FormatError(path, "header", f"expected a JSON object, got {type(header).__name__}")
     return header, 8 + n
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Every JSON object's keys: unique, and real Unicode (JSON can escape a lone surrogate, UTF-8 cannot
+    hold one, and the safetensors library refuses it)."""
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
-        raise KeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        raise KeyError(f"duplicate key {next(k for k, _ in pairs if k in seen or seen.add(k))!r}")
+    bad = next((k for k in out if not _is_unicode(k)), None)
+    if bad is not None:
+        raise KeyError(f"key {bad!r} is not valid Unicode (a lone surrogate escape)")
     return out
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _read_metadata(path: str, meta: object) -> tuple[tuple[str, str], ...]:
@@ -92,6 +105,9 @@ def _read_metadata(path: str, meta: object) -> tuple[tuple[str, str], ...]:
         return ()
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise FormatError(path, "__metadata__", "must be an object of string values")
+    bad = next((v for v in meta.values() if not _is_unicode(v)), None)
+    if bad is not None:
+        raise FormatError(path, "__metadata__", f"value {bad!r} is not valid Unicode (a lone surrogate escape)")
     return tuple(sorted(meta.items()))
 
 
@@ -100,7 +116,7 @@ def _read_tensor(path: str, name: str, entry: object, data_offset: int, size: in
     if not isinstance(entry, dict):
         raise FormatError(path, field, "entry is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:  # a list or object is not even hashable
         raise FormatError(path, f"{field}.dtype", f"unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
         raise FormatError(path, f"{field}.shape", f"must be a list of non-negative ints, got {shape!r}")

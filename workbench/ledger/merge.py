@@ -10,30 +10,39 @@ its (merged) verdict history.
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from pathlib import Path
 
 from workbench.errors import LedgerError
-from workbench.ledger.schema import COLUMNS, check_version, table_columns, transaction
+from workbench.ledger.schema import COLUMNS, table_columns, transaction
+from workbench.ledger.validate import check_ledger, snapshot_ledger
 
 _PLAIN_TABLES = ("runs", "ceilings", "verdict_history", "turns")
 
 
 def merge_into(conn: sqlite3.Connection, own_path: Path, other_path: Path) -> dict[str, int]:
-    """Import ``other_path`` into the open ledger ``conn``; returns rows added per table."""
+    """Import ``other_path`` into the open ledger ``conn``; returns rows added per table.
+
+    The other file is snapshotted and checked whole first (:mod:`workbench.ledger.validate`); any
+    problem is one LedgerError and this ledger is not written at all.
+    """
     if not other_path.is_file():
         raise LedgerError(other_path, "no such ledger file")
     if other_path.resolve() == own_path.resolve():
         raise LedgerError(other_path, "cannot merge a ledger into itself")
-    try:
-        conn.execute("ATTACH DATABASE ? AS other", (str(other_path),))
-    except sqlite3.Error as exc:
-        raise LedgerError(other_path, f"cannot open for merging: {exc}") from exc
-    try:
-        check_version(conn, other_path, schema="other")
-        with transaction(conn, own_path):
-            return _copy_rows(conn)
-    finally:
-        conn.execute("DETACH DATABASE other")
+    with tempfile.TemporaryDirectory(prefix="wb-merge-") as tmp:
+        copy = Path(tmp) / "other.sqlite"
+        snapshot_ledger(other_path, copy)
+        check_ledger(copy, other_path, conn)
+        try:
+            conn.execute("ATTACH DATABASE ? AS other", (str(copy),))
+        except sqlite3.Error as exc:
+            raise LedgerError(other_path, f"cannot open for merging: {exc}") from exc
+        try:
+            with transaction(conn, own_path):
+                return _copy_rows(conn)
+        finally:
+            conn.execute("DETACH DATABASE other")
 
 
 def _copy_rows(conn: sqlite3.Connection) -> dict[str, int]:

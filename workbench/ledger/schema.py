@@ -45,6 +45,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
 }
 
+ATTEMPT_KINDS = ("strategy", "external", "session")  # what an attempt measured (attempts.kind)
+ADDED_TABLES: dict[int, tuple[str, ...]] = {2: ("turns",)}
+
 # Columns each version added, as (table, column, SQL type and default): a ledger of an older version
 # gets them by ALTER TABLE when it is opened (one way: an older workbench then refuses it by version).
 #   kind: what an attempt measured — a strategy load, an external engine, a long expert session;
@@ -144,6 +147,14 @@ def check_version(conn: sqlite3.Connection, path: Path, schema: str = "main") ->
     if row is None or row[0] is None or row[0] > SCHEMA_VERSION:
         found = None if row is None else row[0]
         raise LedgerError(path, f"ledger schema version {found}; this workbench reads {SCHEMA_VERSION}")
+
+
+def columns_at(version: int) -> dict[str, tuple[str, ...]]:
+    """The tables and columns a ledger of schema ``version`` has (an older one lacks later additions)."""
+    later_tables = {t for v, tables in ADDED_TABLES.items() if v > version for t in tables}
+    later_columns = {(t, c) for v, cols in ADDED_COLUMNS.items() if v > version for t, c, _ in cols}
+    return {table: tuple(c for c in cols if (table, c) not in later_columns)
+            for table, cols in COLUMNS.items() if table not in later_tables}
 
 
 def migrate(conn: sqlite3.Connection) -> None:

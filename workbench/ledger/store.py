@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 from workbench.defaults import host_id
 from workbench.errors import LedgerError
 from workbench.ledger import schema
-from workbench.ledger.schema import decode, encode, new_id, now, transaction, tristate
+from workbench.ledger.schema import ATTEMPT_KINDS, decode, encode, new_id, now, transaction, tristate
 from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
 
 if TYPE_CHECKING:
     import pandas as pd
 
-ATTEMPT_KINDS = ("strategy", "external", "session")
 RUNNING = "running"  # verdict of an attempt whose runner has not finished it (yet, or ever)
 MIN_PREFIX = 6
 

@@ -12,6 +12,7 @@ from typing import Iterable
 import xxhash
 
 from workbench.errors import VerificationError
+from workbench.formats.drift import changed_since_indexed
 from workbench.formats.index import TensorIndex
 from workbench.records import VerifySummary
 from workbench.strategies.base import Placement
@@ -36,9 +37,9 @@ class VerifyReport:
                 "first_mismatch": self.first_mismatch, "detail": self.detail}
 
     def summary(self) -> VerifySummary:
-        """What a worker reports across its process boundary: the keys ledgers have always stored
-        (``detail`` is for in-process callers)."""
-        return VerifySummary(self.ok, self.checked, self.total, self.mismatches, self.first_mismatch)
+        """What a worker reports across its process boundary, why it failed included."""
+        return VerifySummary(self.ok, self.checked, self.total, self.mismatches, self.first_mismatch,
+                             self.detail)
 
     def raise_for_mismatch(self, path: str) -> None:
         """Raise VerificationError naming the first mismatching tensor, if any."""
@@ -92,6 +93,11 @@ def _check_one(device: Device, p: Placement | None, nbytes: int, want: str, stag
 
 def verify_placements(index: TensorIndex, device: Device, placements: Iterable[Placement]) -> VerifyReport:
     """Read back every placement and compare with the file; never raises for a mismatch, reports it."""
+    total = len(index.tensors)
+    changed = changed_since_indexed(index)
+    if changed:  # the file's bytes now are not the ones the index (and the load) described
+        return VerifyReport(ok=False, checked=0, total=total, mismatches=0,
+                            detail=f"file changed since it was indexed ({changed}): cannot vouch for the load")
     by_name = {p.tensor: p for p in placements}
     want = reference_checksums(index)
     bad, checked, first, detail = 0, 0, None, ""
@@ -106,6 +112,5 @@ def verify_placements(index: TensorIndex, device: Device, placements: Iterable[P
                     first, detail = t.name, problem
     finally:
         device.free_pinned(staging)
-    total = len(index.tensors)
     return VerifyReport(ok=bad == 0, checked=checked, total=total, mismatches=bad,
                         first_mismatch=first, detail=detail)

@@ -94,16 +94,21 @@ class VerifySummary:
     total: int
     mismatches: int
     first_mismatch: str | None = None
+    detail: str = ""  # why it failed: which bytes differ, or the file changed since it was indexed
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checked": self.checked, "total": self.total, "mismatches": self.mismatches,
-                "first_mismatch": self.first_mismatch}
+        out = {"ok": self.ok, "checked": self.checked, "total": self.total, "mismatches": self.mismatches,
+               "first_mismatch": self.first_mismatch}
+        if self.detail:  # only when there is one: ledgers written before it hold the other keys only
+            out["detail"] = self.detail
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> VerifySummary:
         first = data.get("first_mismatch")
         return cls(bool(data["ok"]), int(data.get("checked", 0)), int(data.get("total", 0)),
-                   int(data.get("mismatches", 0)), None if first is None else str(first))
+                   int(data.get("mismatches", 0)), None if first is None else str(first),
+                   str(data.get("detail") or ""))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from contextlib import ExitStack
 from typing import Any, Callable, ClassVar, Mapping
 
 from workbench.errors import StrategyUnavailable
+from workbench.formats.drift import check_unchanged
 from workbench.formats.index import TensorIndex, TensorInfo
 from workbench.registry import Availability
 from workbench.strategies.params import BaseParams, check_param, parse_params
@@ -65,9 +66,10 @@ class LoadContext:
         return self.index.data_range
 
     def open_fd(self, flags: int = os.O_RDONLY) -> int:
-        """Open the model file; closed when the load ends."""
+        """Open the model file (closed when the load ends), refusing it if it changed since indexing."""
         fd = os.open(self.index.path, flags | os.O_CLOEXEC)
         self.stack.callback(os.close, fd)
+        check_unchanged(self.index, fd)
         return fd
 
     def cleanup(self, fn: Callable[..., Any], *args: Any) -> None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping
 
+from workbench.errors import FormatError
+from workbench.formats.drift import check_unchanged
 from workbench.formats.index import TensorInfo
 from workbench.io import direct
 from workbench.io.pagecache import filesystem_type
@@ -50,8 +52,9 @@ class _Lane:
         """The payload at the start of the bounce buffer (shift-copied when the window started early)."""
         start, length, shift = direct.aligned_window(offset, nbytes, self.block)
         got = direct.read_direct(self.fd, self.bounce.view, start, length)
-        if got < shift + nbytes:
-            raise OSError(errno.EIO, f"O_DIRECT read of {length} B at {start} returned {got}")
+        if got < shift + nbytes:  # read_direct stops short only at end of file
+            raise FormatError(self.ctx.index.path, "size", f"O_DIRECT read of {length} B at {start} returned "
+                                                           f"{got}: end of file, truncated since it was indexed?")
         if shift:
             ctypes.memmove(self.bounce.address, self.bounce.address + shift, nbytes)
             self.ctx.count("shift_copy_bytes", nbytes)
@@ -73,6 +76,7 @@ def _open(ctx: LoadContext) -> tuple[int | None, str]:
     except OSError as exc:
         return None, f"{errno.errorcode.get(exc.errno or 0, exc.errno)} on {fs}"
     ctx.cleanup(os.close, fd)
+    check_unchanged(ctx.index, fd)
     probe = direct.direct_io_support(ctx.index.path)  # some file systems open O_DIRECT, then refuse reads
     return (fd, "") if probe else (None, probe.reason)
 

@@ -6,11 +6,14 @@ Present when the library is installed (``pip install 'workbench[peers]'``).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 import numpy as np
 
+from workbench.errors import FormatError
+from workbench.formats.drift import check_unchanged
 from workbench.formats.index import TensorIndex
 from workbench.registry import Availability
 from workbench.strategies.base import BaseParams, LoadContext, Strategy
@@ -44,11 +47,12 @@ class SafetensorsPeerStrategy(Strategy):
         import safetensors
         from safetensors import safe_open
 
-        with ctx.phase("read"):
+        check_unchanged(ctx.index)
+        with ctx.phase("read"), _refusals(ctx.index.path):
             handle = ctx.enter(safe_open(ctx.index.path, framework="numpy"))
         for t in ctx.tensors:
             buf = ctx.place(t)
-            with ctx.phase("read"):
+            with ctx.phase("read"), _refusals(ctx.index.path):
                 array = handle.get_tensor(t.name)  # the library's own read: a numpy copy of the bytes
             with ctx.phase("upload"):
                 ctx.upload(buf, 0, np.ascontiguousarray(array).reshape(-1).view(np.uint8))
@@ -56,3 +60,14 @@ class SafetensorsPeerStrategy(Strategy):
         ctx.engage("peer", n, n, note=f"safetensors {safetensors.__version__} safe_open, numpy")
         if ctx.evict:
             ctx.note("eviction policy is on but a peer reads its own way: no DONTNEED applied")
+
+
+@contextmanager
+def _refusals(path: str) -> Iterator[None]:
+    """The library's own error (a file it cannot read, e.g. truncated) as a FormatError naming the file."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except SafetensorError as exc:
+        raise FormatError(path, "safetensors", f"the safetensors library refused it: {exc}") from None

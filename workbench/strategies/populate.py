@@ -43,6 +43,7 @@ def _populate(ctx: LoadContext, mapping: FileMapping) -> None:
     start, end = ctx.data_range
     lo = start - start % PAGE_SIZE  # madvise wants a page-aligned address
     pages = -(-(end - lo) // PAGE_SIZE)
+    mapping.require(end)
     with ctx.phase("prefetch"):
         try:
             mapping.map.madvise(MADV_POPULATE_READ, lo, end - lo)

@@ -34,14 +34,20 @@ def check_upload(owner: str, upload: str, supported: tuple[str, ...] = UPLOADS) 
 
 
 def pread_into(fd: int, view: Any, offset: int, path: str = "") -> None:
-    """Fill all of ``view`` from the file at ``offset``, looping over short reads."""
-    mv = memoryview(view).cast("B")
-    done, total = 0, mv.nbytes
-    while done < total:
-        n = os.preadv(fd, [mv[done:]], offset + done)
-        if n == 0:
-            raise FormatError(path, "size", f"end of file at {offset + done}, wanted {offset + total}")
-        done += n
+    """Fill all of ``view`` from the file at ``offset``, looping over short reads.
+
+    The cast view is released even on error: a traceback that kept it alive would keep pinned
+    staging exported, and the cleanup's unmap would then fail and hide the real error.
+    """
+    with memoryview(view) as outer, outer.cast("B") as mv:
+        done, total = 0, mv.nbytes
+        while done < total:
+            with mv[done:] as rest:
+                n = os.preadv(fd, [rest], offset + done)
+            if n == 0:
+                raise FormatError(path, "size", f"end of file at {offset + done}, wanted {offset + total}: "
+                                                "truncated since it was indexed?")
+            done += n
 
 
 def read_tensor(fd: int, tensor: TensorInfo, path: str = "") -> np.ndarray:
@@ -111,13 +117,26 @@ def probe_resident(ctx: LoadContext) -> float:
 
 
 class FileMapping:
-    """A read-only mapping of the whole file kept alive for the load; ``slice`` lends views of it."""
+    """A read-only mapping of the whole file kept alive for the load; ``slice`` lends views of it.
 
-    def __init__(self, fd: int):
+    A slice past the mapping's end raises (a memoryview slice would silently come back short). The
+    mapping covers the file as it was when mapped: a truncation after that is a SIGBUS on access,
+    which no Python code can turn into an error — the worker dies and the run fails with the signal.
+    """
+
+    def __init__(self, fd: int, path: str = ""):
         self.map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         self.view = memoryview(self.map)
+        self.path = path
+
+    def require(self, end: int) -> None:
+        """Raise FormatError unless the mapping reaches byte ``end``."""
+        if end > len(self.map):
+            raise FormatError(self.path, "size", f"the mapping ends at {len(self.map)}, the index needs {end}: "
+                                                 "truncated since it was indexed?")
 
     def slice(self, offset: int, nbytes: int) -> memoryview:
+        self.require(offset + nbytes)
         return self.view[offset : offset + nbytes]
 
     def close(self) -> None:
@@ -127,7 +146,7 @@ class FileMapping:
 
 def open_mapping(ctx: LoadContext, fd: int) -> FileMapping:
     """Map the file for the whole load; unmapped when the load ends."""
-    m = FileMapping(fd)
+    m = FileMapping(fd, ctx.index.path)
     ctx.cleanup(m.close)
     return m
 

@@ -1,0 +1,88 @@
+"""CI-sized parser fuzzing: a few hundred derandomized hypothesis cases over both formats.
+
+The same cases as benchmarks/fuzz_formats.py (whose recorded 10,000+-case run is in
+docs/hardening/fuzz.md): mutated headers of the synthetic models, truncations, random bytes. Each must
+give a valid index or one FormatError line, within 1 s, allocating no more than its header's size
+allows (see benchmarks/fuzz_harness.py). Derandomized, so a failure here reproduces on every run.
+"""
+from __future__ import annotations
+
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("hypothesis")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import fuzz_harness as fh  # noqa: E402
+
+CASES = 300
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def fuzz_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzz")
+    bases = fh.make_synth_bases(root / "bases")
+    for base in bases:  # the first parse imports gguf-py: keep that out of the measured peaks
+        fh.run_case(fh.truncate_case(base, base.size), root / "case", 1.0)
+    tracemalloc.start()
+    yield bases, root / "case"
+    tracemalloc.stop()
+
+
+def check(result: fh.Result) -> None:
+    c = result.case
+    assert result.ok, (f"{result.problems}: {c.kind} of {c.base} ({c.note}), {len(c.head)}-byte header, "
+                       f"size {c.size} → {result.outcome}: {result.detail} [{result.seconds:.2f} s, "
+                       f"{result.peak_bytes} B]")
+
+
+def test_fuzz_cases_meet_the_contract(fuzz_env):
+    bases, scratch = fuzz_env
+
+    @settings(max_examples=CASES, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        check(fh.run_case(data.draw(fh.cases(bases)), scratch, limit_s=1.0))
+
+    one()
+
+
+def test_every_truncation_of_the_moe_headers(fuzz_env):
+    bases, scratch = fuzz_env
+    for base in bases:
+        if base.name.endswith("moe"):
+            for where in range(0, len(base.head) + 1, 7):  # every 7th position: ~1500 cases, ~3 s
+                check(fh.run_case(fh.truncate_case(base, where), scratch, limit_s=1.0))
+
+
+def test_the_harness_catches_what_it_must(fuzz_env, monkeypatch):
+    """The checks can fail: a parser that crashes, hangs or indexes past EOF is reported."""
+    bases, scratch = fuzz_env
+    base = bases[0]
+    whole = fh.truncate_case(base, base.size)
+    assert fh.run_case(whole, scratch, 1.0).outcome == "index"
+
+    def crash(path):
+        raise KeyError("x")
+
+    monkeypatch.setattr(fh, "open_index", crash)
+    assert fh.run_case(whole, scratch, 1.0).problems == ("crash",)
+    from workbench.formats.index import TensorIndex, TensorInfo
+
+    bad = TensorIndex(str(scratch), "gguf", 10, 0, 32, (TensorInfo("t", 0, 20, "F32", (5,)),))
+    monkeypatch.setattr(fh, "open_index", lambda path: bad)
+    assert fh.run_case(fh.Case("x", "-", b"", 10), scratch, 1.0).problems[0].startswith("bad index")
+    monkeypatch.setattr(fh, "open_index", lambda path: bytearray(64 << 20) and bad)
+    assert "alloc" in fh.run_case(fh.Case("x", "-", b"", 10), scratch, 1.0).problems
+    import time
+
+    monkeypatch.setattr(fh, "open_index", lambda path: time.sleep(0.1) or bad)
+    assert "slow" in fh.run_case(fh.Case("x", "-", b"", 10), scratch, 0.05).problems

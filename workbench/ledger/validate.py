@@ -1,0 +1,247 @@
+"""Checks on a ledger from elsewhere before any of it is merged.
+
+A merged ledger's rows become part of this machine's history, so they are held to what this
+workbench itself writes: the same schema version and columns, intact SQLite pages, ids that are
+unique and references that resolve, verdicts and cache states from the known sets, times and rates
+that are finite and not negative, and JSON where a column holds JSON. The first problem found (and
+how many more there are) is one :class:`LedgerError` line naming the file; nothing is merged.
+
+The checks run on a snapshot of the file (SQLite's backup API), and the merge reads that same
+snapshot, so a file that changes after it was checked cannot slip anything past them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from workbench.errors import LedgerError
+from workbench.ledger.schema import ATTEMPT_KINDS, SCHEMA_VERSION, columns_at
+from workbench.records import AUTO_VERDICTS, CACHE_STATES, VERDICTS
+
+Rule = Callable[[Any], "str | None"]  # a value → what is wrong with it, or None
+MAX_REPORTED = 1000  # stop counting problems after this many; one is enough to refuse
+
+
+def snapshot_ledger(source: Path, copy: Path) -> None:
+    """Copy ``source`` page by page into ``copy`` without writing beside the source.
+
+    A source with a ``-wal`` file beside it is opened read-only through SQLite's locking (the WAL
+    holds committed rows); otherwise it is opened as immutable, which creates no -wal/-shm files.
+    """
+    mode = "mode=ro" if Path(f"{source}-wal").exists() else "immutable=1"
+    try:
+        src = sqlite3.connect(f"{source.resolve().as_uri()}?{mode}", uri=True)
+    except sqlite3.Error as exc:
+        raise LedgerError(source, f"cannot open for merging: {exc}") from exc
+    try:
+        dst = sqlite3.connect(str(copy))
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
+        raise LedgerError(source, f"not a readable SQLite ledger: {exc}; nothing merged") from exc
+    finally:
+        src.close()
+
+
+def check_ledger(copy: Path, shown: Path, target: sqlite3.Connection) -> None:
+    """Refuse (LedgerError naming ``shown``) a snapshot that this workbench would not have written."""
+    conn = sqlite3.connect(str(copy))
+    try:
+        _check_pages(conn, shown)
+        version = _check_schema(conn, shown)
+        problems = list(_value_problems(conn, target, version))
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(shown, f"not a readable SQLite ledger: {exc}; nothing merged") from exc
+    finally:
+        conn.close()
+    if problems:
+        more = f"; {len(problems) - 1}{'+' if len(problems) >= MAX_REPORTED else ''} more problem(s)" \
+            if len(problems) > 1 else ""
+        raise LedgerError(shown, f"{problems[0]}{more}; nothing merged")
+
+
+def _check_pages(conn: sqlite3.Connection, shown: Path) -> None:
+    rows = [r[0] for r in conn.execute("PRAGMA integrity_check(5)")]
+    if rows != ["ok"]:
+        found = "; ".join(str(r) for r in rows).replace("\n", "; ")  # SQLite's report spans lines
+        raise LedgerError(shown, f"corrupt SQLite file: {found[:300]}; nothing merged")
+
+
+def _check_schema(conn: sqlite3.Connection, shown: Path) -> int:
+    """The snapshot's schema version, once its tables and columns are exactly that version's."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "schema_version" not in tables:
+        raise LedgerError(shown, "not a workbench ledger (no schema_version table); nothing merged")
+    versions = [r[0] for r in conn.execute("SELECT version FROM schema_version")]
+    if len(versions) != 1 or versions[0] not in range(1, SCHEMA_VERSION + 1):
+        raise LedgerError(shown, f"ledger schema version {versions[:3]}; this workbench merges one of "
+                                 f"{list(range(1, SCHEMA_VERSION + 1))}; nothing merged")
+    for table, columns in columns_at(versions[0]).items():
+        if table not in tables:
+            raise LedgerError(shown, f"schema: table '{table}' is missing; nothing merged")
+        found = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+        missing, extra = set(columns) - set(found), set(found) - set(columns)
+        if missing or extra:
+            raise LedgerError(shown, f"schema: table '{table}' lacks {sorted(missing)} / has unknown "
+                                     f"{sorted(extra)}; nothing merged")
+    return versions[0]
+
+
+# -- value rules -----------------------------------------------------------------------------------
+
+def _text(nonempty: bool = False, null: bool = False) -> Rule:
+    def rule(v: Any) -> str | None:
+        if v is None:
+            return None if null else "is NULL"
+        if not isinstance(v, str):
+            return f"is {type(v).__name__}, not text"
+        return "is empty" if nonempty and not v.strip() else None
+    return rule
+
+
+def _number(lo: float = 0.0, hi: float = math.inf, integer: bool = False, null: bool = True) -> Rule:
+    def rule(v: Any) -> str | None:
+        if v is None:
+            return None if null else "is NULL"
+        if not isinstance(v, int if integer else (int, float)):
+            return f"is {type(v).__name__}, not {'an integer' if integer else 'a number'}"
+        if not math.isfinite(v) or not lo <= v <= hi:
+            return f"is outside [{lo:g}, {hi:g}]"
+        return None
+    return rule
+
+
+def _one_of(values: Iterable[str], null: bool = False, prefix: bool = False) -> Rule:
+    known = tuple(values)
+
+    def rule(v: Any) -> str | None:
+        if v is None:
+            return None if null else "is NULL"
+        ok = isinstance(v, str) and (v.startswith(known) if prefix else v in known)
+        return None if ok else f"is not one of {', '.join(known)}"
+    return rule
+
+
+def _json(kind: type, null: bool = True) -> Rule:
+    def rule(v: Any) -> str | None:
+        if v is None:
+            return None if null else "is NULL"
+        try:
+            value = json.loads(v) if isinstance(v, str) else None
+        except ValueError:
+            value = None
+        return None if isinstance(value, kind) else f"is not a JSON {kind.__name__}"
+    return rule
+
+
+def _time(null: bool = False) -> Rule:
+    def rule(v: Any) -> str | None:
+        if v is None:
+            return None if null else "is NULL"
+        try:
+            datetime.fromisoformat(v)
+        except (TypeError, ValueError):
+            return "is not an ISO 8601 time"
+        return None
+    return rule
+
+
+_ID, _NAME, _TXT, _OPT = _text(nonempty=True), _text(nonempty=True), _text(), _text(null=True)
+_SECONDS, _COUNT, _FLAG = _number(), _number(integer=True), _number(0, 1, integer=True)
+_STATES = VERDICTS + ("running",)
+RULES: dict[str, dict[str, Rule]] = {
+    "campaigns": {"id": _ID, "name": _NAME, "description": _TXT, "created": _time()},
+    "attempts": {
+        "id": _ID, "host": _NAME, "campaign_id": _ID, "label": _TXT, "hypothesis": _TXT, "strategy": _NAME,
+        "params": _json(dict, null=False), "device": _OPT, "device_info": _json(dict), "file_path": _OPT,
+        "file_size": _COUNT, "file_hash": _OPT, "cache": _one_of(CACHE_STATES, null=True, prefix=True),
+        "environment": _json(dict), "n": _COUNT, "n_failed": _COUNT, "median_s": _SECONDS, "min_s": _SECONDS,
+        "max_s": _SECONDS, "spread_pct": _SECONDS, "gbps": _SECONDS, "stable": _FLAG, "ceiling_name": _OPT,
+        "ceiling_gbps": _SECONDS, "baseline_id": _OPT, "speedup": _number(lo=1e-300), "verdict": _one_of(_STATES),
+        "auto_verdict": _one_of(AUTO_VERDICTS + ("running",), null=True), "notes": _TXT, "created": _time(),
+        "finished": _time(null=True), "kind": _one_of(ATTEMPT_KINDS), "ci_low": _number(lo=1e-300),
+        "ci_high": _number(lo=1e-300), "verdict_reason": _TXT, "binary_path": _OPT, "binary_hash": _OPT,
+    },
+    "runs": {
+        "id": _ID, "attempt_id": _ID, "position": _COUNT, "pid": _COUNT, "load_s": _SECONDS, "wall_s": _SECONDS,
+        "bytes": _COUNT, "resident_before": _number(0, 1), "cache_state": _one_of(CACHE_STATES, null=True),
+        "cache_reached": _FLAG, "verified": _FLAG, "engaged": _json(list), "phases": _json(dict),
+        "minflt": _COUNT, "majflt": _COUNT, "lock_wait_s": _SECONDS, "error": _OPT, "result": _json(dict),
+        "created": _time(),
+    },
+    "ceilings": {"id": _ID, "host": _NAME, "name": _NAME, "gbps": _number(null=False), "detail": _json(dict),
+                 "measured_at": _time()},
+    "verdict_history": {"id": _ID, "attempt_id": _ID, "old": _one_of(_STATES, null=True), "new": _one_of(_STATES),
+                        "note": _TXT, "at": _time()},
+    "turns": {
+        "id": _ID, "attempt_id": _ID, "turn": _number(integer=True, null=False), "tokens": _COUNT,
+        "bytes_read": _COUNT, "hits": _COUNT, "misses": _COUNT, "evictions": _COUNT, "minflt": _COUNT,
+        "majflt": _COUNT, "accounted_bytes": _COUNT, "actual_anon_bytes": _COUNT,
+        "unreleased_pages": _COUNT, "seconds": _SECONDS, "tokens_per_s": _SECONDS, "extra": _json(dict),
+        "created": _time(),
+    },
+}
+# (table, column) → the table its values must name a row of (None allowed where the column is nullable)
+REFERENCES = {("attempts", "campaign_id"): "campaigns", ("runs", "attempt_id"): "attempts",
+              ("verdict_history", "attempt_id"): "attempts", ("attempts", "baseline_id"): "attempts",
+              ("turns", "attempt_id"): "attempts"}
+
+
+def _value_problems(conn: sqlite3.Connection, target: sqlite3.Connection, version: int) -> Iterable[str]:
+    """Every row's every column against its rule, then uniqueness and references; stops at MAX_REPORTED."""
+    found = 0
+    for problem in _all_problems(conn, target, columns_at(version)):
+        yield problem
+        found += 1
+        if found >= MAX_REPORTED:
+            return
+
+
+def _all_problems(conn: sqlite3.Connection, target: sqlite3.Connection,
+                  columns: dict[str, tuple[str, ...]]) -> Iterable[str]:
+    ids = {t: {r[0] for r in conn.execute(f"SELECT id FROM {t}")} for t in ("campaigns", "attempts")}
+    ours = {r[0] for r in target.execute("SELECT id FROM main.attempts")}
+    for table, all_rules in RULES.items():
+        if table not in columns:
+            continue
+        rules = {c: rule for c, rule in all_rules.items() if c in columns[table]}
+        for (dup,) in conn.execute(f"SELECT id FROM {table} GROUP BY id HAVING COUNT(*) > 1"):
+            yield f"{table}: id {_show(dup)} appears more than once"
+        cols = list(rules)
+        for row in conn.execute(f"SELECT {', '.join(cols)} FROM {table}"):
+            values = dict(zip(cols, row))
+            for col, rule in rules.items():
+                why = rule(values[col])
+                if why is None:
+                    why = _dangling(table, col, values[col], ids, ours)
+                if why is not None:
+                    yield f"{table}.{col} {why} (value {_show(values[col])}, row id {_show(values['id'])})"
+    yield from _campaign_clashes(conn, target)
+
+
+def _dangling(table: str, col: str, value: Any, ids: dict[str, set[str]], ours: set[str]) -> str | None:
+    refers = REFERENCES.get((table, col))
+    if refers is None or value is None or value in ids[refers]:
+        return None
+    if col == "baseline_id" and value in ours:  # a baseline measured here and merged over there: fine
+        return None
+    return f"names a missing {refers[:-1]}"
+
+
+def _campaign_clashes(conn: sqlite3.Connection, target: sqlite3.Connection) -> Iterable[str]:
+    """A campaign id that means another campaign name here would orphan the attempts merged into it."""
+    ours = dict(target.execute("SELECT id, name FROM main.campaigns").fetchall())
+    for cid, name in conn.execute("SELECT id, name FROM campaigns"):
+        if cid in ours and ours[cid] != name:
+            yield f"campaigns.id {_show(cid)} is campaign {_show(name)} there but {_show(ours[cid])} here"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
