@@ -3,7 +3,8 @@
 Each command lives in ``workbench/cli/commands/<area>.py`` and is imported only when it runs, so
 ``workbench --help`` stays fast and no GPU binding loads by accident.
 
-A :class:`~workbench.errors.WorkbenchError` becomes one line on stderr and exit code 2.
+A :class:`~workbench.errors.WorkbenchError` becomes one line on stderr and exit code 2; so does an
+option that takes one value given twice (:mod:`workbench.cli.options`).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 
 import click
 
+from workbench.cli.options import RefuseRepeats
 from workbench.errors import WorkbenchError
 
 COMMANDS = {
@@ -29,7 +31,7 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(RefuseRepeats, click.Group):
     """A group whose subcommands are imported on first use, turning WorkbenchError into one line."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

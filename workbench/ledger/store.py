@@ -32,8 +32,14 @@ class Ledger:
     Safe for several processes at once; use one ``Ledger`` per process (or thread).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None):
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True):
+        """``create=False`` (reading commands) refuses a ledger that does not exist instead of making
+        an empty one at a mistyped path."""
         self.path: Path = schema.resolve_path(path)
+        if not create and not self.path.is_file():
+            where = "" if self.path.parent.is_dir() else f" (and no directory {self.path.parent})"
+            raise LedgerError(self.path, f"no ledger here{where}; check --ledger or $WORKBENCH_LEDGER "
+                                         "(only commands that record create a ledger)")
         self._conn = schema.connect(self.path)
 
     def __enter__(self) -> Ledger:
