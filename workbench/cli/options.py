@@ -23,6 +23,7 @@ class RefuseRepeats:
         name, command, rest = super().resolve_command(ctx, args)  # type: ignore[misc]
         if command is not None:
             refuse_repeated(command, ctx, name or command.name or "", rest)
+            ctx.meta["workbench.argv"] = list(rest)  # the subcommand's own words, to print a resume line
         return name, command, rest
 
 
