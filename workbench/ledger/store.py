@@ -235,6 +235,21 @@ class Ledger:
             row["extra"] = decode(row["extra"]) or {}
         return _frame(rows, schema.COLUMNS["turns"])
 
+    def count_runs(self, campaign: str | None = None, since: str | None = None) -> int:
+        """How many runs (of one campaign, recorded at or after the ISO time ``since``) the ledger
+        holds: cheap enough to poll for a progress bar while another process records."""
+        clauses, args = [], []
+        if campaign:
+            clauses.append("c.name = ?")
+            args.append(campaign)
+        if since:
+            clauses.append("r.created >= ?")
+            args.append(since)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._query("SELECT COUNT(*) AS n FROM runs r JOIN attempts a ON a.id = r.attempt_id"
+                           f" JOIN campaigns c ON c.id = a.campaign_id {where}", tuple(args))
+        return int(rows[0]["n"])
+
     def run_records(self, attempt_id: str) -> list[RunRecord]:
         """An attempt's runs back as :class:`RunRecord` objects (to re-derive statistics)."""
         return [RunRecord.from_json(row) for row in self._run_rows(attempt_id)]
