@@ -177,3 +177,22 @@ def test_csv_has_one_name_per_quantity_and_the_effect(tmp_path):
     own = [json.loads(r)["result"] for r in ok["result"]]
     assert list(ok["strategy_load_s"]) == [o["load_s"] for o in own]  # the strategy's own load, index excluded
     assert list(ok["strategy_gbps"]) == [o["gbps"] for o in own]
+
+
+def test_report_says_few_runs_are_not_a_claim_and_the_history_carries_the_interval(tmp_path):
+    from ledger_helpers import record_attempt
+    from workbench.ledger.report import write_report
+
+    with Ledger(tmp_path / "l.sqlite") as led:
+        base = record_attempt(led, "pread", [0.5, 0.52, 0.51], campaign="few")
+        fast = record_attempt(led, "mmap", [0.25, 0.26, 0.25], campaign="few", baseline=base)
+        paths = write_report(led, "few", tmp_path / "r")
+        stored = led.attempt(fast[0])
+        base5 = record_attempt(led, "pread", [0.5] * 5, campaign="enough")
+        enough = write_report(led, "enough", tmp_path / "e")
+    md = paths.markdown.read_text()
+    assert "**n < 5 is not a claim:** attempts here have 3–3 runs" in md.split("| attempt |")[0]
+    assert "<b>n &lt; 5 is not a claim:</b>" in paths.html.read_text()
+    effect = f"{stored['speedup']:.2f}× [{stored['ci_low']:.2f}–{stored['ci_high']:.2f}]"
+    assert f"**faster** {effect}: interval excludes 1 (independent runs)" in md.split("## Attempt history")[1]
+    assert "not a claim" not in enough.markdown.read_text() and base5
