@@ -212,3 +212,22 @@ def test_tables_show_the_interval_and_a_single_runs_spread_as_unmeasured(env: Pa
     row = next(line for line in one.stdout.splitlines() if "pread · m" in line)
     assert "— ⚠" in row and "0.0 %" not in row and " 0.0 " not in row
     assert "WARNING: one run: no spread measured" in one.stderr
+
+
+def test_ctrl_c_during_an_external_engine_says_what_was_kept(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.measure import external
+    from workbench.measure.spawn import Outcome
+
+    calls = []
+
+    def timed(cmd, marker, **_kw):  # noqa: ANN001, ANN003
+        calls.append(cmd)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return Outcome(pid=1, load_s=0.1, wall_s=0.2, bytes=1 << 20)
+    monkeypatch.setattr(external, "time_external", timed)
+    out = CliRunner().invoke(main, ["external", "--cmd", "true", "--marker", "x", "--file", str(env / "m.gguf"),
+                                    "--runs", "3", "--cache", "asis"])
+    assert out.exit_code == 130 and "Aborted" not in out.output
+    line = out.stderr.replace("\r", "\n").strip().splitlines()[-1]
+    assert line.startswith("interrupted: 1/3 runs recorded in ") and "(marked failed: interrupted)" in line

@@ -14,7 +14,7 @@ import sys
 import click
 
 from workbench.cli.options import RefuseRepeats
-from workbench.errors import WorkbenchError
+from workbench.errors import MeasurementInterrupted, WorkbenchError
 
 COMMANDS = {
     "env": ("workbench.cli.commands.env:env", "Machine, file system and device backends."),
@@ -54,6 +54,10 @@ class LazyGroup(RefuseRepeats, click.Group):
         except WorkbenchError as exc:
             click.echo(f"workbench: error: {exc}", err=True)
             sys.exit(2)
+        except MeasurementInterrupted as exc:  # Ctrl-C: say what was kept, not just "Aborted!"
+            click.secho(f"{exc}; run the command again to measure afresh (an interrupted attempt is never "
+                        "continued)", fg="red", bold=True, err=True)
+            sys.exit(130)
 
 
 @click.group(cls=LazyGroup)
