@@ -7,7 +7,8 @@ from workbench.ledger import Ledger
 from workbench.records import (
     AttemptStats, Engaged, LoadSummary, RunConfig, RunRecord, Timings, VerifySummary, WorkerReport,
 )
-from workbench.measure.stats import judge, summarize
+from workbench.measure.attempt import decide
+from workbench.measure.stats import summarize
 
 NBYTES = 3 << 20
 
@@ -45,9 +46,10 @@ def make_report(position: int, load_s: float | None, verified: bool | None, cach
 
 
 def record_attempt(led: Ledger, strategy: str, times: list[float | None], *, campaign: str = "c",
-                   baseline: tuple[str, AttemptStats] | None = None, host: str = "rig-a",
-                   file: str = "/models/tiny.gguf") -> tuple[str, AttemptStats]:
-    """Start, fill and finish one attempt the way the runner does; returns (id, stats)."""
+                   baseline: tuple[str, list[RunRecord]] | None = None, host: str = "rig-a",
+                   file: str = "/models/tiny.gguf") -> tuple[str, list[RunRecord]]:
+    """Start, fill and finish one attempt the way the runner does (rounds paired with the
+    baseline's); returns (id, runs)."""
     config = RunConfig(file=file, strategy=strategy, params={"threads": 4})
     attempt_id = led.start_attempt(
         campaign=campaign, config=config, cache="cold", hypothesis=f"{strategy} helps",
@@ -62,9 +64,10 @@ def record_attempt(led: Ledger, strategy: str, times: list[float | None], *, cam
     if baseline is None:
         led.finish_attempt(attempt_id, stats, baseline_id=None, speedup=None, verdict="baseline")
     else:
-        speedup, verdict = judge(baseline[1], stats)
-        led.finish_attempt(attempt_id, stats, baseline_id=baseline[0], speedup=speedup, verdict=verdict)
-    return attempt_id, stats
+        d = decide(runs, baseline[1], is_baseline=False, paired=True, min_effect=0.02)
+        led.finish_attempt(attempt_id, stats, baseline_id=baseline[0], speedup=d.speedup, verdict=d.verdict,
+                           ci=(d.ci_low, d.ci_high), verdict_reason=d.reason)
+    return attempt_id, runs
 
 
 def fill_ledger(path: Path, host: str = "rig-a") -> tuple[str, str, str]:

@@ -101,3 +101,13 @@ def test_readme_quickstart_is_two_commands_and_the_second_is_ci():
 
 def test_ci_script_is_valid_bash():
     subprocess.run(["bash", "-n", str(ROOT / ".ci" / "run")], check=True)
+
+
+def test_the_demo_measures_five_runs_per_attempt_by_default(tmp_path):
+    from workbench.cli.demo import DemoOptions, demo_sweep
+
+    options = DemoOptions.build(data_dir=str(tmp_path / "d"), device="host")
+    sweep = demo_sweep(options, [tmp_path / "a.gguf"])
+    assert sweep.parameters["runs"] == 5  # what --runs' help asks for a claim
+    assert demo_sweep(DemoOptions.build(runs=2, data_dir=str(tmp_path / "d"), device="host"),
+                      [tmp_path / "a.gguf"]).parameters["runs"] == 2

@@ -40,6 +40,8 @@ def test_env_human_table(tmp_path):
     lines = result.output.splitlines()
     assert any(line.startswith("file system") for line in lines)
     assert any(line.startswith("backend host ") for line in lines)
+    reporting = next(line for line in lines if line.startswith("memory_reporting"))  # where notes send readers
+    assert ("free page reporting" in reporting) and reporting.split("  ", 1)[1].strip()[:3] in ("yes", "no ")
     # aligned: every value starts in the same column
     cols = {len(line) - len(line.split("  ", 1)[1].lstrip()) for line in lines}
     assert len(cols) == 1

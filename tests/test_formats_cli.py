@@ -79,3 +79,15 @@ def test_synth_bad_parameters_exit_2(tmp_path, args):
     res = invoke("synth", str(tmp_path / "x.gguf"), "--format", "gguf", "--layout", "dense", *args)
     assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_synth_layout_defaults_to_dense_and_sizes_use_a_unit_that_fits(tmp_path):
+    out = tmp_path / "small.gguf"
+    res = invoke("synth", str(out), "--format", "gguf", "--size", "128KiB")
+    assert res.exit_code == 0, res.output
+    assert "gguf dense" in res.output and " KiB)" in res.output and "MiB" not in res.output
+    summary = invoke("inspect", str(out), "--no-hash").output
+    assert "0.0 MiB" not in summary and " KiB" in summary
+    from workbench.cli.commands.formats import _size
+
+    assert [_size(n) for n in (512, 4096, 3 << 20, 5 << 30)] == ["512 B", "4.0 KiB", "3.0 MiB", "5.00 GiB"]

@@ -45,9 +45,9 @@ def test_markdown_header_and_one_row_per_attempt(tmp_path):
     base, fast, failed = fill_ledger(tmp_path / "l.sqlite")
     with Ledger(tmp_path / "l.sqlite") as led:
         led.set_verdict(fast, "kept", note="pipe | in note")
-        text = markdown_table(led)
+        text = markdown_table(led, all_attempts=True)
         stats = led.attempt_stats(fast)
-        speedup = led.attempt(fast)["speedup"]
+        stored = led.attempt(fast)
     lines = text.splitlines()
     assert lines[0].startswith("**Machine** rig-a") and "host memory (host)" in lines[0]
     assert "tiny.gguf, 3.00 MiB, xxh3_128:" in lines[0]
@@ -57,7 +57,7 @@ def test_markdown_header_and_one_row_per_attempt(tmp_path):
     assert set(rows) == {base[:8], fast[:8], failed[:8]}
     assert rows[base[:8]][7] == "baseline"
     assert rows[fast[:8]][3] == f"{stats.median_s * 1000:.0f} ms"
-    assert rows[fast[:8]][7] == f"{speedup:.2f}×"
+    assert rows[fast[:8]][7] == f"{stored['speedup']:.2f}× [{stored['ci_low']:.2f}–{stored['ci_high']:.2f}]"
     assert rows[fast[:8]][8] == "kept (measured: faster)"
     assert rows[failed[:8]][3] == "—" and rows[failed[:8]][8].startswith("failed — 3/3 runs failed: WorkerFailed")
 
@@ -70,7 +70,7 @@ def test_markdown_slower_and_written_to_file(tmp_path):
         record_attempt(led, "pread", [0.50, 0.50, 0.51], baseline=base)
         path = export_markdown(led, tmp_path / "md" / "table.md")
     text = path.read_text()
-    assert "−60 %" in text and "| slower |" in text
+    assert "| 0.40× [0.39–0.42] | slower |" in text and "−" not in text  # one format for slower too
     assert text == markdown_table(Ledger(tmp_path / "l.sqlite")) + "\n"
 
 
@@ -92,7 +92,7 @@ def test_markdown_says_when_cache_was_not_reached_and_why_it_failed(tmp_path):
             led.add_run(attempt_id, run)
         led.finish_attempt(attempt_id, summarize(runs, NBYTES), baseline_id=None, speedup=None,
                            verdict="failed", notes="cold state not reached on tmpfs\nsecond line")
-        row = markdown_table(led).splitlines()[-1]
+        row = markdown_table(led, all_attempts=True).splitlines()[-1]
     assert "| cold (not reached 1/2) |" in row
     assert "| failed — cold state not reached on tmpfs | zero_copy: 3/3 tensors ON |" in row
 
@@ -113,3 +113,86 @@ def test_markdown_shows_a_fast_path_that_did_not_engage_as_inert(tmp_path) -> No
                            verdict="baseline")
         row = markdown_table(led).splitlines()[-1]
     assert row.endswith("| zero_copy: 0/3 tensors INERT |")
+
+
+def test_pr_table_keeps_the_latest_finished_attempt_per_configuration(tmp_path):
+    from ledger_helpers import record_attempt
+
+    with Ledger(tmp_path / "l.sqlite") as led:
+        old = record_attempt(led, "pread", [0.5, 0.5, 0.5])
+        new = record_attempt(led, "pread", [0.4, 0.4, 0.4])
+        broken = record_attempt(led, "mmap", [None, None], baseline=new)
+        other_file = record_attempt(led, "pread", [0.3, 0.3, 0.3], file="/models/other.gguf")
+        default, every = markdown_table(led), markdown_table(led, all_attempts=True)
+    assert new[0][:8] in default and other_file[0][:8] in default
+    assert old[0][:8] not in default and broken[0][:8] not in default
+    assert default.endswith("2 more (1 failed or interrupted, 1 superseded by a later run of the same "
+                            "configuration) are in the attempt history (`--all` lists every attempt)._")
+    assert all(a[0][:8] in every for a in (old, new, broken, other_file)) and "--all" not in every
+
+
+def test_a_failed_sweep_point_does_not_blank_the_header(tmp_path):
+    from workbench.records import AttemptStats, RunConfig, RunRecord
+
+    with Ledger(tmp_path / "l.sqlite") as led:
+        from ledger_helpers import record_attempt
+
+        record_attempt(led, "pread", [0.5, 0.5, 0.5])
+        config = RunConfig(file="", strategy="notebook:01_load_sweep", params={}, device="", label="01-point")
+        attempt = led.start_attempt(campaign="c", config=config, cache="warm")
+        led.add_run(attempt, RunRecord(0, None, None, 1.0, 0, None, "warm", None, None, error="boom"))
+        led.finish_attempt(attempt, AttemptStats(0, 1, None, None, None, None, None, False), baseline_id=None,
+                           speedup=None, verdict="failed")
+        header = markdown_table(led, all_attempts=True).splitlines()[0]
+        row = markdown_table(led, all_attempts=True).splitlines()[-1]
+    assert "**device** host memory (host) ·" in header and "**file** tiny.gguf, 3.00 MiB" in header
+    assert ", ·" not in header and "**file** ," not in header
+    assert "| warm |" in row and "not reached" not in row  # a point that never ran reached nothing
+
+
+def test_csv_neutralizes_cells_a_spreadsheet_would_run(tmp_path):
+    from workbench.records import RunConfig
+
+    with Ledger(tmp_path / "l.sqlite") as led:
+        for i, text in enumerate(["=1+1", "+cmd", "-2", "@SUM(A1)", "\tx", "\rx", "plain"]):
+            led.start_attempt(campaign="c", config=RunConfig("/m.gguf", "pread"), cache="cold", label=text,
+                              hypothesis=text)
+        attempts_csv, _ = export_csv(led, tmp_path / "out")
+    back = pd.read_csv(attempts_csv, dtype=str, keep_default_na=False)
+    assert list(back["label"]) == ["'=1+1", "'+cmd", "'-2", "'@SUM(A1)", "'\tx", "'\rx", "plain"]
+    assert list(back["hypothesis"]) == list(back["label"])
+
+
+def test_csv_has_one_name_per_quantity_and_the_effect(tmp_path):
+    base, fast, _ = fill_ledger(tmp_path / "l.sqlite")
+    with Ledger(tmp_path / "l.sqlite") as led:
+        attempts_csv, runs_csv = export_csv(led, tmp_path / "out")
+        stored = led.attempt(fast)
+    attempts = pd.read_csv(attempts_csv).set_index("id")
+    assert attempts.loc[base, "effect"] == "baseline"
+    assert attempts.loc[fast, "effect"] == f"{stored['speedup']:.2f}× [{stored['ci_low']:.2f}–{stored['ci_high']:.2f}]"
+    runs = pd.read_csv(runs_csv)
+    ok = runs.dropna(subset=["load_s"])
+    assert (ok["gbps"] - NBYTES / ok["load_s"] / 1e9).abs().max() < 1e-9
+    own = [json.loads(r)["result"] for r in ok["result"]]
+    assert list(ok["strategy_load_s"]) == [o["load_s"] for o in own]  # the strategy's own load, index excluded
+    assert list(ok["strategy_gbps"]) == [o["gbps"] for o in own]
+
+
+def test_report_says_few_runs_are_not_a_claim_and_the_history_carries_the_interval(tmp_path):
+    from ledger_helpers import record_attempt
+    from workbench.ledger.report import write_report
+
+    with Ledger(tmp_path / "l.sqlite") as led:
+        base = record_attempt(led, "pread", [0.5, 0.52, 0.51], campaign="few")
+        fast = record_attempt(led, "mmap", [0.25, 0.26, 0.25], campaign="few", baseline=base)
+        paths = write_report(led, "few", tmp_path / "r")
+        stored = led.attempt(fast[0])
+        base5 = record_attempt(led, "pread", [0.5] * 5, campaign="enough")
+        enough = write_report(led, "enough", tmp_path / "e")
+    md = paths.markdown.read_text()
+    assert "**n < 5 is not a claim:** attempts here have 3–3 runs" in md.split("| attempt |")[0]
+    assert "<b>n &lt; 5 is not a claim:</b>" in paths.html.read_text()
+    effect = f"{stored['speedup']:.2f}× [{stored['ci_low']:.2f}–{stored['ci_high']:.2f}]"
+    assert f"**faster** {effect}: interval excludes 1 (independent runs)" in md.split("## Attempt history")[1]
+    assert "not a claim" not in enough.markdown.read_text() and base5

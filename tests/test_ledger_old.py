@@ -3,7 +3,12 @@
 ``fixtures/ledger-pre-arch.sqlite`` and its exports in ``fixtures/ledger-pre-arch/`` were made by the
 code of commit 781c8a0 (``fixtures/make_ledger_pre_arch.py``): baselines, a kept verdict, a failed
 worker, an unverified run, a cold state tmpfs could not reach, an external engine that worked and one
-that did not, ceilings and an H2D campaign. Today's code must read it and export the same bytes.
+that did not, ceilings and an H2D campaign. Today's code must read it and export the same values.
+
+The Markdown fixtures were edited where the table's *format* changed since (issue 9), never its
+values: a single run's spread reads ``— ⚠`` instead of ``0.0 %``, and a slowdown reads ``0.35×``
+instead of ``−65 %``. They hold every attempt (``--all``); the default PR table keeps the latest
+finished attempt per configuration.
 """
 from __future__ import annotations
 
@@ -77,22 +82,38 @@ def _same_old_columns(new: Path, old: Path) -> None:
 def test_old_ledger_exports_the_same_values(old_ledger, tmp_path, campaign):
     with Ledger(old_ledger) as ledger:
         attempts_csv, runs_csv = export_csv(ledger, tmp_path / f"{campaign}.csv", campaign)
-        markdown = export_markdown(ledger, tmp_path / f"{campaign}.md", campaign)
+        markdown = export_markdown(ledger, tmp_path / f"{campaign}.md", campaign, all_attempts=True)
     for path in (attempts_csv, runs_csv):
         _same_old_columns(path, EXPORTED / path.name)
     assert markdown.read_text() == (EXPORTED / markdown.name).read_text()
     cli = tmp_path / "cli"
-    invoke(old_ledger, "export", "--csv", str(cli), "--markdown", str(cli / "t.md"), "--campaign", campaign)
+    invoke(old_ledger, "export", "--csv", str(cli), "--markdown", str(cli / "t.md"), "--campaign", campaign, "--all")
     assert (cli / "t.md").read_text() == (EXPORTED / f"{campaign}.md").read_text()
+
+
+def test_old_ledger_pr_table_keeps_the_latest_finished_attempt_per_configuration(old_ledger):
+    from workbench.ledger import markdown_table
+
+    with Ledger(old_ledger) as ledger:
+        table = markdown_table(ledger, "pre-arch")
+    every = (EXPORTED / "pre-arch.md").read_text().strip().splitlines()
+    failed = [line for line in every if "| failed —" in line]
+    assert len(failed) == 2 and not any(line in table for line in failed)  # the failed pread and engine
+    assert all(line in table.splitlines() for line in every if line not in failed)
+    assert table.endswith("2 more (2 failed or interrupted) are in the attempt history (`--all` lists every attempt)._")
 
 
 def test_old_ledger_reports(old_ledger, tmp_path):
     from workbench.ledger.report import write_report
 
+    from workbench.ledger import markdown_table
+
     with Ledger(old_ledger) as ledger:
         paths = write_report(ledger, "pre-arch", tmp_path / "report")
-    table = (EXPORTED / "pre-arch.md").read_text().strip()
+        table = markdown_table(ledger, "pre-arch")
     assert table in paths.markdown.read_text()
+    history = paths.markdown.read_text().split("## Attempt history")[1]
+    assert "f5f0fa42" in history and "018b1e1b" in history  # failed attempts stay in the history
     assert "kept" in paths.html.read_text() and paths.attempts_csv.is_file() and paths.runs_csv.is_file()
 
 

@@ -79,6 +79,7 @@ def test_load_sweep_notebook_records_attempts_and_draws(space, tmp_path):
     assert set(attempts["label"]) >= {"pread · tiny", "warmer chunk_mib=1 threads=2 · tiny"}
     page = html_outputs(nb)
     assert 'class="wb-results"' in page and "warmer chunk_mib=1 threads=1 · tiny" in page
+    assert "vs baseline [95 % CI]" in page
     titles = plotly_titles(nb)
     assert any(t.startswith("Load time per attempt") for t in titles)
     assert any(t.startswith("Resident before each run") for t in titles)
@@ -115,10 +116,42 @@ def test_report_notebook_writes_exports(space, tmp_path):
 
 
 def test_failing_notebook_fails_papermill_with_the_one_line_error(space, tmp_path):
+    out = tmp_path / "bad.ipynb"
     with pytest.raises(papermill.PapermillExecutionError) as err:
-        execute("01_load_sweep.ipynb", tmp_path / "bad.ipynb", file=str(tmp_path / "missing.gguf"),
+        execute("01_load_sweep.ipynb", out, file=str(tmp_path / "missing.gguf"),
                 strategies=["pread"], caches=["cold"], runs=1, campaign="nb-bad", ledger_path=str(space["ledger"]))
+    line = f"workbench: error: {tmp_path / 'missing.gguf'}: no such model file"
     assert "missing.gguf: no such model file" in err.value.evalue
+    assert err.value.traceback == [line]  # the CLI's one line, not a 77-line traceback
+    cells = json.loads(out.read_text())["cells"]
+    code = [i for i, c in enumerate(cells) if c["cell_type"] == "code"]
+    failed = next(i for i, c in enumerate(cells) if any(o["output_type"] == "error" for o in c.get("outputs", [])))
+    # at the top: papermill's banner, the title, the parameters (as given and as injected), then the line
+    assert failed == code[2] and failed <= 5
+    assert [o["traceback"] for o in cells[failed]["outputs"] if o["output_type"] == "error"] == [[line]]
+
+
+def test_report_notebook_on_a_missing_ledger_fails_in_one_line_and_creates_none(tmp_path):
+    typo = tmp_path / "typo.sqlite"
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        execute("05_ledger_report.ipynb", tmp_path / "05.ipynb", campaign="demo", ledger_path=str(typo))
+    assert err.value.traceback == [f"workbench: error: {typo}: no ledger here; check --ledger or "
+                                   "$WORKBENCH_LEDGER (only commands that record create a ledger)"]
+    assert not typo.exists()
+
+
+def test_attempts_table_shows_the_interval_and_an_unmeasured_spread(tmp_path):
+    from ledger_helpers import record_attempt
+    from workbench.cli.notebook_actions import attempts_table
+
+    with Ledger(tmp_path / "l.sqlite") as led:
+        base = record_attempt(led, "pread", [0.5, 0.52, 0.51, 0.5, 0.53, 0.5])
+        record_attempt(led, "mmap", [0.25, 0.26, 0.25, 0.25, 0.27, 0.25], baseline=base)
+        record_attempt(led, "lanes", [0.3])
+        table = attempts_table(led.attempts())
+    assert table["vs baseline [95 % CI]"][0] == "baseline"
+    assert re.fullmatch(r"2\.0\d× \[\d\.\d\d–\d\.\d\d\]", table["vs baseline [95 % CI]"][1])
+    assert table["spread"][2] == "— ⚠" and table["spread"][0].endswith(" %")
 
 
 # -- the panel and its helpers, without a kernel ------------------------------------------------------

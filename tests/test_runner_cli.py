@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -112,3 +113,121 @@ def test_unstable_attempt_is_warned_loudly(tmp_path: Path) -> None:
         stderr = err.getvalue().decode()
     assert "WARNING: unstable" in stderr and "60.0 %" in stderr
     assert json.loads(out.getvalue())["attempt_id"] == "a" * 32
+
+
+def _scripted(monkeypatch: pytest.MonkeyPatch, times: dict[str, float], stop_after: int | None = None) -> None:
+    """Runs that take ``times[strategy]`` seconds (± a little), without spawning a worker; Ctrl-C
+    after ``stop_after`` runs."""
+    from workbench.measure import runner
+    from workbench.measure.spawn import Outcome
+
+    calls = []
+
+    def run(config, **_kw):  # noqa: ANN001, ANN003
+        calls.append(config)
+        if stop_after is not None and len(calls) > stop_after:
+            raise KeyboardInterrupt
+        t = times[config.strategy] * (1 + 0.002 * (len(calls) % 3))
+        return Outcome(pid=1, load_s=t, wall_s=t + 0.1, bytes=1 << 20, verified=True)
+    monkeypatch.setattr(runner, "run_worker", run)
+
+
+def test_compare_measures_every_listed_cache_state(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _scripted(monkeypatch, {"pread": 0.10, "mmap": 0.05})
+    out = _invoke("compare", str(env / "m.gguf"), "--strategy", "pread", "--strategy", "mmap", "--runs", "3",
+                  "--cache", "asis", "--cache", "warm", "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert [(a["cache_requested"], a["strategy"], a["verdict"]) for a in data] == [
+        ("asis", "pread", "baseline"), ("asis", "mmap", "faster"),
+        ("warm", "pread", "baseline"), ("warm", "mmap", "faster")]
+    assert data[3]["baseline_id"] == data[2]["attempt_id"]  # compared within its own state
+    for a in data[2:]:  # interleaved within the state: positions 0..5 of that state's own order
+        assert sorted(r["position"] for r in a["runs"]) == ([0, 3, 4] if a["strategy"] == "pread" else [1, 2, 5])
+    fast = data[1]
+    assert fast["speedup"] == pytest.approx(2.0, rel=0.01) and fast["ci_low"] > 1 and fast["ci_high"] < 3
+    assert fast["verdict_reason"] == "interval excludes 1 (independent runs)"
+    assert all(a["label"].endswith(" · m") for a in data)  # the file stem, as in the notebooks
+
+
+def test_run_with_two_cache_states_prints_both(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _scripted(monkeypatch, {"pread": 0.10})
+    out = _invoke("run", str(env / "m.gguf"), "--strategy", "pread", "--runs", "1", "--cache", "asis",
+                  "--cache", "warm", "--json")
+    assert out.exit_code == 0, out.output
+    assert [a["cache_requested"] for a in json.loads(out.stdout)] == ["asis", "warm"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--cache", "warm", "--cache", "warm"], "parameter '--cache': warm given more than once"),
+    (["--param", "evict=1", "--param", "evict=0"], "parameter 'evict': given twice ('1' and '0')"),
+    (["--runs", "2", "--runs", "3"], "parameter '--runs': given 2 times, but it is not repeatable"),
+    (["--verify", "--no-verify"], "parameter '--verify/--no-verify': given 2 times"),
+])
+def test_a_repeated_option_is_never_dropped_silently(env: Path, args: list[str], says: str) -> None:
+    out = CliRunner().invoke(main, ["run", str(env / "m.gguf"), "--strategy", "pread", *args])
+    assert out.exit_code == 2 and out.output.count("\n") == 1 and says in out.output, out.output
+    assert not (env / "ledger.sqlite").exists()
+    out = CliRunner().invoke(main, ["ceilings", "--device", "host", "--device", "host"])
+    assert out.exit_code == 2 and "host given more than once" in out.output
+
+
+def test_min_effect_is_a_parameter(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _scripted(monkeypatch, {"pread": 0.100, "mmap": 0.097})  # 3 % faster, consistently
+    args = ["compare", str(env / "m.gguf"), "--strategy", "pread", "--strategy", "mmap", "--runs", "5",
+            "--cache", "asis", "--json"]
+    assert json.loads(_invoke(*args).stdout)[1]["verdict"] == "faster"
+    data = json.loads(_invoke(*args, "--min-effect", "5").stdout)[1]
+    assert data["verdict"] == "inconclusive" and data["verdict_reason"].startswith("effect under the 5% minimum")
+
+
+def test_ctrl_c_says_what_was_kept_and_how_to_resume(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _scripted(monkeypatch, {"pread": 0.1, "mmap": 0.1}, stop_after=7)
+    out = CliRunner().invoke(main, ["compare", str(env / "m.gguf"), "--strategy", "pread", "--strategy", "mmap",
+                                    "--runs", "3", "--cache", "asis", "--cache", "warm"])
+    assert out.exit_code == 130 and "Aborted" not in out.output
+    from workbench.ledger import Ledger
+
+    with Ledger(env / "ledger.sqlite") as led:
+        attempts = led.attempts()
+    cut = attempts[attempts["verdict"] == "failed"]
+    assert len(attempts) == 3 and len(cut) == 1 and set(cut["verdict_reason"]) == {"interrupted"}
+    line = out.stderr.replace("\r", "\n").strip().splitlines()[-1]
+    (cut_id,) = cut["id"]
+    assert line.startswith(f"interrupted: 7/12 runs recorded: 6 in 2 finished attempts (asis); 1 in {cut_id[:8]}… "
+                           "(marked failed: interrupted); resume with: ")
+    assert f"resume with: workbench compare {env / 'm.gguf'} --strategy pread --strategy mmap --runs 3 --cache warm" in line
+
+
+def test_tables_show_the_interval_and_a_single_runs_spread_as_unmeasured(env: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _scripted(monkeypatch, {"pread": 0.10, "mmap": 0.05})
+    out = _invoke("compare", str(env / "m.gguf"), "--strategy", "pread", "--strategy", "mmap", "--runs", "3",
+                  "--cache", "asis")
+    assert out.exit_code == 0, out.output
+    row = next(line for line in out.stdout.splitlines() if "mmap · m" in line)
+    assert re.search(r"2\.0\d× \[\d\.\d\d–\d\.\d\d\]\s+faster", row), row
+    assert "vs baseline [95 % CI]" in out.stdout
+    one = _invoke("run", str(env / "m.gguf"), "--strategy", "pread", "--runs", "1", "--cache", "asis")
+    row = next(line for line in one.stdout.splitlines() if "pread · m" in line)
+    assert "— ⚠" in row and "0.0 %" not in row and " 0.0 " not in row
+    assert "WARNING: one run: no spread measured" in one.stderr
+
+
+def test_ctrl_c_during_an_external_engine_says_what_was_kept(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.measure import external
+    from workbench.measure.spawn import Outcome
+
+    calls = []
+
+    def timed(cmd, marker, **_kw):  # noqa: ANN001, ANN003
+        calls.append(cmd)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return Outcome(pid=1, load_s=0.1, wall_s=0.2, bytes=1 << 20)
+    monkeypatch.setattr(external, "time_external", timed)
+    out = CliRunner().invoke(main, ["external", "--cmd", "true", "--marker", "x", "--file", str(env / "m.gguf"),
+                                    "--runs", "3", "--cache", "asis"])
+    assert out.exit_code == 130 and "Aborted" not in out.output
+    line = out.stderr.replace("\r", "\n").strip().splitlines()[-1]
+    assert line.startswith("interrupted: 1/3 runs recorded in ") and "(marked failed: interrupted)" in line

@@ -40,11 +40,17 @@ def test_interleave_abab_cycles_configs() -> None:
     assert interleave(3, 2, "abab") == [0, 1, 2, 0, 1, 2]
 
 
+def test_interleave_abba_alternates_each_round_and_is_the_default() -> None:
+    assert interleave(3, 3, "abba") == [0, 1, 2, 2, 1, 0, 0, 1, 2]
+    assert interleave(2, 4) == [0, 1, 1, 0, 0, 1, 1, 0]
+
+
 def test_interleave_shuffle_is_seeded_and_complete() -> None:
     a, b, c = interleave(2, 6, "shuffle", seed=1), interleave(2, 6, "shuffle", seed=1), interleave(2, 6, "shuffle", seed=2)
     assert a == b
     assert sorted(a) == [0] * 6 + [1] * 6
     assert a != c and a != interleave(2, 6, "abab")
+    assert all(sorted(a[k:k + 2]) == [0, 1] for k in range(0, 12, 2))  # round k: the k-th run of each
     with pytest.raises(ValueError):
         interleave(2, 2, "zigzag")
 
@@ -56,7 +62,7 @@ def test_runs_are_fresh_processes_interleaved_and_cold(model: str, ledger: Ledge
     pids = [r.pid for r in runs]
     assert len(set(pids)) == 4 and os.getpid() not in pids
     assert sorted(r.position for r in runs) == [0, 1, 2, 3]
-    assert [r.position for r in results[0].runs] == [0, 2]  # A B A B
+    assert [r.position for r in results[0].runs] == [0, 3]  # A B, B A
     assert all(r.ok and r.verified for r in runs), [r.error for r in runs]
     assert all(r.wall_s > r.load_s > 0 for r in runs)
     if eviction_support(os.path.dirname(model)):
@@ -125,6 +131,7 @@ def test_baseline_attempt_from_the_ledger(model: str, ledger: Ledger, locks: str
     assert second.baseline_id == first.attempt_id
     assert second.verdict in ("faster", "slower", "inconclusive")
     assert second.speedup == pytest.approx(first.stats.median_s / second.stats.median_s)
+    assert second.verdict_reason == "n < 3" and second.ci_low is None  # two runs: no interval
     assert "differs" not in (second.notes or "")
     # a baseline from another cache state still compares, but says what differs (found in review)
     (third,) = measure([RunConfig(model, "mmap")], runs=2, cache="cold", ledger=ledger, lock_dir=locks,
@@ -156,31 +163,55 @@ def test_interrupted_measurement_keeps_its_runs(model: str, ledger: Ledger, lock
     def stop(done: int, total: int, config: RunConfig, run: object) -> None:
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as err:
         measure([RunConfig(model, "pread"), RunConfig(model, "mmap")], runs=2, cache="asis",
                 ledger=ledger, campaign="cut", lock_dir=locks, progress=stop)
     (attempt,) = ledger.attempts("cut").to_dict("records")  # only the first config had started
     assert attempt["verdict"] == "failed" and "interrupted after 1/4 runs" in attempt["notes"]
+    assert attempt["verdict_reason"] == "interrupted"
+    # what the CLI tells the user: what was kept, and where
+    assert (err.value.done, err.value.total, err.value.attempt_ids) == (1, 4, [attempt["id"]])
     assert len(ledger.runs(attempt["id"])) == 1
 
 
 def test_verdict_rules() -> None:
     from workbench.measure.attempt import decide
-    from workbench.records import AttemptStats, RunRecord
+    from workbench.records import RunRecord
 
     def run(load: float | None, verified: bool | None = True, error: str | None = None) -> RunRecord:
         return RunRecord(0, 1, load, 1.0, 10, 0.0, "cold", True, verified, error=error)
 
-    good = AttemptStats(3, 0, 1.0, 0.95, 1.05, 10.0, 1.0, True)
-    fast = AttemptStats(3, 0, 0.5, 0.49, 0.51, 4.0, 2.0, True)
-    none = AttemptStats(0, 3, None, None, None, None, None, False)
-    ok_runs = [run(0.5)] * 3
-    assert decide(good, ok_runs, good, is_baseline=True)[1] == "baseline"
-    assert decide(fast, ok_runs, good, is_baseline=False)[:2] == (2.0, "faster")
-    assert decide(fast, ok_runs, none, is_baseline=False)[1] == "inconclusive"  # baseline failed
-    assert decide(fast, ok_runs + [run(None, None, "boom")], good, False)[1] == "failed"
-    speed, verdict, note = decide(fast, ok_runs + [run(0.5, verified=False)], good, False)
-    assert verdict == "failed" and "wrong bytes" in note
+    base = [run(t) for t in (1.0, 0.95, 1.05, 1.0, 1.02)]
+    fast = [run(t) for t in (0.5, 0.49, 0.51, 0.5, 0.52)]
+    failed = [run(None, None, "boom")] * 3
+
+    def verdict(runs, base_runs, is_baseline=False):
+        return decide(runs, base_runs, is_baseline=is_baseline, paired=True, min_effect=0.02)
+
+    assert verdict(base, base, is_baseline=True).verdict == "baseline"
+    d = verdict(fast, base)
+    assert (d.verdict, d.speedup) == ("faster", pytest.approx(2.0)) and d.ci_low > 1.5 and d.ci_high < 2.5
+    assert d.reason == "interval excludes 1 (independent runs)"  # 5 rounds: not yet paired
+    assert verdict(fast, failed).verdict == "inconclusive"  # baseline failed
+    assert verdict(fast[:2], base).reason == "n < 3"
+    d = verdict(fast + [run(None, None, "boom")], base)
+    assert d.verdict == "failed" and "1/6 runs failed" in d.reason
+    d = verdict(fast + [run(0.5, verified=False)], base)
+    assert d.verdict == "failed" and "wrong bytes" in d.note
+
+
+def test_rounds_are_paired_only_where_both_runs_count() -> None:
+    from workbench.measure.attempt import compare_runs
+    from workbench.records import RunRecord
+
+    def run(load: float | None) -> RunRecord:
+        return RunRecord(0, 1, load, 1.0, 10, 0.0, "cold", True, True, error=None if load else "boom")
+
+    base = [run(t) for t in (1.0, 1.1, None, 1.2, 1.3, 1.4, 1.5, 1.6)]
+    new = [run(t) for t in (0.5, 0.55, 0.6, None, 0.65, 0.7, 0.75, 0.8)]
+    effect = compare_runs(base, new, paired=True, min_effect=0.02)
+    assert effect.method == "paired rounds" and effect.verdict == "faster"
+    assert effect.speedup == pytest.approx(1.35 / 0.675)  # rounds 3 and 4 dropped from both sides
 
 
 def test_a_failing_worker_raises_worker_failed_and_is_recorded(tmp_path: Path, ledger: Ledger, locks: str) -> None:

@@ -40,3 +40,22 @@ def test_strategies_human_output_names_each_strategy():
     assert out.exit_code == 0
     for name in STRATEGIES.names():
         assert any(line.startswith(name) for line in out.output.splitlines())
+
+
+def _detail_column(line: str) -> int:
+    """Where a line's text after the strategy name (or its indentation) starts."""
+    if line.startswith(" "):
+        return len(line) - len(line.lstrip(" "))
+    name, rest = line.split(" ", 1)
+    return len(name) + 1 + len(rest) - len(rest.lstrip(" "))
+
+
+def test_strategies_human_output_aligns_long_names():
+    from workbench.cli.commands.strategies import _human
+
+    infos = [{"name": "pread", "summary": "a", "available": True, "reason": "", "params": []},
+             {"name": "peer-safetensors", "summary": "b", "available": False, "reason": "no module", "params": []}]
+    lines = [line for info in infos for line in _human(info, len("peer-safetensors"))]
+    assert {_detail_column(line) for line in lines} == {len("peer-safetensors") + 1}
+    out = CliRunner().invoke(main, ["strategies"]).output.splitlines()
+    assert len({_detail_column(line) for line in out}) == 1

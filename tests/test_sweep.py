@@ -148,6 +148,7 @@ def test_failing_point_is_recorded_and_the_sweep_goes_on(space):
         runs = ledger.runs(campaign="t-sweep")
     assert list(attempts["verdict"]) == ["failed"]
     assert "point 2 fails on purpose" in attempts["notes"][0]
+    assert runs["cache_reached"].isna().all()  # never tried: not "not reached" in the PR table
     assert "RuntimeError: point 2 fails on purpose" in runs["error"][0]
 
 
@@ -172,7 +173,10 @@ def test_resume_after_interrupt_runs_only_what_is_left(space):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode != 0
+    assert proc.returncode == 130
+    said = proc.stderr.read().decode()
+    assert "interrupted: 1/3 points completed" in said and f"resume with: workbench sweep {path} --resume" in said
+    assert "Aborted" not in said
     assert ran(space) == [1]
     half = [p for p in space["out"].glob("*.ipynb") if "x=2" in p.name]
     assert len(half) == 1 and not point_completed(half[0])
@@ -214,3 +218,42 @@ def test_sweep_keys_the_notebook_does_not_take_are_refused(space, fixed, needle)
                                            "--out", str(space["out"]), *extra])
         assert result.exit_code == 2 and needle in result.output
     assert ran(space) == []
+
+
+def test_dry_run_shows_configs_runs_and_an_estimate_from_the_ledger(tmp_path):
+    from ledger_helpers import record_attempt
+    from workbench.ledger import Ledger
+
+    ledger = tmp_path / "ledger.sqlite"
+    with Ledger(ledger) as led:
+        record_attempt(led, "pread", [0.1, 0.1, 0.1], file="/models/tiny.gguf")  # wall 0.4 s a run
+    doc = {"notebook": "01_load_sweep", "campaign": "plan",
+           "parameters": {"file": "/models/tiny.gguf", "strategies": ["pread", "mmap"], "runs": 4,
+                          "params": {"mmap": {"gate": [0.5, 0.9]}}},
+           "grid": {"caches": [["cold"], ["cold", "warm"]]}}
+    path = tmp_path / "plan.yaml"
+    path.write_text(json.dumps(doc))
+    out = cli("sweep", str(path), "--dry-run", "--ledger", str(ledger), "--out", str(tmp_path / "runs")).output
+    lines = out.splitlines()
+    # point 0: (pread + mmap × 2 gates) in cold; warm has no history for this file, so no estimate
+    assert lines[2].strip() == "3 configs × 4 runs = 12 runs, ≈ 5 s (1/3 configs from recorded runs)"
+    assert lines[4].strip() == "6 configs × 4 runs = 24 runs, no recorded runs to estimate the time from"
+    fresh = cli("sweep", str(path), "--dry-run", "--ledger", str(tmp_path / "none.sqlite")).output
+    assert "no recorded runs" in fresh and not (tmp_path / "none.sqlite").exists()
+
+
+def test_the_progress_bar_counts_runs_inside_a_point(tmp_path):
+    from ledger_helpers import make_run, record_attempt
+    from workbench.cli.sweep_plan import RunWatch
+    from workbench.ledger import Ledger
+
+    ledger = tmp_path / "ledger.sqlite"
+    with Ledger(ledger) as led:
+        record_attempt(led, "pread", [0.1], campaign="before")  # not this point's
+        with RunWatch(ledger, "c", total=3) as watch:
+            attempt, _ = record_attempt(led, "pread", [0.1, 0.1], campaign="c")
+            led.add_run(attempt, make_run(2, 0.1))
+            deadline = time.time() + 10
+            while watch.bar.n < 3 and time.time() < deadline:
+                time.sleep(0.1)
+            assert watch.bar.n == 3 and watch.bar.total == 3

@@ -9,6 +9,11 @@ from __future__ import annotations
 class WorkbenchError(Exception):
     """Root of the workbench's own errors; ``str(err)`` is the one line the CLI prints."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of a traceback (a notebook cell, a papermill run): the same one
+        line the CLI prints. A bug (any other exception) keeps its full traceback."""
+        return [f"workbench: error: {self}"]
+
 
 class FormatError(WorkbenchError):
     """A model file that cannot be indexed: names the file, the field and what is wrong.
@@ -130,3 +135,17 @@ class TraceError(WorkbenchError):
     def __init__(self, path: object, detail: str):
         self.path, self.detail = str(path), detail
         super().__init__(f"{self.path}: {detail}")
+
+
+class MeasurementInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a measurement, after the runner closed the attempts it had opened as failed.
+
+    A ``KeyboardInterrupt`` on purpose, not a :class:`WorkbenchError`: code that catches ``Exception``
+    must still stop. It carries what was kept so the CLI can say so: ``done`` of ``total`` runs were
+    recorded, in ``attempt_ids`` (now failed, reason ``interrupted``).
+    """
+
+    def __init__(self, done: int, total: int, attempt_ids: list[str]):
+        self.done, self.total, self.attempt_ids = done, total, list(attempt_ids)
+        ids = ", ".join(i[:8] for i in self.attempt_ids) or "no attempt"
+        super().__init__(f"interrupted: {done}/{total} runs recorded in {ids} (marked failed: interrupted)")

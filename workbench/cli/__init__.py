@@ -3,7 +3,8 @@
 Each command lives in ``workbench/cli/commands/<area>.py`` and is imported only when it runs, so
 ``workbench --help`` stays fast and no GPU binding loads by accident.
 
-A :class:`~workbench.errors.WorkbenchError` becomes one line on stderr and exit code 2.
+A :class:`~workbench.errors.WorkbenchError` becomes one line on stderr and exit code 2; so does an
+option that takes one value given twice (:mod:`workbench.cli.options`).
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import sys
 
 import click
 
-from workbench.errors import WorkbenchError
+from workbench.cli.options import RefuseRepeats
+from workbench.errors import MeasurementInterrupted, WorkbenchError
 
 COMMANDS = {
     "env": ("workbench.cli.commands.env:env", "Machine, file system and device backends."),
@@ -29,7 +31,7 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(RefuseRepeats, click.Group):
     """A group whose subcommands are imported on first use, turning WorkbenchError into one line."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -52,6 +54,10 @@ class LazyGroup(click.Group):
         except WorkbenchError as exc:
             click.echo(f"workbench: error: {exc}", err=True)
             sys.exit(2)
+        except MeasurementInterrupted as exc:  # Ctrl-C: say what was kept, not just "Aborted!"
+            click.secho(f"{exc}; run the command again to measure afresh (an interrupted attempt is never "
+                        "continued)", fg="red", bold=True, err=True)
+            sys.exit(130)
 
 
 @click.group(cls=LazyGroup)

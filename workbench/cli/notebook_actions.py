@@ -14,8 +14,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from workbench import defaults
 from workbench.errors import ParamError, WorkbenchError
-from workbench.cli.notebook_ui import Panel, ledger_path, parse_list, results_html
+from workbench.cli.notebook_ui import Panel, ParamGrid, ledger_path, parse_list, results_html
+from workbench.measure.effect import DEFAULT_MIN_EFFECT
+from workbench.measure.order import DEFAULT_ORDER, ORDERS
 from workbench.records import MiB
+
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
 
@@ -79,13 +82,16 @@ def expand_configs(file: str | os.PathLike[str], strategies: Sequence[str],
 
 def run_load_sweep(file: str, strategies: Sequence[str], params: Mapping[str, Any], caches: Sequence[str],
                    runs: int, device: str, ledger: str | os.PathLike[str], campaign: str,
-                   hypothesis: str = "", say: Callable[[str], None] = lambda _m: None) -> list[Any]:
+                   hypothesis: str = "", say: Callable[[str], None] = lambda _m: None, *,
+                   order: str = DEFAULT_ORDER, min_effect: float = DEFAULT_MIN_EFFECT) -> list[Any]:
     """Measure every config interleaved, once per cache state; returns the AttemptResults."""
     from workbench.measure.runner import measure
     from workbench.upload import best_device
 
     if not caches:
         raise WorkbenchError("no cache state selected")
+    if len(set(caches)) != len(caches):
+        raise WorkbenchError(f"a cache state is listed twice: {', '.join(caches)}")
     path = resolve_file(file)
     configs = expand_configs(path, strategies, params, device or best_device())
     results: list[Any] = []
@@ -94,27 +100,41 @@ def run_load_sweep(file: str, strategies: Sequence[str], params: Mapping[str, An
             took = "failed" if run.error else f"{run.load_s * 1000:.1f} ms"
             say(f"{cache}: run {done}/{total} — {config.display}: {took}")
         results += measure(configs, runs=runs, cache=cache, ledger=ledger, campaign=campaign,
-                           hypothesis=hypothesis, progress=progress)
+                           hypothesis=hypothesis, progress=progress, order=order, min_effect=min_effect)
     return results
 
 
 def attempts_table(attempts: Any) -> Any:
-    """The readable columns of a ledger attempts frame: what a reader compares."""
+    """The readable columns of a ledger attempts frame: what a reader compares, the speedup with its
+    95 % interval formatted as every table shows it (README "Measuring honestly")."""
     import pandas as pd
 
+    from workbench.records import format_effect, format_spread
+
+    rows = attempts.to_dict("records")
     return pd.DataFrame({
         "attempt": attempts["id"].str[:8], "change": attempts["label"], "cache": attempts["cache"],
         "n": attempts["n"], "median ms": (attempts["median_s"] * 1000).round(2),
         "min ms": (attempts["min_s"] * 1000).round(2), "max ms": (attempts["max_s"] * 1000).round(2),
-        "spread %": attempts["spread_pct"].round(1), "GB/s": attempts["gbps"].round(3),
-        "vs baseline": attempts["speedup"].round(3), "verdict": attempts["verdict"],
+        "spread": [format_spread(_value(a["spread_pct"]), _value(a["n"]), _value(a["stable"])) for a in rows],
+        "GB/s": attempts["gbps"].round(3),
+        "vs baseline [95 % CI]": ["baseline" if a["auto_verdict"] == "baseline" else
+                                  format_effect(_value(a["speedup"]), _value(a["ci_low"]), _value(a["ci_high"]))
+                                  for a in rows],
+        "verdict": attempts["verdict"],
     })
+
+
+def _value(x: Any) -> Any:
+    return None if x is None or (isinstance(x, float) and x != x) else x
 
 
 def load_sweep_panel(*, file: str, strategies: Sequence[str], params: Mapping[str, Any],
                      caches: Sequence[str], runs: int, device: str, campaign: str, hypothesis: str = "",
-                     ledger: str = "") -> Panel:
-    """The panel of notebook 01: file, strategies, their parameters, cache states, runs, device."""
+                     ledger: str = "", order: str = DEFAULT_ORDER,
+                     min_effect: float = DEFAULT_MIN_EFFECT) -> Panel:
+    """The panel of notebook 01: file, strategies, their parameters, cache states, runs, device,
+    order and minimum effect."""
     import ipywidgets as w
 
     from workbench.records import CACHE_STATES
@@ -130,6 +150,8 @@ def load_sweep_panel(*, file: str, strategies: Sequence[str], params: Mapping[st
         "caches": w.SelectMultiple(options=CACHE_STATES, value=tuple(caches), description="cache", rows=3),
         "runs": w.BoundedIntText(value=runs, min=1, max=100, description="runs"),
         "device": w.Dropdown(options=_devices(device), value=device or _best(), description="device"),
+        "order": w.Dropdown(options=ORDERS, value=order, description="order"),
+        "min_effect": w.BoundedFloatText(value=min_effect, min=0, max=0.99, step=0.01, description="min effect"),
         "campaign": w.Text(value=campaign, description="campaign"),
         "hypothesis": w.Text(value=hypothesis, description="hypothesis", layout=w.Layout(width="70%")),
     }
@@ -137,7 +159,8 @@ def load_sweep_panel(*, file: str, strategies: Sequence[str], params: Mapping[st
 
     def action(v: Mapping[str, Any], say: Callable[[str], None]) -> list[Any]:
         results = run_load_sweep(v["file"], v["strategies"], v["params"], v["caches"], v["runs"], v["device"],
-                                 store, v["campaign"], v["hypothesis"], say)
+                                 store, v["campaign"], v["hypothesis"], say, order=v["order"],
+                                 min_effect=v["min_effect"])
         return show_attempts(store, v["campaign"], [r.attempt_id for r in results])
     return Panel("Load-strategy sweep", controls, action)
 
@@ -208,8 +231,10 @@ def report_panel(*, campaign: str, ledger: str = "", out_dir: str = "") -> Panel
     from workbench.ledger import Ledger
 
     store = ledger_path(ledger)
-    with Ledger(store) as opened:
-        known = list(opened.campaigns()["name"])
+    known: list[str] = []
+    if store.is_file():  # a report reads: it never creates a ledger at a mistyped path
+        with Ledger(store, create=False) as opened:
+            known = list(opened.campaigns()["name"])
     controls = {
         "campaign": w.Combobox(value=campaign, options=known, description="campaign"),
         "out_dir": w.Text(value=out_dir, description="out dir", placeholder="data/reports/<campaign>"),
@@ -231,7 +256,7 @@ def build_report(store: Path, campaign: str, out_dir: str | None = None,
 
     say(f"writing the report of '{campaign}' …")
     target = Path(out_dir) if out_dir else report_dir(campaign)
-    with Ledger(store) as ledger:
+    with Ledger(store, create=False) as ledger:
         paths = write_report(ledger, campaign, target)
         attempts, runs, ceilings = campaign_frames(ledger, campaign)
     where = HTML("<p>Report written: " + ", ".join(
@@ -240,43 +265,6 @@ def build_report(store: Path, campaign: str, out_dir: str | None = None,
         f"{i}. {line}" for i, line in enumerate(history_lines(attempts), 1)))
     figures = campaign_figures(attempts, runs, ceilings)
     return [where, results_html(attempts_table(attempts)), history, *figures.values()]
-
-
-class ParamGrid:
-    """One text box per parameter of each selected strategy; ``"2, 4"`` sweeps, empty keeps the default."""
-
-    def __init__(self, strategies: Any, preset: Mapping[str, Mapping[str, Any]]):
-        import ipywidgets as w
-
-        self._pick, self._texts, self.box = strategies, {}, w.VBox()
-        for name, grid in (preset or {}).items():
-            for key, value in grid.items():
-                values = value if isinstance(value, (list, tuple)) else [value]
-                self._texts[(name, key)] = ", ".join(map(str, values))
-        strategies.observe(lambda _change: self._rebuild(), names="value")
-        self._rebuild()
-
-    def _rebuild(self) -> None:
-        import ipywidgets as w
-
-        from workbench.strategies import STRATEGIES
-
-        rows = []
-        for name in self._pick.value:
-            for key, default in STRATEGIES.get(name).param_defaults().items():
-                text = w.Text(value=self._texts.get((name, key), ""), description=f"{name}.{key}",
-                              placeholder=f"default {default}", style={"description_width": "initial"})
-                text.observe(lambda c, k=(name, key): self._texts.__setitem__(k, c["new"]), names="value")
-                rows.append(text)
-        self.box.children = rows
-
-    @property
-    def value(self) -> dict[str, dict[str, list[Any]]]:
-        grid: dict[str, dict[str, list[Any]]] = {}
-        for (name, key), text in self._texts.items():
-            if name in self._pick.value and text.strip():
-                grid.setdefault(name, {})[key] = parse_list(text)
-        return grid
 
 
 def _best() -> str:

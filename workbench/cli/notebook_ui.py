@@ -141,3 +141,40 @@ class Panel:
     def _say(self, text: str, error: bool = False) -> None:
         color = "#b00" if error else "#333"
         self.status.value = f'<span class="wb-status" style="color:{color}">{html.escape(text)}</span>'
+
+
+class ParamGrid:
+    """One text box per parameter of each selected strategy; ``"2, 4"`` sweeps, empty keeps the default."""
+
+    def __init__(self, strategies: Any, preset: Mapping[str, Mapping[str, Any]]):
+        import ipywidgets as w
+
+        self._pick, self._texts, self.box = strategies, {}, w.VBox()
+        for name, grid in (preset or {}).items():
+            for key, value in grid.items():
+                values = value if isinstance(value, (list, tuple)) else [value]
+                self._texts[(name, key)] = ", ".join(map(str, values))
+        strategies.observe(lambda _change: self._rebuild(), names="value")
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        import ipywidgets as w
+
+        from workbench.strategies import STRATEGIES
+
+        rows = []
+        for name in self._pick.value:
+            for key, default in STRATEGIES.get(name).param_defaults().items():
+                text = w.Text(value=self._texts.get((name, key), ""), description=f"{name}.{key}",
+                              placeholder=f"default {default}", style={"description_width": "initial"})
+                text.observe(lambda c, k=(name, key): self._texts.__setitem__(k, c["new"]), names="value")
+                rows.append(text)
+        self.box.children = rows
+
+    @property
+    def value(self) -> dict[str, dict[str, list[Any]]]:
+        grid: dict[str, dict[str, list[Any]]] = {}
+        for (name, key), text in self._texts.items():
+            if name in self._pick.value and text.strip():
+                grid.setdefault(name, {})[key] = parse_list(text)
+        return grid

@@ -20,7 +20,8 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from workbench import defaults
-from workbench.errors import SweepError
+from workbench.cli.sweep_plan import RunWatch, notebook_defaults, plan_point
+from workbench.errors import SweepError, WorkbenchError
 
 SWEEP_KEYS = {"notebook", "campaign", "description", "hypothesis", "parameters", "grid"}
 KERNEL_NAME = "python3"  # ipykernel's own kernel; present wherever the project's deps are installed
@@ -237,13 +238,15 @@ def run_sweep(
         if on_point:
             on_point(skipped)
     todo = [p for p in points if p.index not in outcomes]
+    defaults = notebook_defaults(sweep.notebook)
     bar = tqdm(total=len(points), initial=len(outcomes), desc=f"sweep {sweep.campaign}", unit="point",
                disable=not progress, dynamic_ncols=True)
     try:
         for point in todo:
             bar.set_postfix_str(describe_point(point)[:60])
             injected = _injected(sweep, declared, ledger)
-            outcome = _execute_point(sweep, point, out, injected, kernel_name, ledger_id)
+            with RunWatch(ledger, sweep.campaign, _total_runs(point, defaults), enabled=progress):
+                outcome = _execute_point(sweep, point, out, injected, kernel_name, ledger_id)
             if outcome.status == "failed":
                 _record_failed_point(sweep, outcome, ledger)
             outcomes[point.index] = outcome
@@ -253,6 +256,14 @@ def run_sweep(
     finally:
         bar.close()
     return SweepReport(sweep, out, tuple(outcomes[p.index] for p in points))
+
+
+def _total_runs(point: SweepPoint, defaults: Mapping[str, Any]) -> int | None:
+    try:
+        plan = plan_point(point, defaults)
+    except WorkbenchError:  # the point itself will fail and say why
+        return None
+    return plan.total_runs if plan is not None else None
 
 
 def check_parameters(sweep: Sweep) -> set[str]:
@@ -329,8 +340,9 @@ def _record_failed_point(sweep: Sweep, outcome: PointOutcome, ledger_path: Path)
     cache = str(caches[0]) if isinstance(caches, list) and len(caches) == 1 else "asis"
     config = RunConfig(file=str(params.get("file", "")), strategy=f"notebook:{sweep.notebook.stem}",
                        params=params, device=str(params.get("device") or ""), label=outcome.point.name)
+    # The point failed before (or while) measuring: its cache state was never tried, so not "not reached".
     run = RunRecord(position=0, pid=None, load_s=None, wall_s=outcome.seconds, bytes=0, resident_before=None,
-                    cache_state=cache, cache_reached=False, verified=None, error=outcome.error)
+                    cache_state=cache, cache_reached=None, verified=None, error=outcome.error)
     stats = AttemptStats(0, 1, None, None, None, None, None, stable=False)
     with Ledger(ledger_path) as ledger:
         attempt_id = ledger.start_attempt(campaign=sweep.campaign, config=config, cache=cache,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from workbench.ledger import Ledger
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+CLAIM_RUNS = 5  # runs a side below which the report says its numbers are not a claim
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
 th{background:#f3f3f3}code{background:#f6f6f6;padding:0 3px}.figure{margin:2em 0}"""
@@ -61,7 +62,8 @@ def campaign_frames(ledger: Ledger, campaign: str) -> tuple[pd.DataFrame, pd.Dat
     return attempts, runs, ceilings
 
 
-def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] | None = None) -> ReportPaths:
+def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] | None = None,
+                 all_attempts: bool = False) -> ReportPaths:
     """Write the campaign's CSV, Markdown and HTML report; returns the paths.
 
     Parameters
@@ -72,6 +74,9 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
         The campaign to report on.
     out_dir
         Directory for the files (default ``<data root>/reports/<campaign>``).
+    all_attempts
+        Every attempt in the table, not only the latest finished one per configuration (the history
+        lists every attempt either way).
     """
     from workbench.ledger import export_csv, markdown_table
     from workbench.ledger.figures import campaign_figures
@@ -80,7 +85,10 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     directory = report_dir(campaign, out_dir)
     directory.mkdir(parents=True, exist_ok=True)
     attempts_csv, runs_csv = export_csv(ledger, directory, campaign=campaign)
-    table = markdown_table(ledger, campaign)
+    table = markdown_table(ledger, campaign, all_attempts)
+    note = few_runs_note(attempts)
+    if note:
+        table = f"{note}\n\n{table}"
     history = history_lines(attempts)
     figures = campaign_figures(attempts, runs, ceilings)
     md = directory / "report.md"
@@ -90,13 +98,32 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     return ReportPaths(directory, attempts_csv, runs_csv, md, page, tuple(figures))
 
 
+def few_runs_note(attempts: pd.DataFrame) -> str:
+    """One line when some finished attempt has fewer than :data:`CLAIM_RUNS` successful runs."""
+    n = attempts["n"].dropna()
+    n = n[n > 0]
+    if n.empty or n.min() >= CLAIM_RUNS:
+        return ""
+    return (f"**n < {CLAIM_RUNS} is not a claim:** attempts here have {int(n.min())}–{int(n.max())} runs; "
+            f"a speedup or slowdown needs at least {CLAIM_RUNS} runs a side to be stated in a pull request "
+            "(README, \"Measuring honestly\").")
+
+
 def history_lines(attempts: pd.DataFrame) -> list[str]:
-    """The attempts in the order they were made, each with its hypothesis, verdict and notes."""
+    """The attempts in the order they were made, each with its hypothesis, verdict (and the speedup
+    with its interval it rests on) and notes."""
+    from workbench.records import format_effect
+
     lines, last_hypothesis = [], None
     for a in attempts.to_dict("records"):
         when = str(a["created"])[:16].replace("T", " ")
         what = f"{a['label']} ({a['cache']}, {a['device']})"
-        parts = [f"{when}", f"`{str(a['id'])[:8]}` {what}", f"**{a['verdict']}**"]
+        verdict = f"**{a['verdict']}**"
+        if _present(a.get("speedup")) and a.get("auto_verdict") != "baseline":
+            verdict += f" {format_effect(a['speedup'], _number(a.get('ci_low')), _number(a.get('ci_high')))}"
+            if _present(a.get("verdict_reason")):
+                verdict += f": {a['verdict_reason']}"
+        parts = [f"{when}", f"`{str(a['id'])[:8]}` {what}", verdict]
         if _present(a["hypothesis"]) and a["hypothesis"] != last_hypothesis:  # said once, until it changes
             parts.append(f"hypothesis: {a['hypothesis']}")
         last_hypothesis = a["hypothesis"]
@@ -152,6 +179,10 @@ def _inline(text: str) -> str:
     escaped = html.escape(text)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if _present(value) else None
 
 
 def _present(value: Any) -> bool:

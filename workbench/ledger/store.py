@@ -31,8 +31,14 @@ class Ledger:
     Safe for several processes at once; use one ``Ledger`` per process (or thread).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None):
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True):
+        """``create=False`` (reading commands) refuses a ledger that does not exist instead of making
+        an empty one at a mistyped path."""
         self.path: Path = schema.resolve_path(path)
+        if not create and not self.path.is_file():
+            where = "" if self.path.parent.is_dir() else f" (and no directory {self.path.parent})"
+            raise LedgerError(self.path, f"no ledger here{where}; check --ledger or $WORKBENCH_LEDGER "
+                                         "(only commands that record create a ledger)")
         self._conn = schema.connect(self.path)
 
     def __enter__(self) -> Ledger:
@@ -227,6 +233,21 @@ class Ledger:
         for row in rows:
             row["extra"] = decode(row["extra"]) or {}
         return _frame(rows, schema.COLUMNS["turns"])
+
+    def count_runs(self, campaign: str | None = None, since: str | None = None) -> int:
+        """How many runs (of one campaign, recorded at or after the ISO time ``since``) the ledger
+        holds: cheap enough to poll for a progress bar while another process records."""
+        clauses, args = [], []
+        if campaign:
+            clauses.append("c.name = ?")
+            args.append(campaign)
+        if since:
+            clauses.append("r.created >= ?")
+            args.append(since)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._query("SELECT COUNT(*) AS n FROM runs r JOIN attempts a ON a.id = r.attempt_id"
+                           f" JOIN campaigns c ON c.id = a.campaign_id {where}", tuple(args))
+        return int(rows[0]["n"])
 
     def run_records(self, attempt_id: str) -> list[RunRecord]:
         """An attempt's runs back as :class:`RunRecord` objects (to re-derive statistics)."""

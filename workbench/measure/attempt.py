@@ -5,7 +5,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from workbench.records import AttemptStats, RunConfig, RunRecord, failure_reason
+from workbench.records import AttemptStats, Effect, RunConfig, RunRecord, failure_reason, format_effect
 
 # The keys of ``--json`` output the issue fixes, in order; extras follow them.
 ATTEMPT_KEYS = ("attempt_id", "strategy", "params", "device", "cache", "n", "median_s", "min_s",
@@ -27,12 +27,22 @@ class AttemptResult:
     speedup: float | None
     verdict: str
     warning: str | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict_reason: str = ""
     ceiling_name: str | None = None
     ceiling_gbps: float | None = None
     ceiling_fraction: float | None = None
     label: str = ""
     cache_requested: str = ""
     notes: str = ""
+
+    @property
+    def effect(self) -> str:
+        """``1.14× [1.05–1.22]`` against the baseline; ``baseline`` for the baseline itself."""
+        if self.verdict == "baseline":
+            return "baseline"
+        return format_effect(self.speedup, self.ci_low, self.ci_high)
 
     def to_json(self) -> dict[str, Any]:
         """The issue's keys first (attempt_id … runs), then the extras."""
@@ -45,7 +55,8 @@ class AttemptResult:
             "runs": [run_to_json(r) for r in self.runs],
             "label": self.label, "file": self.config.file, "cache_requested": self.cache_requested,
             "n_failed": s.n_failed, "stable": s.stable, "baseline_id": self.baseline_id,
-            "speedup": self.speedup, "warning": self.warning, "ceiling_name": self.ceiling_name,
+            "speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high,
+            "verdict_reason": self.verdict_reason, "warning": self.warning, "ceiling_name": self.ceiling_name,
             "ceiling_gbps": self.ceiling_gbps, "ceiling_fraction": self.ceiling_fraction,
             "notes": self.notes,
         }
@@ -89,23 +100,56 @@ def run_failures(runs: Sequence[RunRecord]) -> str:
     return failure_reason(len(runs), errors, sum(r.verified is False for r in runs))
 
 
-def decide(stats: AttemptStats, runs: Sequence[RunRecord], base: AttemptStats | None,
-           is_baseline: bool) -> tuple[float | None, str, str]:
-    """(speedup, verdict, note) for one attempt; ``base`` None means nothing to compare with."""
-    from workbench.measure.stats import judge
+@dataclass(frozen=True)
+class Decision:
+    """An attempt's verdict against its baseline: the speedup with its interval, and why."""
 
-    reason = run_failures(runs)
-    speedup = None
-    if base is not None and not is_baseline and stats.median_s and base.median_s:
-        speedup = base.median_s / stats.median_s
-    if reason or stats.n == 0:
-        return speedup, "failed", reason or "no successful run"
+    verdict: str
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    reason: str = ""  # why the verdict is what it is ("interval excludes 1 (paired rounds)", "n < 3" …)
+    note: str = ""  # what goes into the attempt's notes (a failure, a baseline without runs)
+
+
+def compare_runs(base_runs: Sequence[RunRecord], runs: Sequence[RunRecord], *, paired: bool,
+                 min_effect: float) -> Effect:
+    """The effect of ``runs`` against ``base_runs`` by the verdict rule (README, "Measuring honestly").
+
+    ``paired``: both were measured interleaved in one comparison, so round k is the k-th run of each;
+    only rounds where both runs count (finished, bytes not wrong) form a pair."""
+    from workbench.measure.effect import ratio_effect
+    from workbench.measure.stats import counts_as_sample, samples
+
+    if paired:
+        pairs = [(float(b.load_s), float(r.load_s)) for b, r in zip(base_runs, runs)  # type: ignore[arg-type]
+                 if counts_as_sample(b) and counts_as_sample(r)]
+        base, new = [b for b, _ in pairs], [r for _, r in pairs]
+    else:
+        base, new = samples(base_runs), samples(runs)
+    return ratio_effect(base, new, paired=paired, min_effect=min_effect)
+
+
+def decide(runs: Sequence[RunRecord], base_runs: Sequence[RunRecord] | None, *, is_baseline: bool,
+           paired: bool, min_effect: float) -> Decision:
+    """The verdict of one attempt; ``base_runs`` None means there is nothing to compare with."""
+    from workbench.measure.stats import samples
+
+    failure = run_failures(runs)
+    effect = None
+    if base_runs is not None and not is_baseline:
+        effect = compare_runs(base_runs, runs, paired=paired, min_effect=min_effect)
+    speedup = effect.speedup if effect is not None else None
+    if failure or not samples(runs):
+        failure = failure or "no successful run"
+        return Decision("failed", speedup, reason=failure, note=failure)
     if is_baseline:
-        return 1.0, "baseline", ""
-    if base is None or base.median_s is None:
-        return None, "inconclusive", "the baseline has no successful run to compare with"
-    speedup, verdict = judge(base, stats)
-    return speedup, verdict, ""
+        return Decision("baseline", 1.0)
+    if effect is None or not samples(base_runs or ()):
+        why = "the baseline has no successful run to compare with"
+        return Decision("inconclusive", reason=why, note=why)
+    reason = f"{effect.reason} ({effect.method})" if effect.method else effect.reason
+    return Decision(effect.verdict, effect.speedup, effect.ci_low, effect.ci_high, reason)
 
 
 def effective_state(label: str, runs: Sequence[RunRecord]) -> str | None:

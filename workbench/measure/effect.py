@@ -1,5 +1,8 @@
 """The effect of a change: the ratio of medians with a bootstrap confidence interval, and its verdict.
 
+The rule as users read it is README, "Measuring honestly"; the runner applies it in
+``measure/attempt.py`` (``compare_runs``/``decide``), pairing the rounds of one comparison.
+
 Speedup is ``median(baseline) / median(candidate)``: above 1 the candidate is faster. The interval is
 a seeded bootstrap of that ratio, so the same samples always give the same interval.
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.records import MiB, RunConfig, RunRecord
 
 if TYPE_CHECKING:
@@ -202,8 +203,9 @@ def record_h2d(results: Sequence[H2DResult], ledger: LedgerArg = None, *, campai
                hypothesis: str = "") -> list[str]:
     """Store each measured path × size as an attempt (one run per repeat); returns the attempt ids.
 
-    At each size the heap copy is the baseline, and every other path gets the runner's noise-aware
-    verdict against it; a skipped path is recorded as failed with its reason.
+    At each size the heap copy is the baseline, and every other path gets the runner's verdict rule
+    against it (README "Measuring honestly"; unpaired: a path's repeats ran back to back, not in
+    rounds with the heap's); a skipped path is recorded as failed with its reason.
     """
     from workbench.defaults import host_id
     from workbench.measure.environment import collect_environment
@@ -220,13 +222,14 @@ def record_h2d(results: Sequence[H2DResult], ledger: LedgerArg = None, *, campai
 
 def _record(results: Sequence[H2DResult], store: Ledger, campaign: str, hypothesis: str, environment: dict,
             host: str) -> list[str]:
-    from workbench.measure.stats import judge, summarize
+    from workbench.measure.attempt import Decision, decide
+    from workbench.measure.stats import summarize
 
     ids, bases = [], {}
     for r in sorted(results, key=lambda r: (r.size, r.path != "heap")):
         runs = _run_records(r)
         stats = summarize(runs, r.size)
-        base_id, base_stats = bases.get(r.size, (None, None))
+        base_id, base_runs = bases.get(r.size, (None, None))
         attempt_id = store.start_attempt(
             campaign=campaign, config=_config(r), cache="warm" if r.path in FILE_PATHS else "asis",
             hypothesis=hypothesis, environment=environment, host=host,
@@ -234,16 +237,14 @@ def _record(results: Sequence[H2DResult], store: Ledger, campaign: str, hypothes
         for run in runs:
             store.add_run(attempt_id, run)
         if r.path == "heap" and stats.n:
-            bases[r.size] = (attempt_id, stats)
-            speedup, verdict, base_id = 1.0, "baseline", None
+            bases[r.size] = (attempt_id, runs)
+            d, base_id = Decision("baseline", 1.0), None
         elif r.skipped or not stats.n:
-            speedup, verdict = None, "failed"
-        elif base_stats is None:
-            speedup, verdict = None, "inconclusive"
+            d = Decision("failed", reason=r.skipped or "no successful repeat")
         else:
-            speedup, verdict = judge(base_stats, stats)
-        store.finish_attempt(attempt_id, stats, baseline_id=base_id, speedup=speedup, verdict=verdict,
-                             notes=r.skipped or r.note)
+            d = decide(runs, base_runs, is_baseline=False, paired=False, min_effect=DEFAULT_MIN_EFFECT)
+        store.finish_attempt(attempt_id, stats, baseline_id=base_id, speedup=d.speedup, verdict=d.verdict,
+                             notes=r.skipped or r.note, ci=(d.ci_low, d.ci_high), verdict_reason=d.reason)
         ids.append(attempt_id)
     return ids
 

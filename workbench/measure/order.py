@@ -3,21 +3,30 @@ from __future__ import annotations
 
 import random
 
-ORDERS = ("abab", "shuffle")
+ORDERS = ("abba", "abab", "shuffle")
+DEFAULT_ORDER = "abba"
 
 
-def interleave(n_configs: int, runs: int, order: str = "abab", seed: int = 0) -> list[int]:
-    """Config indexes in run order: ``abab`` cycles A B C A B C …; ``shuffle`` is a seeded permutation.
+def interleave(n_configs: int, runs: int, order: str = DEFAULT_ORDER, seed: int = 0) -> list[int]:
+    """Config indexes in run order; each config appears exactly ``runs`` times, once per round.
 
-    Interleaving spreads slow drift (thermal, a neighbour's job, the disk's mood) over every config
-    instead of handing it to whichever ran last. Each config appears exactly ``runs`` times.
+    - ``abba`` (the default) alternates the direction of each round: A B C, C B A, A B C, … With
+      ``abab`` B always runs one step after A, so a steady drift (a disk warming up, a neighbour's job
+      ramping) becomes a constant bias between them, and pairing the rounds makes that bias look
+      *significant*; alternating turns it into a bias that changes sign every round and cancels in
+      pairs. README "Measuring honestly" has the numbers.
+    - ``abab`` cycles A B C A B C …;
+    - ``shuffle`` is a seeded permutation within each round (round k still holds the k-th run of
+      every config, so rounds can be paired).
     """
     if n_configs < 1 or runs < 1:
         raise ValueError(f"need at least one config and one run, got {n_configs} configs × {runs} runs")
-    cycle = [i for _ in range(runs) for i in range(n_configs)]
+    forward = list(range(n_configs))
+    if order == "abba":
+        return [i for r in range(runs) for i in (forward if r % 2 == 0 else forward[::-1])]
     if order == "abab":
-        return cycle
+        return forward * runs
     if order == "shuffle":
-        random.Random(seed).shuffle(cycle)
-        return cycle
+        rng = random.Random(seed)
+        return [i for _ in range(runs) for i in rng.sample(forward, n_configs)]
     raise ValueError(f"unknown order {order!r}; known: {', '.join(ORDERS)}")

@@ -8,12 +8,13 @@ import functools
 import os
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from workbench.errors import CacheStateError, WorkbenchError, WorkerFailed
+from workbench.errors import CacheStateError, MeasurementInterrupted, WorkbenchError, WorkerFailed
 from workbench.measure.attempt import (
     AttemptResult, cache_label, decide, effective_state,
 )
+from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.lock import DeviceLock
-from workbench.measure.order import interleave
+from workbench.measure.order import DEFAULT_ORDER, interleave
 from workbench.records import CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord
 from workbench.measure.spawn import Outcome, run_worker
 
@@ -29,11 +30,12 @@ RunFn = Callable[[RunConfig], Outcome]
 Progress = Callable[[int, int, RunConfig, RunRecord], None]
 
 
-def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold", order: str = "abab",
+def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold", order: str = DEFAULT_ORDER,
             seed: int = 0, ledger: LedgerArg = None, campaign: str = "default", hypothesis: str = "",
             labels: Sequence[str] | None = None, baseline: str | None = None, verify: bool = True,
             timeout_s: float = 600.0, progress: Progress | None = None,
-            lock_dir: str | os.PathLike[str] | None = None) -> list[AttemptResult]:
+            lock_dir: str | os.PathLike[str] | None = None,
+            min_effect: float = DEFAULT_MIN_EFFECT) -> list[AttemptResult]:
     """Measure ``configs`` interleaved, one fresh ``python -m workbench.measure.worker`` per run.
 
     Parameters
@@ -41,8 +43,9 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
     configs
         What to measure; the first is the baseline unless ``baseline`` names a ledger attempt.
     runs, cache, order, seed
-        Runs per config (≥ 5 for a claim), page-cache state before each run (cold/warm/asis),
-        ``abab`` or a ``shuffle`` seeded by ``seed``.
+        Runs per config (≥ 5 for a claim), page-cache state before each run (cold/warm/asis), and
+        the order inside each round: ``abba`` (alternating direction, the default), ``abab`` or a
+        ``shuffle`` seeded by ``seed``.
     ledger
         A ``Ledger``, a path, or None for the default ledger (``$WORKBENCH_LEDGER`` or data/).
     verify
@@ -53,19 +56,26 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
         Called after each run with (done, total, config, run).
     lock_dir
         Where the per-device lock files live (default ``$WORKBENCH_LOCK_DIR`` or /tmp/workbench-locks).
+    min_effect
+        The smallest speedup or slowdown worth a verdict (0.02: 2 %); README "Measuring honestly".
+
+    Every config is compared with the baseline by the ratio of medians and its bootstrap interval,
+    pairing the rounds of this call (round k = the k-th run of each config); a ``baseline`` from the
+    ledger ran at another time, so its runs are not paired.
     """
     preflight(configs)
     run_fn = functools.partial(run_worker, verify=verify, timeout_s=timeout_s)
     return measure_with(run_fn, configs, runs=runs, cache=cache, order=order, seed=seed,
                         ledger=ledger, campaign=campaign, hypothesis=hypothesis, labels=labels,
-                        baseline=baseline, progress=progress, lock_dir=lock_dir)
+                        baseline=baseline, progress=progress, lock_dir=lock_dir, min_effect=min_effect)
 
 
 def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
-                 order: str = "abab", seed: int = 0, ledger: LedgerArg = None, campaign: str = "default",
-                 hypothesis: str = "", labels: Sequence[str] | None = None,
+                 order: str = DEFAULT_ORDER, seed: int = 0, ledger: LedgerArg = None,
+                 campaign: str = "default", hypothesis: str = "", labels: Sequence[str] | None = None,
                  baseline: str | None = None, progress: Progress | None = None,
-                 lock_dir: str | os.PathLike[str] | None = None) -> list[AttemptResult]:
+                 lock_dir: str | os.PathLike[str] | None = None,
+                 min_effect: float = DEFAULT_MIN_EFFECT) -> list[AttemptResult]:
     """:func:`measure` with any way of doing one run (a worker, an external engine)."""
     if not configs:
         raise WorkbenchError("nothing to measure: no configurations given")
@@ -73,6 +83,8 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
         raise WorkbenchError(f"unknown cache state {cache!r}; known: {', '.join(CACHE_STATES)}")
     if labels is not None and len(labels) != len(configs):
         raise WorkbenchError(f"{len(labels)} labels for {len(configs)} configurations")
+    if not 0 <= min_effect < 1:
+        raise WorkbenchError(f"minimum effect {min_effect!r} must be a fraction in [0, 1), e.g. 0.02 for 2 %")
     try:
         sequence = interleave(len(configs), runs, order, seed)
     except ValueError as exc:
@@ -81,7 +93,7 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
     try:
         return _measure_runs(run_fn, configs, sequence, store, labels=labels, campaign=campaign,
                              hypothesis=hypothesis, cache=cache, baseline=baseline, progress=progress,
-                             lock_dir=lock_dir)
+                             lock_dir=lock_dir, min_effect=min_effect)
     finally:
         if store is not ledger:  # opened here, so closed here
             store.close()
@@ -90,22 +102,25 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
 def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[int], store: Ledger, *,
                   labels: Sequence[str] | None, campaign: str, hypothesis: str, cache: str,
                   baseline: str | None, progress: Progress | None,
-                  lock_dir: str | os.PathLike[str] | None) -> list[AttemptResult]:
-    session = _Session(store, list(configs), labels, campaign, hypothesis, cache)
-    base_stats = None
+                  lock_dir: str | os.PathLike[str] | None, min_effect: float) -> list[AttemptResult]:
+    session = _Session(store, list(configs), labels, campaign, hypothesis, cache, min_effect)
+    base_runs = None
     if baseline:
         baseline = store.resolve_id(baseline)  # a prefix is fine; a wrong one fails before any run
-        base_stats = store.attempt_stats(baseline)
+        base_runs = store.run_records(baseline)
     try:
         for position, i in enumerate(sequence):
             record = _timed_run(run_fn, configs[i], position, cache, lock_dir)
             session.add(i, record)
             if progress is not None:
                 progress(position + 1, len(sequence), configs[i], record)
-    except BaseException:
-        session.abandon(f"interrupted after {sum(map(len, session.runs))}/{len(sequence)} runs")
+    except BaseException as exc:
+        done = sum(map(len, session.runs))
+        ids = session.abandon(f"interrupted after {done}/{len(sequence)} runs")
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, MeasurementInterrupted):
+            raise MeasurementInterrupted(done, len(sequence), ids) from exc
         raise
-    return session.finish(baseline, base_stats)
+    return session.finish(baseline, base_runs)
 
 
 def preflight(configs: Sequence[RunConfig]) -> None:
@@ -199,9 +214,9 @@ class _Session:
     """The attempts of one measure() call, opened in the ledger lazily and finished together."""
 
     def __init__(self, ledger: Ledger, configs: list[RunConfig], labels: Sequence[str] | None,
-                 campaign: str, hypothesis: str, cache: str):
+                 campaign: str, hypothesis: str, cache: str, min_effect: float):
         self.ledger, self.configs, self.campaign = ledger, configs, campaign
-        self.hypothesis, self.cache = hypothesis, cache
+        self.hypothesis, self.cache, self.min_effect = hypothesis, cache, min_effect
         self.labels = list(labels) if labels is not None else [c.display for c in configs]
         self.runs: list[list[RunRecord]] = [[] for _ in configs]
         self.ids: list[str | None] = [None for _ in configs]
@@ -239,29 +254,36 @@ class _Session:
                 self._env[directory] = {"error": str(exc)}
         return self._env[directory]
 
-    def abandon(self, note: str) -> None:
-        """Close the attempts already opened as failed, keeping their runs; used on interruption."""
+    def abandon(self, note: str) -> list[str]:
+        """Close the attempts already opened as failed, keeping their runs; used on interruption.
+        Returns their ids."""
+        closed = []
         for i, attempt_id in enumerate(self.ids):
             if attempt_id is None:
                 continue
+            closed.append(attempt_id)
             try:
                 self.ledger.finish_attempt(attempt_id, _summarize(self.runs[i]), baseline_id=None,
-                                           speedup=None, verdict="failed", notes=note)
+                                           speedup=None, verdict="failed", notes=note,
+                                           verdict_reason="interrupted")
             except Exception:  # noqa: BLE001 - never mask the error that interrupted the runs
                 pass
+        return closed
 
-    def finish(self, baseline: str | None, base_stats: AttemptStats | None) -> list[AttemptResult]:
+    def finish(self, baseline: str | None, base_runs: Sequence[RunRecord] | None) -> list[AttemptResult]:
+        """Summarize, judge and close every attempt: against the first config, its rounds paired, or
+        against a ledger ``baseline`` (``base_runs``: its runs), unpaired."""
         from workbench.measure.bounds import bounding_ceiling, host_ceilings
 
         stats = [_summarize(r) for r in self.runs]
         self.baseline_note = ""
         if baseline is None:
-            base_stats, baseline_id = stats[0], self.ids[0]
+            base_runs, baseline_id, self.paired = self.runs[0], self.ids[0], True
         else:
-            baseline_id = baseline
+            baseline_id, self.paired = baseline, False
             self.baseline_note = self._baseline_mismatch(baseline)
         walls = host_ceilings(self.ledger)
-        return [self._finish_one(i, stats[i], base_stats, baseline_id, walls, bounding_ceiling)
+        return [self._finish_one(i, stats[i], base_runs, baseline_id, walls, bounding_ceiling)
                 for i in range(len(self.configs))]
 
     def _baseline_mismatch(self, baseline: str) -> str:
@@ -274,14 +296,15 @@ class _Session:
         diff = [f"{k} {theirs[k]!r} vs {ours[k]!r}" for k in ours if theirs[k] and ours[k] and theirs[k] != ours[k]]
         return f"baseline {baseline[:8]} differs: {', '.join(diff)}" if diff else ""
 
-    def _finish_one(self, i: int, stats: AttemptStats, base_stats: AttemptStats | None,
+    def _finish_one(self, i: int, stats: AttemptStats, base_runs: Sequence[RunRecord] | None,
                     baseline_id: str | None, walls: dict[str, float],
                     bound: Callable[..., tuple[str, float] | None]) -> AttemptResult:
         from workbench.measure.stats import stability_warning
 
         runs, config = tuple(self.runs[i]), self.configs[i]
         is_base = baseline_id == self.ids[i]
-        speedup, verdict, note = decide(stats, runs, base_stats, is_base)
+        decision = decide(runs, base_runs, is_baseline=is_base, paired=self.paired, min_effect=self.min_effect)
+        note = decision.note
         label = cache_label(self.cache, runs)
         if self.baseline_note and not is_base:
             note = "; ".join(filter(None, [note, self.baseline_note]))
@@ -290,13 +313,16 @@ class _Session:
         wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs))
         name, gbps = wall if wall else (None, None)
         fraction = stats.gbps / gbps if gbps and stats.gbps else None
+        d = decision
         self.ledger.finish_attempt(self.ids[i], stats, baseline_id=None if is_base else baseline_id,
-                                   speedup=speedup, verdict=verdict, ceiling_name=name,
-                                   ceiling_gbps=gbps, notes=note, cache=label)
+                                   speedup=d.speedup, verdict=d.verdict, ceiling_name=name,
+                                   ceiling_gbps=gbps, notes=note, cache=label, ci=(d.ci_low, d.ci_high),
+                                   verdict_reason=d.reason)
         return AttemptResult(
             attempt_id=self.ids[i], config=config, cache=label, runs=runs, stats=stats,
-            baseline_id=None if is_base else baseline_id, speedup=speedup, verdict=verdict,
-            warning=stability_warning(stats), ceiling_name=name, ceiling_gbps=gbps,
+            baseline_id=None if is_base else baseline_id, speedup=d.speedup, verdict=d.verdict,
+            warning=stability_warning(stats, runs), ci_low=d.ci_low, ci_high=d.ci_high,
+            verdict_reason=d.reason, ceiling_name=name, ceiling_gbps=gbps,
             ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note)
 
 

@@ -1,22 +1,28 @@
-"""Statistics over an attempt's runs and the noise-aware verdict against a baseline.
+"""Statistics over an attempt's runs, and the warning a reader must see when they are unstable.
 
 Pure functions: the runner calls them, the ledger stores what they return, the notebooks re-derive
-them from the raw samples the ledger keeps.
+them from the raw samples the ledger keeps. The verdict against a baseline is
+:func:`workbench.measure.effect.ratio_effect` (README, "Measuring honestly").
 """
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Sequence
 
 from workbench.records import AttemptStats, RunRecord
 
 STABLE_SPREAD_PCT = 10.0  # above this the spread is loud enough that a reader must be told
-MIN_RUNS_FOR_VERDICT = 2  # one run measures no spread, so no difference can be told from noise
 
 
 def counts_as_sample(run: RunRecord) -> bool:
     """A run enters the statistics when it finished and its device bytes were not found wrong."""
     return run.ok and run.verified is not False
+
+
+def samples(runs: Sequence[RunRecord]) -> list[float]:
+    """The load windows of the runs that count, in run order."""
+    return [float(r.load_s) for r in runs if counts_as_sample(r)]  # type: ignore[arg-type]
 
 
 def summarize(runs: Sequence[RunRecord], nbytes: int) -> AttemptStats:
@@ -28,55 +34,50 @@ def summarize(runs: Sequence[RunRecord], nbytes: int) -> AttemptStats:
         Every run of the attempt, failed ones included (they are counted, never dropped).
     nbytes
         Bytes one load moves, for GB/s from the median load window.
+
+    One run measures no spread: its ``spread_pct`` is None (shown as ``—``, never ``0.0 %``) and it
+    is never ``stable``.
     """
-    samples = [float(r.load_s) for r in runs if counts_as_sample(r)]  # type: ignore[arg-type]
-    n_failed = len(runs) - len(samples)
-    if not samples:
+    times = samples(runs)
+    n_failed = len(runs) - len(times)
+    if not times:
         return AttemptStats(0, n_failed, None, None, None, None, None, stable=False)
-    median = statistics.median(samples)
-    low, high = min(samples), max(samples)
-    spread = (high - low) / median * 100 if median > 0 else None
+    median = statistics.median(times)
+    low, high = min(times), max(times)
+    spread = (high - low) / median * 100 if median > 0 and len(times) > 1 else None
     gbps = nbytes / median / 1e9 if median > 0 else None
     stable = spread is not None and spread <= STABLE_SPREAD_PCT
-    return AttemptStats(len(samples), n_failed, median, low, high, spread, gbps, stable)
+    return AttemptStats(len(times), n_failed, median, low, high, spread, gbps, stable)
 
 
-def judge(base: AttemptStats, new: AttemptStats) -> tuple[float | None, str]:
-    """Speedup of ``new`` over ``base`` (base median / new median) and a noise-aware verdict.
+def stability_warning(stats: AttemptStats, runs: Sequence[RunRecord] = ()) -> str | None:
+    """One loud line when an attempt's numbers cannot be read at face value; None when they can.
 
-    The rule:
-
-    - ``failed`` when ``new`` has no successful run (speedup None);
-    - ``inconclusive`` when ``base`` has no successful run (nothing to compare with; speedup None),
-      when either attempt has fewer than two successful runs (its spread is unmeasured), or when
-      ``|base.median - new.median|`` is no larger than the noise, the larger of the two attempts'
-      absolute run-to-run spreads ``max_s - min_s``: a difference inside the spread is never a win;
-    - otherwise ``faster`` when ``new.median < base.median``, else ``slower``.
+    An attempt of one run has no spread at all. Above a 10 % spread the line names the outlier run
+    (the one farthest from the median, by ratio): which run of the attempt it was, its position in
+    the interleaved order of the whole comparison, and its time, so a reader can look at that run.
     """
-    if new.median_s is None:
-        return None, "failed"
-    if base.median_s is None:
-        return None, "inconclusive"
-    speedup = base.median_s / new.median_s if new.median_s > 0 else None
-    if min(base.n, new.n) < MIN_RUNS_FOR_VERDICT:
-        return speedup, "inconclusive"
-    noise = max(_abs_spread(base), _abs_spread(new))
-    if abs(base.median_s - new.median_s) <= noise:
-        return speedup, "inconclusive"
-    return speedup, "faster" if new.median_s < base.median_s else "slower"
-
-
-def stability_warning(stats: AttemptStats) -> str | None:
-    """One loud line when the spread exceeds 10 % of the median; None when the numbers are stable."""
+    if stats.n == 1:
+        return "WARNING: one run: no spread measured, so nothing can be told from noise (≥ 5 runs for a claim)"
     if stats.spread_pct is None or stats.spread_pct <= STABLE_SPREAD_PCT:
         return None
-    return (
-        f"WARNING: unstable measurement: spread {stats.spread_pct:.1f} % of the median over "
-        f"{stats.n} runs (> {STABLE_SPREAD_PCT:.0f} %); differences smaller than that are noise"
-    )
+    line = (f"WARNING: unstable measurement: spread {stats.spread_pct:.1f} % of the median over "
+            f"{stats.n} runs (> {STABLE_SPREAD_PCT:.0f} %)")
+    outlier = _outlier(runs, stats.median_s)
+    if outlier is None:
+        return line
+    k, run = outlier
+    return (f"{line}; the outlier is run {k + 1}/{len(runs)} (position {run.position} in the run order) "
+            f"at {_ms(run.load_s)} against a median of {_ms(stats.median_s)}")
 
 
-def _abs_spread(stats: AttemptStats) -> float:
-    if stats.max_s is None or stats.min_s is None:
-        return 0.0
-    return stats.max_s - stats.min_s
+def _outlier(runs: Sequence[RunRecord], median: float | None) -> tuple[int, RunRecord] | None:
+    counted = [(k, r) for k, r in enumerate(runs) if counts_as_sample(r) and r.load_s and r.load_s > 0]
+    if not counted or not median:
+        return None
+    return max(counted, key=lambda kr: abs(math.log(kr[1].load_s / median)))  # type: ignore[operator]
+
+
+def _ms(seconds: float | None) -> str:
+    ms = (seconds or 0.0) * 1000
+    return f"{ms:.{1 if ms >= 10 else 2 if ms >= 1 else 3}f} ms"

@@ -4,13 +4,15 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from workbench.measure.attempt import AttemptResult
+from workbench.records import format_spread
 
-ATTEMPT_COLUMNS = ("attempt", "strategy", "cache", "median ms", "spread %", "n", "GB/s", "% ceiling",
-                   "vs baseline", "verdict", "engaged")
+ATTEMPT_COLUMNS = ("attempt", "change", "cache", "median ms", "spread", "n", "GB/s", "% ceiling",
+                   "vs baseline [95 % CI]", "verdict", "engaged")
 
 
 def attempts_table(results: Sequence[AttemptResult]) -> str:
-    """One row per attempt: id prefix, median, spread, n, GB/s, share of the ceiling, verdict, engaged."""
+    """One row per attempt: id prefix, median, spread, n, GB/s, share of the ceiling, the speedup with
+    its interval (``1.14× [1.05–1.22]``, README "Measuring honestly"), verdict, engaged."""
     rows = [_attempt_row(r) for r in results]
     text = format_table(ATTEMPT_COLUMNS, rows)
     walls = {(r.ceiling_name, r.ceiling_gbps) for r in results if r.ceiling_name}
@@ -23,14 +25,10 @@ def attempts_table(results: Sequence[AttemptResult]) -> str:
 def _attempt_row(r: AttemptResult) -> list[str]:
     s = r.stats
     n = f"{s.n}" + (f" (+{s.n_failed} failed)" if s.n_failed else "")
-    if r.baseline_id is None and r.verdict == "baseline":
-        vs = "baseline"
-    else:
-        vs = "—" if r.speedup is None else f"{r.speedup:.2f}×"
     return [
         r.attempt_id[:8], r.label, r.cache if len(r.cache) <= 24 else r.cache[:23] + "…",
-        _num(s.median_s, 1e3, 1), _num(s.spread_pct, 1, 1), n, _num(s.gbps, 1, 2),
-        _num(r.ceiling_fraction, 100, 0), vs, r.verdict, _engaged(r),
+        _num(s.median_s, 1e3, 1), format_spread(s.spread_pct, s.n, s.stable), n, _num(s.gbps, 1, 2),
+        _num(r.ceiling_fraction, 100, 0), r.effect, r.verdict, _engaged(r),
     ]
 
 

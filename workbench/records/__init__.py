@@ -6,7 +6,7 @@ means the same thing to the worker, the runner, the ledger and the notebooks.
 """
 from __future__ import annotations
 
-from workbench.records.effect import Effect, format_effect
+from workbench.records.effect import Effect, format_effect, format_spread
 from workbench.records.engaged import Engaged
 from workbench.records.run import (
     AUTO_VERDICTS,
@@ -31,5 +31,5 @@ from workbench.records.worker_report import (
 __all__ = [
     "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "Effect", "Engaged",
     "ExternalRun", "LoadPath", "LoadSummary", "MiB", "RunConfig", "RunRecord", "Timings", "VerifySummary",
-    "WorkerReport", "failure_reason", "format_effect",
+    "WorkerReport", "failure_reason", "format_effect", "format_spread",
 ]

@@ -1,4 +1,5 @@
-"""An effect as a reviewer reads it: a speedup with its confidence interval and the verdict it earns.
+"""An effect as a reviewer reads it: a speedup with its confidence interval and the verdict it earns
+(and the attempt's spread, formatted the one way every table shows it).
 
 Computed by :func:`workbench.measure.effect.ratio_effect`; stored by the ledger (``speedup``,
 ``ci_low``, ``ci_high``, ``verdict``, ``verdict_reason``) and formatted the same way everywhere.
@@ -38,3 +39,16 @@ def format_effect(speedup: float | None, low: float | None = None, high: float |
     if low is None or high is None or low != low or high != high:
         return f"{speedup:.2f}×"
     return f"{speedup:.2f}× [{low:.2f}–{high:.2f}]"
+
+
+def format_spread(spread_pct: float | None, n: int | None, stable: bool | None = None) -> str:
+    """An attempt's run-to-run spread as tables show it: ``4.2 %``, ``12.0 % ⚠`` above 10 %, and ``— ⚠``
+    for a single run (one run measures no spread: never ``0.0 %``); ``—`` without runs."""
+    if n is None or n != n or n < 1:  # None or NaN (a pandas cell)
+        return "—"
+    if n == 1:
+        return "— ⚠"
+    if spread_pct is None or spread_pct != spread_pct:
+        return "—"
+    loud = spread_pct > 10.0 if stable is None or stable != stable else not stable
+    return f"{spread_pct:.1f} %" + (" ⚠" if loud else "")

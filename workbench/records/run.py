@@ -50,7 +50,7 @@ class RunRecord:
     bytes: int
     resident_before: float | None  # mincore fraction just before the run started
     cache_state: str  # what was asked: cold / warm / asis
-    cache_reached: bool  # whether resident_before matches the state asked for
+    cache_reached: bool | None  # whether resident_before matches the state asked for (None: never tried)
     verified: bool | None  # device bytes == file bytes (None: not checked)
     engaged: tuple[str, ...] = ()
     phases: Mapping[str, float] = field(default_factory=dict)

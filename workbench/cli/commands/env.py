@@ -17,6 +17,12 @@ def _yes_no(ok: bool, reason: str) -> str:
     return "yes" if ok else f"no ({reason})" if reason else "no"
 
 
+def _memory_reporting(facts: dict[str, Any] | None) -> str:
+    if not facts:
+        return "unknown"
+    return ("yes — " if facts.get("active") else "no — ") + str(facts.get("detail", ""))
+
+
 def _rows(env: dict[str, Any]) -> list[tuple[str, str]]:
     commit = env.get("git_commit")
     rows = [
@@ -32,6 +38,8 @@ def _rows(env: dict[str, Any]) -> list[tuple[str, str]]:
         ("O_DIRECT", _yes_no(env["o_direct"], env["o_direct_reason"])
          + (f", logical block {env['logical_block_size']} B" if env["o_direct"] else "")),
         ("page-cache eviction", _yes_no(env["page_cache_eviction"], env["page_cache_eviction_reason"])),
+        # README "Measuring honestly" and every run's note send the reader here
+        ("memory_reporting", _memory_reporting(env.get("memory_reporting"))),
     ]
     for name, avail in env["backends"].items():
         rows.append((f"backend {name}", "available" if avail["ok"] else f"unavailable: {avail['reason']}"))

@@ -11,14 +11,18 @@ import click
 from workbench.formats.index import PAGE_SIZE, TensorIndex
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:,.1f} MiB"
+def _size(n: int) -> str:
+    """A byte count in the largest binary unit it fills: ``512 B``, ``4.0 KiB``, ``1.5 MiB``, ``2.00 GiB``."""
+    for unit, scale, digits in (("GiB", 1 << 30, 2), ("MiB", 1 << 20, 1), ("KiB", 1 << 10, 1)):
+        if n >= scale:
+            return f"{n / scale:,.{digits}f} {unit}"
+    return f"{n} B"
 
 
 @click.command()
 @click.argument("out", type=click.Path(dir_okay=False, writable=True))
 @click.option("--format", "fmt", type=click.Choice(["gguf", "safetensors"]), required=True)
-@click.option("--layout", type=click.Choice(["dense", "moe"]), required=True)
+@click.option("--layout", type=click.Choice(["dense", "moe"]), default="dense", show_default=True)
 @click.option("--size", required=True, help="Target file size: 256MiB, 2GiB, 500MB, or bytes.")
 @click.option("--experts", type=int, default=8, show_default=True, help="Experts per MoE layer.")
 @click.option("--alignment", type=int, default=32, show_default=True,
@@ -37,7 +41,7 @@ def synth(out: str, fmt: str, layout: str, size: str, experts: int, alignment: i
                             alignment=alignment, seed=seed, expert_layout=expert_layout)
     dt = time.perf_counter() - t0
     blobs = f", {len(index.blobs)} expert blobs" if index.blobs else ""
-    click.echo(f"wrote {index.path}: {fmt} {layout}, {index.size:,} bytes ({_mib(index.size)}), "
+    click.echo(f"wrote {index.path}: {fmt} {layout}, {index.size:,} bytes ({_size(index.size)}), "
                f"{len(index)} tensors{blobs} in {dt:.2f} s ({index.size / max(dt, 1e-9) / 1e6:,.0f} MB/s)")
 
 
@@ -83,7 +87,7 @@ def _blob_report(b) -> dict[str, Any]:  # noqa: ANN001 - ExpertBlob
 
 
 def _summary(r: dict[str, Any]) -> str:
-    lines = [f"{r['path']}: {r['format']}, {r['size']:,} bytes ({_mib(r['size'])})",
+    lines = [f"{r['path']}: {r['format']}, {r['size']:,} bytes ({_size(r['size'])})",
              f"  hash        {r['hash'] or '(skipped)'}",
              f"  tensors     {r['n_tensors']}, {r['nbytes']:,} bytes of data from offset {r['data_offset']:,}",
              f"  alignment   {r['alignment']}; {r['n_page_aligned']}/{r['n_tensors']} tensor offsets "
@@ -91,7 +95,7 @@ def _summary(r: dict[str, Any]) -> str:
     by_dtype: Counter[str] = Counter()
     for t in r["tensors"]:
         by_dtype[t["dtype"]] += t["nbytes"]
-    lines.append("  dtypes      " + ", ".join(f"{d} {_mib(n)}" for d, n in by_dtype.most_common()))
+    lines.append("  dtypes      " + ", ".join(f"{d} {_size(n)}" for d, n in by_dtype.most_common()))
     blobs = r["experts"]["blobs"]
     if blobs:
         lines.append(_blob_summary(blobs))

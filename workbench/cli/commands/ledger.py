@@ -1,61 +1,89 @@
-"""``workbench ledger``: list, show, edit verdicts, export and merge the attempt ledger."""
+"""``workbench ledger``: list, show, edit verdicts, export and merge the attempt ledger.
+
+``--ledger PATH`` is accepted before the subcommand and after it. Reading a ledger that does not
+exist (a mistyped path) is one line and exit 2; only ``merge``, which records, creates one.
+"""
 from __future__ import annotations
 
-from typing import Any
+import sys
+from pathlib import Path
+from typing import Any, Callable
 
 import click
 
-from workbench.errors import LedgerError
-from workbench.records import USER_VERDICTS
+from workbench.cli.options import RefuseRepeats
+from workbench.errors import LedgerError, ParamError
+from workbench.records import USER_VERDICTS, format_effect, format_spread
+
+_LEDGER_HELP = "Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."
 
 
-@click.group()
-@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
-              help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite).")
+class _LedgerGroup(RefuseRepeats, click.Group):
+    """The ``ledger`` group, refusing a one-value option given twice like every command."""
+
+
+def _ledger_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--ledger`` after the subcommand too (``workbench ledger list --ledger X``)."""
+    return click.option("--ledger", "sub_ledger", type=click.Path(dir_okay=False), default=None,
+                        help=_LEDGER_HELP)(fn)
+
+
+@click.group(cls=_LedgerGroup)
+@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None, help=_LEDGER_HELP)
 @click.pass_context
 def ledger(ctx: click.Context, ledger_path: str | None) -> None:
     """Read, edit, export and merge the attempt ledger."""
     ctx.obj = ledger_path
 
 
-def _opened(ctx: click.Context) -> Any:
+def _opened(ctx: click.Context, sub_ledger: str | None, create: bool = False) -> Any:
+    """The ledger named before or after the subcommand (both: they must agree)."""
     from workbench.ledger import Ledger
 
-    led = Ledger(ctx.obj)
+    before = ctx.parent.obj if ctx.parent is not None else None
+    if before and sub_ledger and Path(before) != Path(sub_ledger):
+        raise ParamError(f"workbench ledger {ctx.info_name}", "--ledger",
+                         f"given twice with different paths ({before}, {sub_ledger})")
+    led = Ledger(sub_ledger or before, create=create)
     ctx.call_on_close(led.close)
     return led
 
 
 @ledger.command("list")
 @click.option("--campaign", default=None, help="Only this campaign's attempts.")
+@_ledger_option
 @click.pass_context
-def list_(ctx: click.Context, campaign: str | None) -> None:
+def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> None:
     """One line per attempt, oldest first."""
-    led = _opened(ctx)
+    led = _opened(ctx, sub_ledger)
     frame = led.attempts(campaign)
     if frame.empty:
         known = ", ".join(led.campaigns()["name"]) or "none"
         click.echo(f"no attempts{f' in campaign {campaign!r}' if campaign else ''} (campaigns: {known})")
         return
     rows = [
-        (a["id"][:8], a["campaign"], a["host"], a["label"], a["cache"] or "", _ms(a["median_s"]),
-         _pct(a["spread_pct"]), _int(a["n"]), _speedup(a["speedup"]), a["verdict"])
+        (a["id"][:8], a["campaign"], a["host"], _file(a["file_path"]), a["label"], a["cache"] or "",
+         _ms(a["median_s"]), format_spread(_num(a["spread_pct"]), _num(a["n"]), _num(a["stable"])),
+         _int(a["n"]), _effect(a), a["verdict"])
         for a in frame.to_dict("records")
     ]
-    _echo_table(("id", "campaign", "host", "change", "cache", "median", "spread", "n", "speedup", "verdict"), rows)
+    _echo_table(("id", "campaign", "host", "file", "change", "cache", "median", "spread", "n", "vs baseline",
+                 "verdict"), rows)
 
 
 @ledger.command("show")
 @click.argument("attempt_id")
+@_ledger_option
 @click.pass_context
-def show(ctx: click.Context, attempt_id: str) -> None:
+def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     """An attempt (unique id prefix of ≥ 6 characters is enough) and its runs."""
-    led = _opened(ctx)
+    led = _opened(ctx, sub_ledger)
     attempt = led.attempt(attempt_id)
     width = max(len(k) for k in attempt)
     for key, value in attempt.items():
         if key not in ("environment", "device_info") or not value:
             click.echo(f"{key:<{width}}  {value}")
+    click.echo(f"{'effect':<{width}}  {_effect(attempt)}")
     for key in ("device_info", "environment"):
         for sub, value in (attempt[key] or {}).items():
             click.echo(f"{key}.{sub}: {value}")
@@ -73,39 +101,59 @@ def show(ctx: click.Context, attempt_id: str) -> None:
 @click.argument("attempt_id")
 @click.argument("verdict", type=click.Choice(USER_VERDICTS))
 @click.option("--note", default="", help="Why (kept in the attempt's notes and verdict history).")
+@_ledger_option
 @click.pass_context
-def verdict(ctx: click.Context, attempt_id: str, verdict: str, note: str) -> None:
+def verdict(ctx: click.Context, attempt_id: str, verdict: str, note: str, sub_ledger: str | None) -> None:
     """Record a person's verdict on an attempt."""
-    full = _opened(ctx).set_verdict(attempt_id, verdict, note)
+    full = _opened(ctx, sub_ledger).set_verdict(attempt_id, verdict, note)
     click.echo(f"{full[:8]}: {verdict}")
 
 
 @ledger.command("export")
 @click.option("--csv", "csv_path", type=click.Path(), default=None,
-              help="Directory (attempts.csv, runs.csv) or a .csv path (+ <stem>_runs.csv).")
-@click.option("--markdown", "md_path", type=click.Path(dir_okay=False), default=None, help="Markdown file.")
+              help="Directory (attempts.csv, runs.csv), a .csv path (+ <stem>_runs.csv), or - for the "
+                   "attempts on standard output.")
+@click.option("--markdown", "md_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Markdown file, or - for standard output.")
 @click.option("--campaign", default=None, help="Only this campaign.")
+@click.option("--all", "all_attempts", is_flag=True,
+              help="Every attempt in the Markdown table (default: the latest finished one per configuration).")
+@_ledger_option
 @click.pass_context
-def export(ctx: click.Context, csv_path: str | None, md_path: str | None, campaign: str | None) -> None:
+def export(ctx: click.Context, csv_path: str | None, md_path: str | None, campaign: str | None,
+           all_attempts: bool, sub_ledger: str | None) -> None:
     """Write CSV and/or a PR-ready Markdown table."""
-    from workbench.ledger import export_csv, export_markdown
+    from workbench.ledger import export_csv, export_markdown, markdown_table
+    from workbench.ledger.export import attempts_frame, write_csv
 
-    led = _opened(ctx)
     if not csv_path and not md_path:
-        raise LedgerError(led.path, "export needs --csv PATH and/or --markdown PATH")
-    written = export_csv(led, csv_path, campaign) if csv_path else []
-    if md_path:
-        written.append(export_markdown(led, md_path, campaign))
-    for path in written:
-        click.echo(f"wrote {path}")
+        raise ParamError("workbench ledger export", "--csv/--markdown", "give --csv PATH and/or --markdown PATH")
+    if csv_path == "-" and md_path == "-":
+        raise ParamError("workbench ledger export", "-", "only one of --csv and --markdown can go to standard output")
+    led = _opened(ctx, sub_ledger)
+    written = []
+    if csv_path == "-":
+        write_csv(attempts_frame(led, campaign), sys.stdout)
+    elif csv_path:
+        written += export_csv(led, csv_path, campaign)
+    if md_path == "-":
+        click.echo(markdown_table(led, campaign, all_attempts))
+    elif md_path:
+        written.append(export_markdown(led, md_path, campaign, all_attempts))
+    to_stdout = "-" in (csv_path, md_path)
+    for path in written:  # beside data on standard output, say it where it does not mix in
+        click.echo(f"wrote {path}", err=to_stdout)
 
 
 @ledger.command("merge")
 @click.argument("other", type=click.Path(dir_okay=False))
+@_ledger_option
 @click.pass_context
-def merge(ctx: click.Context, other: str) -> None:
+def merge(ctx: click.Context, other: str, sub_ledger: str | None) -> None:
     """Import another machine's ledger (idempotent: merging twice adds nothing)."""
-    counts = _opened(ctx).merge(other)
+    if not Path(other).is_file():  # before this ledger is opened (and perhaps created)
+        raise LedgerError(other, "no such ledger file")
+    counts = _opened(ctx, sub_ledger, create=True).merge(other)
     click.echo(", ".join(f"{table}: +{count}" for table, count in counts.items()))
 
 
@@ -120,12 +168,22 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value)
 
 
+def _num(value: Any) -> Any:
+    return None if _missing(value) else value
+
+
+def _effect(a: dict[str, Any]) -> str:
+    if a.get("auto_verdict") == "baseline":
+        return "baseline"
+    return format_effect(_num(a.get("speedup")), _num(a.get("ci_low")), _num(a.get("ci_high")))
+
+
+def _file(path: Any) -> str:
+    return "—" if _missing(path) or not path else Path(str(path)).name
+
+
 def _ms(seconds: Any) -> str:
     return "—" if _missing(seconds) else f"{seconds * 1000:.1f} ms"
-
-
-def _pct(value: Any) -> str:
-    return "—" if _missing(value) else f"{value:.1f} %"
 
 
 def _frac(value: Any) -> str:
@@ -134,7 +192,3 @@ def _frac(value: Any) -> str:
 
 def _int(value: Any) -> str:
     return "—" if _missing(value) else str(int(value))
-
-
-def _speedup(value: Any) -> str:
-    return "—" if _missing(value) else f"{value:.2f}×"

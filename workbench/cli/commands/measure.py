@@ -8,46 +8,65 @@ from typing import Any, Callable, Sequence
 
 import click
 
-from workbench.errors import ParamError
+from workbench.cli.options import refuse_duplicates
+from workbench.errors import MeasurementInterrupted, ParamError
+from workbench.measure.order import DEFAULT_ORDER, ORDERS
 from workbench.records import CACHE_STATES
 
 
-def _measure_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The options run, compare and external share."""
-    options = [
-        click.option("--cache", type=click.Choice(CACHE_STATES), default="cold", show_default=True,
-                     help="Page-cache state set (and checked with mincore) before every run."),
+def _measure_option_list(cache_repeatable: bool) -> list[Callable[..., Any]]:
+    if cache_repeatable:
+        cache = click.option("--cache", "caches", type=click.Choice(CACHE_STATES), multiple=True,
+                             default=("cold",), show_default=True,
+                             help="Page-cache state set (and checked with mincore) before every run; repeat "
+                                  "for several (each state is measured in turn, configs interleaved within it).")
+    else:
+        cache = click.option("--cache", type=click.Choice(CACHE_STATES), default="cold", show_default=True,
+                             help="Page-cache state set (and checked with mincore) before every run.")
+    return [
+        cache,
         click.option("--runs", type=click.IntRange(1), default=5, show_default=True,
-                     help="Fresh-process runs per configuration (≥ 5 for a claim)."),
+                     help="Fresh-process runs per configuration (≥ 5 for a claim; from 6 on, rounds are paired)."),
         click.option("--campaign", default="default", show_default=True, help="Ledger campaign."),
         click.option("--hypothesis", default="", help="What this attempt is meant to show."),
         click.option("--baseline", default=None, help="Compare against this ledger attempt (id or prefix)."),
+        click.option("--min-effect", "min_effect_pct", type=click.FloatRange(0, 100, max_open=True), default=2.0,
+                     show_default=True, metavar="PERCENT",
+                     help="Smallest speedup or slowdown worth a verdict (README: Measuring honestly)."),
         click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
                      help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."),
         click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
                      show_default=True, help="Seconds before a run is killed and recorded as failed."),
         click.option("--json", "as_json", is_flag=True, help="Print the attempts as JSON."),
     ]
+
+
+def _apply(options: list[Callable[..., Any]], fn: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
+def _measure_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options run, compare and external share (one --cache state: external)."""
+    return _apply(_measure_option_list(cache_repeatable=False), fn)
+
+
 def _worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The options of commands that run strategies in workers (run, compare)."""
+    """The options of commands that run strategies in workers (run, compare): --cache repeatable."""
     options = [
         click.option("--param", "params", multiple=True, metavar="K=V",
                      help="Strategy parameter (repeatable); with compare it applies to every strategy."),
         click.option("--device", default="host", show_default=True, help="host, host-uma, cuda[:n], hip[:n]."),
-        click.option("--order", type=click.Choice(["abab", "shuffle"]), default="abab", show_default=True,
-                     help="Interleave A B A B …, or a seeded shuffle."),
+        click.option("--order", type=click.Choice(ORDERS), default=DEFAULT_ORDER, show_default=True,
+                     help="Order inside each round: abba alternates A B, B A (drift cancels in pairs), "
+                          "abab repeats A B, shuffle is seeded by --seed."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed of --order shuffle."),
         click.option("--verify/--no-verify", default=True, show_default=True,
                      help="Read the device bytes back after each run and compare them with the file."),
+        *_measure_option_list(cache_repeatable=True),
     ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+    return _apply(options, fn)
 
 
 def parse_params(items: Sequence[str], owner: str = "--param") -> dict[str, str]:
@@ -57,6 +76,8 @@ def parse_params(items: Sequence[str], owner: str = "--param") -> dict[str, str]
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ParamError(owner, item, "expected K=V")
+        if key.strip() in out:  # the later one would silently win
+            raise ParamError(owner, key.strip(), f"given twice ({out[key.strip()]!r} and {value.strip()!r})")
         out[key.strip()] = value.strip()
     return out
 
@@ -72,9 +93,8 @@ def parse_strategy(text: str, common: dict[str, str]) -> tuple[str, dict[str, st
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--strategy", required=True, help="Strategy name, optionally with inline K=V params.")
-@click.option("--label", default="", help="Name of the attempt in tables.")
+@click.option("--label", default="", help="Name of the attempt in tables (default: strategy, params · file stem).")
 @_worker_options
-@_measure_options
 def run(file: str, strategy: str, label: str, **opts: Any) -> None:
     """Measure one strategy on FILE, a fresh worker process per run."""
     _run_configs(file, [strategy], [label] if label else None, **opts)
@@ -86,7 +106,6 @@ def run(file: str, strategy: str, label: str, **opts: Any) -> None:
               help="Repeat for each strategy; e.g. --strategy \"pread evict=1\" --strategy mmap.")
 @click.option("--label", "labels", multiple=True, help="One per --strategy, in the same order.")
 @_worker_options
-@_measure_options
 def compare(file: str, strategies: tuple[str, ...], labels: tuple[str, ...], **opts: Any) -> None:
     """Measure strategies on FILE interleaved; the first is the baseline unless --baseline."""
     if len(strategies) < 2 and not opts["baseline"]:
@@ -97,24 +116,69 @@ def compare(file: str, strategies: tuple[str, ...], labels: tuple[str, ...], **o
 
 
 def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, params: tuple[str, ...],
-                 device: str, order: str, seed: int, verify: bool, cache: str, runs: int,
+                 device: str, order: str, seed: int, verify: bool, caches: tuple[str, ...], runs: int,
                  campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
-                 timeout_s: float, as_json: bool) -> None:
-    from workbench.records import RunConfig
-    from workbench.measure.runner import measure, open_ledger, preflight
+                 min_effect_pct: float, timeout_s: float, as_json: bool) -> None:
+    from pathlib import Path
 
+    from workbench.measure.runner import measure, open_ledger, preflight
+    from workbench.records import RunConfig
+
+    refuse_duplicates(f"workbench {click.get_current_context().info_name}", "--cache", caches)
     common = parse_params(params)
     configs = []
     for text in strategies:
         name, merged = parse_strategy(text, common)
         configs.append(RunConfig(file=file, strategy=name, params=merged, device=device))
     preflight(configs)  # before the ledger opens or a bar draws: a bad input is one line, nothing else
+    # The file's stem in the label, as in the notebooks: attempts on two files must not read the same.
+    labels = labels or [f"{c.display} · {Path(file).stem}" for c in configs]
     ledger = open_ledger(ledger_path)
-    with _progress(len(configs) * runs, as_json) as progress:
-        results = measure(configs, runs=runs, cache=cache, order=order, seed=seed, ledger=ledger,
-                          campaign=campaign, hypothesis=hypothesis, labels=labels, baseline=baseline,
-                          verify=verify, timeout_s=timeout_s, progress=progress)
-    _report(results, ledger, as_json, single=len(strategies) == 1)
+    results: list[Any] = []
+    interrupted = None
+    with _progress(len(configs) * runs * len(caches), as_json) as progress:
+        try:
+            for cache in caches:  # one attempt per config per state, interleaved within the state
+                results += measure(configs, runs=runs, cache=cache, order=order, seed=seed, ledger=ledger,
+                                   campaign=campaign, hypothesis=hypothesis, labels=labels, baseline=baseline,
+                                   verify=verify, timeout_s=timeout_s, progress=progress,
+                                   min_effect=min_effect_pct / 100)
+        except MeasurementInterrupted as exc:
+            interrupted = exc
+    if interrupted is not None:  # after the bar is gone, so the line stands on its own
+        _interrupted(interrupted, results, caches, len(configs) * runs * len(caches))
+    _report(results, ledger, as_json, single=len(strategies) == 1 and len(caches) == 1)
+
+
+def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple[str, ...], total: int) -> None:
+    """Say what Ctrl-C kept, and how to measure the rest; exit 130 (the shell's code for SIGINT)."""
+    done_states = list(dict.fromkeys(r.cache_requested for r in finished))
+    left = [c for c in caches if c not in done_states]
+    kept = sum(len(r.runs) for r in finished)
+    parts = [f"{kept} in {len(finished)} finished attempts ({', '.join(done_states)})"] if finished else []
+    ids = ", ".join(f"{i[:8]}…" for i in exc.attempt_ids) or "no attempt"
+    parts.append(f"{exc.done} in {ids} (marked failed: interrupted)")
+    click.secho(f"interrupted: {kept + exc.done}/{total} runs recorded: {'; '.join(parts)}; resume with: "
+                f"{_resume_command(left)} (an interrupted attempt is measured afresh, never continued)",
+                fg="red", bold=True, err=True)
+    sys.exit(130)
+
+
+def _resume_command(caches: list[str]) -> str:
+    """This command line with only the cache states still to measure."""
+    ctx = click.get_current_context()
+    argv = list(ctx.meta.get("workbench.argv") or [])
+    kept, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--cache":
+            skip = True
+        elif not word.startswith("--cache="):
+            kept.append(word)
+    for cache in caches:
+        kept += ["--cache", cache]
+    return shlex.join(["workbench", ctx.info_name or "", *kept])
 
 
 @click.command()
@@ -127,7 +191,7 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
 @_measure_options
 def external(command: str, marker: str, file: str, device: str, label: str, cache: str, runs: int,
              campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
-             timeout_s: float, as_json: bool) -> None:
+             min_effect_pct: float, timeout_s: float, as_json: bool) -> None:
     """Time an external engine: spawn → first output line matching --marker; then kill it."""
     from workbench.measure.external import measure_external
     from workbench.measure.runner import open_ledger
@@ -136,7 +200,8 @@ def external(command: str, marker: str, file: str, device: str, label: str, cach
     with _progress(runs, as_json) as progress:
         result = measure_external(command, marker, file, runs=runs, cache=cache, timeout_s=timeout_s,
                                   device=device, label=label, baseline=baseline, ledger=ledger,
-                                  campaign=campaign, hypothesis=hypothesis, progress=progress)
+                                  campaign=campaign, hypothesis=hypothesis, progress=progress,
+                                  min_effect=min_effect_pct / 100)
     _report([result], ledger, as_json, single=True)
 
 
@@ -156,6 +221,7 @@ def ceilings(directory: str | None, devices: tuple[str, ...], size: str, threads
     from workbench.measure.ceilings import measure_ceilings, thread_counts
     from workbench.measure.runner import open_ledger
 
+    refuse_duplicates("workbench ceilings", "--device", devices)
     ledger = open_ledger(ledger_path)
     say = None if as_json else (lambda msg: click.echo(f"measuring {msg} …", err=True))
     report = measure_ceilings(directory, devices=devices or ("host",), size=parse_size(size),

@@ -1,7 +1,10 @@
 """``workbench sweep`` and ``workbench demo``: the notebooks as the driving surface."""
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,36 +19,57 @@ import click
               help="Where output notebooks go (default data/runs/<campaign>).")
 def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None, out_dir: str | None) -> None:
     """Run SWEEP_FILE: one papermill execution per grid point, recorded in the ledger."""
-    from pathlib import Path
-
+    from workbench.cli.sweep import check_parameters, default_out_dir, expand_grid, load_sweep, run_sweep
     from workbench.ledger.schema import resolve_path
-    from workbench.cli.sweep import (
-        check_parameters, default_out_dir, describe_point, expand_grid, ledger_identity, load_sweep,
-        point_completed, run_sweep,
-    )
 
     spec = load_sweep(sweep_file)
     check_parameters(spec)
     out = Path(out_dir) if out_dir else default_out_dir(spec.campaign)
     points = expand_grid(spec)
-    if dry_run:  # a dry run creates no ledger: a missing one holds no completed point
-        ledger = resolve_path(ledger_path).resolve()
-        lid = ledger_identity(ledger) if ledger.exists() else ""
-        click.echo(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {len(points)} point(s)")
-        for p in points:
-            state = " (completed)" if point_completed(p.output(out), lid) else ""
-            click.echo(f"  {p.index:3d}  {describe_point(p)}  → {p.output(out)}{state}")
+    if dry_run:
+        _dry_run(spec, points, out, resolve_path(ledger_path).resolve())
         return
 
+    done: list[Any] = []
+
     def say(outcome) -> None:  # noqa: ANN001 - a PointOutcome
+        done.append(outcome)
         if outcome.status == "failed":
             click.echo(f"  failed: {outcome.point.name}: {outcome.error} (notebook: {outcome.output})", err=True)
 
-    report = run_sweep(spec, ledger_path=ledger_path, resume=resume, out_dir=out, on_point=say)
+    try:
+        report = run_sweep(spec, ledger_path=ledger_path, resume=resume, out_dir=out, on_point=say)
+    except KeyboardInterrupt:
+        finished = sum(o.status in ("done", "skipped") for o in done)
+        click.secho(f"interrupted: {finished}/{len(points)} points completed (notebooks in {out}); the point "
+                    "that was running is not marked completed, and its attempts were closed as failed: "
+                    f"interrupted; resume with: workbench sweep {shlex.quote(sweep_file)} --resume"
+                    + (f" --ledger {shlex.quote(ledger_path)}" if ledger_path else "")
+                    + (f" --out {shlex.quote(out_dir)}" if out_dir else ""), fg="red", bold=True, err=True)
+        sys.exit(130)
     click.echo(f"{report.count('done')} done, {report.count('skipped')} skipped (resumed), "
                f"{report.count('failed')} failed; notebooks in {report.out_dir}")
     if not report.ok:
         sys.exit(1)
+
+
+def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
+    """Each point, what it will measure and about how long that takes; runs nothing, creates nothing."""
+    from workbench.cli.sweep import describe_point, ledger_identity, point_completed
+    from workbench.cli.sweep_plan import RunHistory, describe_plan, notebook_defaults
+    from workbench.ledger import Ledger
+
+    lid, history = "", None
+    if ledger.exists():  # a missing ledger holds no completed point and no history
+        lid = ledger_identity(ledger)
+        with Ledger(ledger, create=False) as opened:
+            history = RunHistory(opened)
+    defaults = notebook_defaults(spec.notebook)
+    click.echo(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {len(points)} point(s)")
+    for p in points:
+        state = " (completed)" if point_completed(p.output(out), lid) else ""
+        click.echo(f"  {p.index:3d}  {describe_point(p)}  → {p.output(out)}{state}")
+        click.echo(f"       {describe_plan(p, defaults, history)}")
 
 
 @click.command()
@@ -60,7 +84,12 @@ def demo(size: str | None, runs: int | None, ledger_path: str | None, out_dir: s
     from workbench.cli.demo import DemoOptions, run_demo
 
     options = DemoOptions.build(size=size, runs=runs, ledger_path=ledger_path, data_dir=out_dir)
-    result = run_demo(options, echo=click.echo)
+    try:
+        result = run_demo(options, echo=click.echo)
+    except KeyboardInterrupt:
+        click.secho("interrupted: models, ceilings and every completed sweep point are kept; resume with: "
+                    "workbench demo (with the same options): it skips what is done", fg="red", bold=True, err=True)
+        sys.exit(130)
     for line in result.summary_lines():
         click.echo(line)
     if not result.ok:

@@ -32,13 +32,14 @@ def describe_strategies() -> list[dict[str, Any]]:
     return [describe_strategy(name) for name in STRATEGIES]
 
 
-def _human(info: dict[str, Any]) -> list[str]:
+def _human(info: dict[str, Any], width: int) -> list[str]:
+    """A strategy in three lines, its details starting in column ``width + 1`` (the longest name)."""
     state = "available" if info["available"] else "UNAVAILABLE"
     reason = f" — {info['reason']}" if info["reason"] else ""
-    lines = [f"{info['name']:<9} {info['summary']}", f"{'':<9} {state}{reason}"]
+    lines = [f"{info['name']:<{width}} {info['summary']}", f"{'':<{width}} {state}{reason}"]
     if info["params"]:
         shown = ", ".join(f"{p['name']}={p['default']} ({p['type']})" for p in info["params"])
-        lines.append(f"{'':<9} params: {shown}")
+        lines.append(f"{'':<{width}} params: {shown}")
     return lines
 
 
@@ -50,5 +51,6 @@ def strategies(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(infos, indent=2))
         return
+    width = max(len(info["name"]) for info in infos)
     for info in infos:
-        click.echo("\n".join(_human(info)))
+        click.echo("\n".join(_human(info, width)))
