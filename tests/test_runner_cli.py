@@ -84,6 +84,8 @@ def test_external_command(env: Path) -> None:
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["strategy"] == "external" and data["n"] == 2 and data["params"]["cmd"] == cmd
+    engine = data["runs"][0]["external"]
+    assert engine["marker_line"] == "model ready" and engine["binary_hash"].startswith("xxh3_128:")
 
 
 def test_ceilings_command(env: Path) -> None:
@@ -220,8 +222,8 @@ def test_ctrl_c_during_an_external_engine_says_what_was_kept(env: Path, monkeypa
 
     calls = []
 
-    def timed(cmd, marker, **_kw):  # noqa: ANN001, ANN003
-        calls.append(cmd)
+    def timed(command, *_a, **_kw):  # noqa: ANN001, ANN002, ANN003 - an EngineCommand, since the A/B
+        calls.append(command)
         if len(calls) > 1:
             raise KeyboardInterrupt
         return Outcome(pid=1, load_s=0.1, wall_s=0.2, bytes=1 << 20)
@@ -231,3 +233,37 @@ def test_ctrl_c_during_an_external_engine_says_what_was_kept(env: Path, monkeypa
     assert out.exit_code == 130 and "Aborted" not in out.output
     line = out.stderr.replace("\r", "\n").strip().splitlines()[-1]
     assert line.startswith("interrupted: 1/3 runs recorded in ") and "(marked failed: interrupted)" in line
+
+
+ENGINES = Path(__file__).resolve().parent / "engines"
+
+
+def test_external_ab_of_two_engine_commands(env: Path) -> None:
+    from workbench.formats.synth import write_synthetic
+
+    model = env / "m.safetensors"
+    write_synthetic(model, format="safetensors", layout="dense", size=1 << 20)
+    cmd = [sys.executable, str(ENGINES / "safetensors_engine.py"), str(model)]
+    slow = [sys.executable, str(ENGINES / "numpy_engine.py"), str(model), "--stall-ms", "300"]
+    out = _invoke("external", "--cmd", shlex.join(cmd), "--cmd", shlex.join(slow), "--label", "st", "--label", "np",
+                  "--marker", "model ready", "--start-marker", "phase imports",
+                  "--phase", r"phase (?P<name>\w+): (?P<ms>[0-9.]+) ms",
+                  "--file", str(model), "--runs", "3", "--cache", "warm", "--device", "host")
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    st, np_ = next(x for x in lines if " st " in x), next(x for x in lines if " np " in x)
+    assert "safetensors_engine.py@" in st and "baseline" in st
+    assert "numpy_engine.py@" in np_ and "slower" in np_ and re.search(r"0\.\d\d× \[0\.\d\d–0\.\d\d\]", np_)
+    assert any(x.startswith("attempt") and "phases: median ms" in x and "stall" in x for x in lines)
+    assert "device:" not in out.stderr  # named, so no note about the default
+
+
+def test_external_refuses_bad_commands_in_one_line(env: Path) -> None:
+    out = CliRunner().invoke(main, ["external", "--cmd", "python 'unclosed", "--marker", "x",
+                                    "--file", str(env / "m.gguf"), "--device", "host"])
+    assert out.exit_code == 2
+    assert out.stderr.strip().count("\n") == 0 and "No closing quotation" in out.stderr and "--shell" in out.stderr
+    out = CliRunner().invoke(main, ["external", "--cmd", "true", "--cmd", "true", "--cmd", "true", "--marker", "a",
+                                    "--marker", "b", "--file", str(env / "m.gguf")])
+    assert out.exit_code == 2 and "2 --marker for 3 --cmd" in out.stderr
+    assert not (env / "ledger.sqlite").exists()  # refused before anything was recorded

@@ -95,25 +95,71 @@ def key_ceilings(ceilings: pd.DataFrame | None) -> dict[str, float]:
 
 
 def phase_bars(attempts: pd.DataFrame, runs: pd.DataFrame) -> go.Figure:
-    """Median seconds per phase (index, prefetch, read, upload, sync) stacked per attempt."""
+    """Median seconds per phase stacked per attempt: a strategy's (index, prefetch, read, upload, sync),
+    an external engine's own phase lines in the order they arrive, plus its ``unattributed`` rest of
+    spawn → end marker that no phase line accounts for (start-up, imports, device init)."""
     names = dict(zip(attempts["id"], attempt_names(attempts)))
     ok = runs[runs["error"].isna() & runs["attempt_id"].isin(names)]
-    medians = {aid: _phase_medians(group["phases"]) for aid, group in ok.groupby("attempt_id", sort=False)}
+    external = set(attempts["id"][attempts["kind"] == "external"]) if "kind" in attempts else set()
+    per_run = [_run_phases(row, row["attempt_id"] in external) for row in ok.to_dict("records")]
+    ok = ok.assign(all_phases=per_run)
+    medians = {aid: _phase_medians(group["all_phases"]) for aid, group in ok.groupby("attempt_id", sort=False)}
     order = [aid for aid in attempts["id"] if aid in medians]
     fig = go.Figure()
-    for phase in PHASES:
+    for phase in _phase_order(ok):
         fig.add_trace(go.Bar(name=phase, x=[names[a] for a in order],
                              y=[medians[a].get(phase, 0.0) * 1000 for a in order],
                              hovertemplate=f"%{{x}}<br>{phase} %{{y:.2f}} ms<extra></extra>"))
-    fig.update_layout(barmode="stack", title="Where the load window goes: median per phase",
-                      yaxis_title="ms", **_LAYOUT)
+    title = "Where the load window goes: median per phase"
+    if external & set(order):
+        title += " (an engine's bar: spawn → end marker)"
+    fig.update_layout(barmode="stack", title=title, yaxis_title="ms", **_LAYOUT)
     return _empty_note(fig, not order, "no successful run with a phase trace")
+
+
+UNATTRIBUTED = "unattributed"
+
+
+def _run_phases(row: Mapping[str, Any], external: bool) -> dict[str, float]:
+    """A run's phases; for an engine also what spawn → end marker leaves to no phase line."""
+    phases = {str(k): float(v) for k, v in (row.get("phases") or {}).items()}
+    if external:
+        result = row.get("result") or {}
+        total = result.get("marker_s", row.get("load_s"))
+        if total is not None and total == total:
+            phases[UNATTRIBUTED] = max(0.0, float(total) - sum(phases.values()))
+    return phases
+
+
+def _phase_order(runs: pd.DataFrame) -> list[str]:
+    """The strategies' phases in load order, then engine phases in the order their lines came (median
+    place among a run's phase lines, then median seconds after spawn), then the unattributed rest."""
+    import statistics
+
+    present: dict[str, None] = {}
+    arrivals: dict[str, list[tuple[float, int]]] = {}  # (seconds after spawn, place among the run's lines)
+    for phases, result in zip(runs["all_phases"], runs["result"]):
+        present.update(dict.fromkeys(phases))
+        for place, line in enumerate((result or {}).get("phases") or ()):
+            arrivals.setdefault(str(line["name"]), []).append((float(line.get("at_s", 0.0)), place))
+
+    def arrival(name: str) -> tuple[float, float, str]:
+        seen = arrivals.get(name)  # the place in the run first: lines read in one chunk share a time
+        if not seen:
+            return math.inf, math.inf, name
+        return statistics.median(p for _, p in seen), statistics.median(t for t, _ in seen), name
+
+    # An engine's phase is ordered by its lines even when it shares a strategy phase's name ("index").
+    known = [p for p in PHASES if p in present and p not in arrivals]
+    engine = sorted((p for p in present if p not in known and p != UNATTRIBUTED), key=arrival)
+    return known + engine + ([UNATTRIBUTED] if UNATTRIBUTED in present else [])
 
 
 def _phase_medians(phases: pd.Series) -> dict[str, float]:
     import pandas as pd
 
-    table = pd.DataFrame([p or {} for p in phases])
+    # A phase line an engine did not print in some run took no time in that run.
+    table = pd.DataFrame([p or {} for p in phases]).fillna(0.0)
     return {k: float(v) for k, v in table.median(numeric_only=True).items()}
 
 

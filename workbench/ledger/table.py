@@ -47,10 +47,14 @@ def markdown_table(ledger: Ledger, campaign: str | None = None, all_attempts: bo
     if shown.empty:
         return "\n".join(lines + [f"_No attempt finished: {len(attempts)} failed or interrupted, listed in the "
                                   "attempt history (`--all` shows them here)._"])
-    lines += [_row(COLUMNS), _row(["---"] * len(COLUMNS))]
+    # An engine A/B names the build each attempt ran; a table of strategies has no such column.
+    builds = "binary_hash" in shown and bool(shown["binary_hash"].notna().any())
+    columns = (*COLUMNS[:2], "binary", *COLUMNS[2:]) if builds else COLUMNS
+    lines += [_row(columns), _row(["---"] * len(columns))]
     for a in shown.to_dict("records"):
         a = {k: _none(v) for k, v in a.items()}
-        lines.append(_row(_cells(a, by_attempt.get(a["id"]), several_hosts)))
+        cells = _cells(a, by_attempt.get(a["id"]), several_hosts)
+        lines.append(_row([*cells[:2], _binary(a), *cells[2:]] if builds else cells))
     if len(shown) < len(attempts):
         lines += ["", _omitted(attempts, shown)]
     return "\n".join(lines)
@@ -58,7 +62,8 @@ def markdown_table(ledger: Ledger, campaign: str | None = None, all_attempts: bo
 
 def latest_finished(attempts: pd.DataFrame, runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per configuration (host, kind, change, strategy, parameters, device, file path and content,
-    requested cache state), its latest attempt that finished, in the order the attempts were made."""
+    requested cache state, an engine's build), its latest attempt that finished, in the order the
+    attempts were made."""
     measured = attempts["auto_verdict"].where(attempts["auto_verdict"].notna(), attempts["verdict"])
     finished = attempts[~measured.isin(UNFINISHED)]
     keys = [_config_key(a, runs.get(a["id"])) for a in finished.to_dict("records")]
@@ -73,7 +78,10 @@ def _config_key(a: dict[str, Any], runs: pd.DataFrame | None) -> tuple[str, ...]
     params = json.dumps(a["params"] or {}, sort_keys=True, default=str)
     # the path too, not only the content: the same bytes on tmpfs and on a disk load differently
     file = (a["file_path"], a["file_hash"])
-    return tuple(map(str, (a["host"], a.get("kind"), a["label"], a["strategy"], params, a["device"], *file, asked)))
+    # an engine's build too: the same command line running two builds is two configurations
+    build = a.get("binary_hash")
+    return tuple(map(str, (a["host"], a.get("kind"), a["label"], a["strategy"], params, a["device"], *file, asked,
+                           build)))
 
 
 def _omitted(attempts: pd.DataFrame, shown: pd.DataFrame) -> str:
@@ -85,6 +93,14 @@ def _omitted(attempts: pd.DataFrame, shown: pd.DataFrame) -> str:
         parts.append(f"{len(rest) - unfinished} superseded by a later run of the same configuration")
     return (f"_The latest finished attempt of each configuration; {len(rest)} more ({', '.join(parts)}) "
             "are in the attempt history (`--all` lists every attempt)._")
+
+
+def _binary(a: dict[str, Any]) -> str:
+    """``engine.py@1a2b3c4d``: the build's file names and a short hash (the full one is in the CSV)."""
+    if not a.get("binary_hash"):
+        return "—"
+    names = " + ".join(Path(p).name for p in str(a.get("binary_path") or "").split(" + "))
+    return f"{names}@`{str(a['binary_hash']).rpartition(':')[2][:8]}`"
 
 
 def _cells(a: dict[str, Any], runs: pd.DataFrame | None, several_hosts: bool) -> list[str]:

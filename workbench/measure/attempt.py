@@ -71,6 +71,8 @@ def run_to_json(run: RunRecord) -> dict[str, Any]:
                timings={} if run.report.timings is None else run.report.timings.to_json())
     if run.report.cache_error:
         out["cache_error"] = run.report.cache_error
+    if run.report.external is not None:  # an engine's run: its markers, phase lines and build
+        out["external"] = run.report.external.to_json()
     return out
 
 

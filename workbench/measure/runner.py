@@ -238,10 +238,13 @@ class _Session:
         # would cost memory and time on the device being measured).
         device_info = dict(first.report.device_info or {"backend": config.device})
         environment = {**self._environment(config.file), "device": device_info}
+        engine = first.report.external
+        kind = "external" if config.strategy == "external" else "strategy"
+        binary = {"path": engine.binary_path, "hash": engine.binary_hash} if engine and engine.binary_hash else None
         return self.ledger.start_attempt(
             campaign=self.campaign, config=config, cache=cache_label(self.cache, [first]),
             hypothesis=self.hypothesis, label=self.labels[i], file_identity=_identity(config.file),
-            environment=environment, device_info=device_info, host=host_id())
+            environment=environment, device_info=device_info, host=host_id(), kind=kind, binary=binary)
 
     def _environment(self, path: str) -> dict[str, Any]:
         from workbench.measure.environment import collect_environment

@@ -1,6 +1,7 @@
 """Plain-text tables of attempts and ceilings, as the CLI prints them (and a PR can quote them)."""
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 from workbench.measure.attempt import AttemptResult
@@ -12,9 +13,14 @@ ATTEMPT_COLUMNS = ("attempt", "change", "cache", "median ms", "spread", "n", "GB
 
 def attempts_table(results: Sequence[AttemptResult]) -> str:
     """One row per attempt: id prefix, median, spread, n, GB/s, share of the ceiling, the speedup with
-    its interval (``1.14× [1.05–1.22]``, README "Measuring honestly"), verdict, engaged."""
+    its interval (``1.14× [1.05–1.22]``, README "Measuring honestly"), verdict, engaged
+    (and the build's short hash when an external engine was timed)."""
     rows = [_attempt_row(r) for r in results]
-    text = format_table(ATTEMPT_COLUMNS, rows)
+    header = ATTEMPT_COLUMNS
+    if any(binary_label(r) for r in results):
+        header = (*ATTEMPT_COLUMNS[:2], "binary", *ATTEMPT_COLUMNS[2:])
+        rows = [[*row[:2], binary_label(r) or "—", *row[2:]] for row, r in zip(rows, results)]
+    text = format_table(header, rows)
     walls = {(r.ceiling_name, r.ceiling_gbps) for r in results if r.ceiling_name}
     notes = [f"ceiling {name}: {gbps:.2f} GB/s" for name, gbps in sorted(walls)]
     if not walls:
@@ -30,6 +36,39 @@ def _attempt_row(r: AttemptResult) -> list[str]:
         _num(s.median_s, 1e3, 1), format_spread(s.spread_pct, s.n, s.stable), n, _num(s.gbps, 1, 2),
         _num(r.ceiling_fraction, 100, 0), r.effect, r.verdict, _engaged(r),
     ]
+
+
+def binary_label(r: AttemptResult) -> str:
+    """``engine.py@1a2b3c4d``: the build an external attempt ran (its first run's), '' for a strategy."""
+    from workbench.measure.engine_command import short_hash
+
+    for run in r.runs:
+        engine = run.report.external
+        if engine is not None and engine.binary_hash:
+            name = " + ".join(os.path.basename(p) for p in str(engine.binary_path).split(" + "))
+            return f"{name}@{short_hash(engine.binary_hash)}"
+    return ""
+
+
+def phases_table(results: Sequence[AttemptResult]) -> str:
+    """Median milliseconds per engine phase (columns) for each external attempt (rows); '' when no
+    engine printed a phase line. Phases come in the order of their first appearance."""
+    import statistics
+
+    results = [r for r in results if r.config.strategy == "external"]
+    names: dict[str, None] = {}
+    for r in results:
+        for run in r.runs:
+            names.update(dict.fromkeys(run.phases))
+    if not names:
+        return ""
+    rows = []
+    for r in results:
+        ok = [run for run in r.runs if run.ok]
+        cells = [_num(statistics.median(run.phases.get(n, 0.0) for run in ok), 1e3, 1)
+                 if any(n in run.phases for run in ok) else "—" for n in names]
+        rows.append([r.attempt_id[:8], r.label, *cells])
+    return format_table(("attempt", "phases: median ms", *names), rows)
 
 
 def _engaged(r: AttemptResult) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from workbench.records.engaged import Engaged
+from workbench.records.external import ExternalRun
 
 
 def _opt_float(value: Any) -> float | None:
@@ -135,30 +136,6 @@ class Timings:
                    float(data.get("init_s", 0.0)), float(data.get("window_s", 0.0)),
                    float(data.get("verify_s", 0.0)), float(data.get("total_s", 0.0)),
                    tuple(map(str, data.get("window_imports") or ())))
-
-
-@dataclass(frozen=True)
-class ExternalRun:
-    """An external engine's run: the command, the marker that stopped the clock, what it printed."""
-
-    cmd: str
-    marker: str
-    returncode: int | None  # its own exit code when it ended before the marker; None otherwise
-    output_tail: tuple[str, ...] = ()
-    marker_line: str | None = None  # the line that matched (None: it never did)
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"cmd": self.cmd, "marker": self.marker, "returncode": self.returncode,
-               "output_tail": list(self.output_tail)}
-        if self.marker_line is not None:
-            out["marker_line"] = self.marker_line
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ExternalRun:
-        line = data.get("marker_line")
-        return cls(str(data["cmd"]), str(data.get("marker", "")), _opt_int(data.get("returncode")),
-                   tuple(map(str, data.get("output_tail") or ())), None if line is None else str(line))
 
 
 @dataclass(frozen=True)

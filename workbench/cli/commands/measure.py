@@ -182,27 +182,77 @@ def _resume_command(caches: list[str]) -> str:
 
 
 @click.command()
-@click.option("--cmd", "command", required=True, help="Shell command line that loads the model.")
-@click.option("--marker", required=True, help="Regular expression of the output line that ends the load.")
+@click.option("--cmd", "commands", multiple=True, required=True,
+              help="The engine's command line, run as an argument list (shell quoting, no shell unless "
+                   "--shell); repeat for an A/B — the first is the baseline.")
+@click.option("--label", "labels", multiple=True, help="Name of each attempt in tables, one per --cmd.")
+@click.option("--marker", "markers", multiple=True, required=True,
+              help="Regular expression of the output line that ends the load: one for all, or one per --cmd.")
+@click.option("--start-marker", "start_markers", multiple=True,
+              help="Regular expression of the line that starts the load window (else: spawn); spawn → end "
+                   "marker is then the run's wall. One for all, or one per --cmd.")
+@click.option("--phase", "phases", multiple=True, metavar="RE",
+              help="The engine's own phase lines: a regular expression with groups (?P<name>…) and "
+                   "(?P<ms>…) or (?P<s>…), matched on every line up to the marker (repeatable).")
+@click.option("--binary", "binaries", multiple=True, metavar="PATH",
+              help="The file that identifies each build, one per --cmd ('' = resolve from the command: "
+                   "its executable, or interpreter + script).")
+@click.option("--shell", is_flag=True, help="Run the commands through /bin/sh instead of as argument lists.")
 @click.option("--file", "file", required=True, type=click.Path(dir_okay=False, exists=True),
               help="The model file the command loads (cache state, identity, GB/s).")
-@click.option("--device", default="host", show_default=True, help="Device lock to hold (the engine's device).")
-@click.option("--label", default="", help="Name of the attempt in tables.")
+@click.option("--device", default=None,
+              help="The device the engine loads onto: the lock held and the device recorded "
+                   "(host, cuda[:n], hip[:n]; default: the best available, cuda, hip, else host).")
+@click.option("--order", type=click.Choice(ORDERS), default=DEFAULT_ORDER, show_default=True,
+              help="Order inside each round: abba alternates A B, B A (drift cancels in pairs), abab repeats "
+                   "A B, shuffle is seeded by --seed.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --order shuffle.")
 @_measure_options
-def external(command: str, marker: str, file: str, device: str, label: str, cache: str, runs: int,
-             campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
-             min_effect_pct: float, timeout_s: float, as_json: bool) -> None:
-    """Time an external engine: spawn → first output line matching --marker; then kill it."""
-    from workbench.measure.external import measure_external
+def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[str, ...],
+             start_markers: tuple[str, ...], phases: tuple[str, ...], binaries: tuple[str, ...], shell: bool,
+             file: str, device: str | None, order: str, seed: int, cache: str, runs: int, campaign: str,
+             hypothesis: str, baseline: str | None, ledger_path: str | None, min_effect_pct: float,
+             timeout_s: float, as_json: bool) -> None:
+    """Time external engines: spawn (or --start-marker) → the first output line matching --marker, then
+    kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts."""
+    from workbench.measure.engine_command import check_command
+    from workbench.measure.external import EngineCommand, measure_engines
     from workbench.measure.runner import open_ledger
 
+    n = len(commands)
+    if labels and len(labels) != n:
+        raise click.UsageError(f"{len(labels)} --label for {n} --cmd")
+    engines = [EngineCommand(cmd, marker, start_marker=start or None, phases=phases, shell=shell,
+                             binary=binary or None, label=label)
+               for cmd, marker, start, binary, label in zip(
+                   commands, _per_command(markers, n, "--marker"), _per_command(start_markers, n, "--start-marker"),
+                   _per_command(binaries, n, "--binary"), labels or [""] * n)]
+    for engine in engines:  # before the ledger opens or a bar draws: a bad command is one line, nothing else
+        check_command(engine)
+    if device is None:
+        from workbench.upload import best_device
+
+        device = best_device()
+        if not as_json:
+            click.echo(f"device: {device} (the best available here; --device names the engine's)", err=True)
     ledger = open_ledger(ledger_path)
-    with _progress(runs, as_json) as progress:
-        result = measure_external(command, marker, file, runs=runs, cache=cache, timeout_s=timeout_s,
-                                  device=device, label=label, baseline=baseline, ledger=ledger,
+    with _progress(n * runs, as_json) as progress:
+        results = measure_engines(engines, file, runs=runs, cache=cache, order=order, seed=seed,
+                                  timeout_s=timeout_s, device=device, baseline=baseline, ledger=ledger,
                                   campaign=campaign, hypothesis=hypothesis, progress=progress,
                                   min_effect=min_effect_pct / 100)
-    _report([result], ledger, as_json, single=True)
+    _report(results, ledger, as_json, single=n == 1)
+
+
+def _per_command(values: Sequence[str], n: int, option: str) -> list[str | None]:
+    """One value per command: none given, one for all, or exactly one each."""
+    if not values:
+        return [None] * n
+    if len(values) == 1:
+        return list(values) * n
+    if len(values) != n:
+        raise click.UsageError(f"{len(values)} {option} for {n} --cmd: give one for all, or one per --cmd")
+    return list(values)
 
 
 @click.command()
@@ -263,7 +313,7 @@ class _progress:
 
 
 def _report(results: list[Any], ledger: Any, as_json: bool, single: bool) -> None:
-    from workbench.measure.tables import attempts_table
+    from workbench.measure.tables import attempts_table, phases_table
 
     for r in results:  # loud, on stderr, in every mode: an unstable number must not pass unseen
         if r.warning:
@@ -281,4 +331,7 @@ def _report(results: list[Any], ledger: Any, as_json: bool, single: bool) -> Non
         click.echo(json.dumps(payload, indent=2, default=str))
         return
     click.echo(attempts_table(results))
+    phases = phases_table(results)
+    if phases:
+        click.echo(phases)
     click.echo(f"ledger: {ledger.path}")

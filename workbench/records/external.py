@@ -1,0 +1,113 @@
+"""What one run of an external engine reported: its command, markers, its own phase lines, its binary.
+
+The ledger keeps this under ``runs.result``; the keys of the first version (``cmd``, ``marker``,
+``returncode``, ``output_tail``, ``marker_line``) are written as before, and each later field only
+when it is set, so older rows read back unchanged and newer rows stay small.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class EnginePhase:
+    """One of the engine's own phase lines (``weight sweep: 2712 ms``), read out of its output.
+
+    ``seconds`` is what the engine said; ``at_s`` is when the line arrived, seconds after spawn."""
+
+    name: str
+    seconds: float
+    at_s: float
+    line: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "seconds": self.seconds, "at_s": self.at_s, "line": self.line}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EnginePhase:
+        return cls(str(data["name"]), float(data["seconds"]), float(data.get("at_s", 0.0)),
+                   str(data.get("line", "")))
+
+
+@dataclass(frozen=True)
+class BinaryFile:
+    """One file that identifies an engine build: its executable, or an interpreter and its script.
+
+    ``role`` says which: ``executable``, ``interpreter``, ``script`` or ``given`` (named by ``--binary``)."""
+
+    role: str
+    path: str
+    hash: str
+    size: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "path": self.path, "hash": self.hash, "size": self.size}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BinaryFile:
+        return cls(str(data["role"]), str(data["path"]), str(data["hash"]), int(data.get("size", 0)))
+
+
+@dataclass(frozen=True)
+class ExternalRun:
+    """An external engine's run: the command, the markers that framed the clock, what it printed.
+
+    ``start_s`` and ``marker_s`` are seconds after spawn at which the start marker (when one was
+    asked for) and the end marker arrived; ``binary_path``/``binary_hash`` identify the build that ran
+    (one file, or several combined: see ``binary_files``)."""
+
+    cmd: str
+    marker: str
+    returncode: int | None  # its own exit code when it ended before the marker; None otherwise
+    output_tail: tuple[str, ...] = ()
+    marker_line: str | None = None  # the line that matched (None: it never did)
+    argv: tuple[str, ...] = ()  # what was executed without a shell; empty when a shell ran ``cmd``
+    shell: bool = False
+    start_marker: str | None = None
+    start_line: str | None = None
+    start_s: float | None = None
+    marker_s: float | None = None
+    phases: tuple[EnginePhase, ...] = ()
+    binary_path: str | None = None
+    binary_hash: str | None = None
+    binary_files: tuple[BinaryFile, ...] = ()
+    notes: tuple[str, ...] = ()  # what the reader must know (a phase line whose number did not parse)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"cmd": self.cmd, "marker": self.marker, "returncode": self.returncode,
+                               "output_tail": list(self.output_tail)}
+        optional = {
+            "marker_line": self.marker_line, "argv": list(self.argv) or None, "shell": self.shell or None,
+            "start_marker": self.start_marker, "start_line": self.start_line, "start_s": self.start_s,
+            "marker_s": self.marker_s, "phases": [p.to_json() for p in self.phases] or None,
+            "binary_path": self.binary_path, "binary_hash": self.binary_hash,
+            "binary_files": [b.to_json() for b in self.binary_files] or None, "notes": list(self.notes) or None,
+        }
+        out.update({k: v for k, v in optional.items() if v is not None})
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ExternalRun:
+        returncode = data.get("returncode")
+        return cls(
+            cmd=str(data["cmd"]), marker=str(data.get("marker", "")),
+            returncode=None if returncode is None else int(returncode),
+            output_tail=tuple(map(str, data.get("output_tail") or ())),
+            marker_line=_opt_str(data.get("marker_line")), argv=tuple(map(str, data.get("argv") or ())),
+            shell=bool(data.get("shell", False)), start_marker=_opt_str(data.get("start_marker")),
+            start_line=_opt_str(data.get("start_line")), start_s=_opt_float(data.get("start_s")),
+            marker_s=_opt_float(data.get("marker_s")),
+            phases=tuple(EnginePhase.from_json(p) for p in data.get("phases") or ()),
+            binary_path=_opt_str(data.get("binary_path")), binary_hash=_opt_str(data.get("binary_hash")),
+            binary_files=tuple(BinaryFile.from_json(b) for b in data.get("binary_files") or ()),
+            notes=tuple(map(str, data.get("notes") or ())),
+        )
