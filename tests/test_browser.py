@@ -1,8 +1,9 @@
 """The interactive path in a real browser: JupyterLab on loopback, Debian's Chromium driven by Playwright.
 
-Opens 01_load_sweep.ipynb, runs all cells, sets the runs control, presses the panel's Run button and
-waits for the results table and a plotly figure; a screenshot goes to test-artifacts/. No browser is
-ever downloaded: Playwright drives /usr/bin/chromium (``apt-get install chromium``; .ci/run does it).
+Opens 01_load_sweep.ipynb and 06_engine_ab.ipynb, runs all cells, sets the runs control, presses the
+panel's Run button and waits for the results table, a plotly figure and each notebook's own results; a
+screenshot goes to test-artifacts/. No browser is ever downloaded: Playwright drives /usr/bin/chromium
+(``apt-get install chromium``; .ci/run does it).
 """
 from __future__ import annotations
 
@@ -94,6 +95,32 @@ def _wait_ready(proc: subprocess.Popen, url: str, log: Path, timeout: float = 90
 
 
 def test_load_sweep_notebook_runs_from_the_run_button(lab, tmp_path):
+    def check(page) -> None:
+        sync_api.expect(page.locator(".wb-output .wb-results table")).to_contain_text("pread · demo-dense-32MiB")
+
+    _in_browser(tmp_path, lambda page: _drive(page, lab, "01_load_sweep", runs=2, check=check))
+    with Ledger(lab["ledger"]) as ledger:
+        attempts = ledger.attempts("notebook-load-sweep")
+    # The defaults: pread, mmap, warmer × threads {2, 4}, cold and warm; runs as set in the browser.
+    assert len(attempts) == 8 and set(attempts["n"]) == {2}
+
+
+def test_engine_ab_notebook_runs_from_the_run_button(lab, tmp_path):
+    def check(page) -> None:
+        expect = sync_api.expect
+        expect(page.locator(".wb-output .wb-verdict")).to_contain_text("--read mmap vs --read heap (warm)")
+        expect(page.locator(".wb-output .wb-results table")).to_contain_text("demo_engine.py@")
+        expect(page.locator(".wb-output .wb-phases")).to_contain_text("weights")
+
+    _in_browser(tmp_path, lambda page: _drive(page, lab, "06_engine_ab", runs=3, check=check))
+    with Ledger(lab["ledger"]) as ledger:
+        attempts = ledger.attempts("notebook-engine-ab")
+    # The defaults: the demo engine, heap reads against mmap, warm; runs as set in the browser.
+    assert list(attempts["label"]) == ["--read heap", "--read mmap"] and set(attempts["n"]) == {3}
+    assert set(attempts["kind"]) == {"external"} and attempts["binary_hash"].notna().all()
+
+
+def _in_browser(tmp_path: Path, drive) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as p:
         # A fresh profile directory per test; the browser is Debian's, never a downloaded one.
@@ -102,21 +129,19 @@ def test_load_sweep_notebook_runs_from_the_run_button(lab, tmp_path):
             viewport={"width": 1400, "height": 1000})
         page = context.new_page()
         try:
-            _drive(page, lab)
+            drive(page)
         except Exception:
-            page.screenshot(path=str(ARTIFACTS / "browser-01_load_sweep-failed.png"))
+            page.screenshot(path=str(ARTIFACTS / "browser-failed.png"))
             raise
         finally:
             context.close()
-    with Ledger(lab["ledger"]) as ledger:
-        attempts = ledger.attempts("notebook-load-sweep")
-    # The defaults: pread, mmap, warmer × threads {2, 4}, cold and warm; runs as set in the browser.
-    assert len(attempts) == 8 and set(attempts["n"]) == {2}
 
 
-def _drive(page, lab) -> None:
+def _drive(page, lab, name: str, runs: int, check) -> None:
+    """Open notebook ``name``, run all cells, set the runs control, press Run, wait for the results;
+    ``check(page)`` adds the notebook's own expectations before the screenshot."""
     expect = sync_api.expect
-    page.goto(f"{lab['base']}/lab/tree/01_load_sweep.ipynb?token={lab['token']}")
+    page.goto(f"{lab['base']}/lab/tree/{name}.ipynb?token={lab['token']}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     _settle_kernel(page)
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
@@ -127,9 +152,9 @@ def _drive(page, lab) -> None:
     expect(run).to_be_visible(timeout=120_000)
     status = page.locator(".wb-status, .widget-html-content i").first
     expect(status).to_contain_text("press Run", timeout=30_000)  # JupyterLab: it waits for the click
-    runs = page.locator(".widget-text", has=page.locator("label", has_text=re.compile(r"^runs$"))).locator("input")
-    runs.fill("2")
-    runs.press("Enter")
+    box = page.locator(".widget-text", has=page.locator("label", has_text=re.compile(r"^runs$"))).locator("input")
+    box.fill(str(runs))
+    box.press("Enter")
     run.click()
 
     expect(page.locator(".wb-status")).to_contain_text("run 1", timeout=30_000)
@@ -138,13 +163,13 @@ def _drive(page, lab) -> None:
     figure = page.locator(".wb-output .js-plotly-plot").first
     expect(figure).to_be_visible(timeout=60_000)
     expect(page.locator(".wb-status")).to_contain_text("run 1 finished")
-    expect(table).to_contain_text("pread · demo-dense-32MiB")
+    check(page)
     news = page.get_by_role("button", name="No", exact=True)  # the "Jupyter news?" toast hides the figure
     if news.count():
         news.first.click()
     figure.scroll_into_view_if_needed()
     page.wait_for_timeout(500)  # let plotly finish its first draw before the picture
-    page.screenshot(path=str(ARTIFACTS / "browser-01_load_sweep.png"))
+    page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"))
 
 
 def _settle_kernel(page, timeout_s: float = 120) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 import papermill
 import pytest
 
-from workbench.errors import LedgerError, ParamError, UnknownName
+from workbench.errors import LedgerError, ParamError, UnknownName, WorkbenchError
 from workbench.ledger import Ledger
 from workbench.cli.notebook_actions import ParamGrid, ensure_model, expand_configs
 from workbench.cli.notebook_ui import Panel, in_batch, ledger_path, parse_list
@@ -46,13 +46,20 @@ def html_outputs(nb: dict) -> str:
     return "".join("".join(o.get("data", {}).get("text/html", "")) for o in outputs(nb))
 
 
+def plotly_figure(nb: dict, title_start: str) -> dict:
+    return next(o["data"]["application/vnd.plotly.v1+json"] for o in outputs(nb)
+                if o.get("data", {}).get("application/vnd.plotly.v1+json", {}).get("layout", {}).get("title", {})
+                .get("text", "").startswith(title_start))
+
+
 def plotly_titles(nb: dict) -> list[str]:
     figs = [o["data"]["application/vnd.plotly.v1+json"] for o in outputs(nb)
             if "application/vnd.plotly.v1+json" in o.get("data", {})]
     return [f["layout"]["title"]["text"] for f in figs]
 
 
-@pytest.mark.parametrize("name", ["01_load_sweep.ipynb", "02_h2d_microbench.ipynb", "05_ledger_report.ipynb"])
+@pytest.mark.parametrize("name", ["01_load_sweep.ipynb", "02_h2d_microbench.ipynb", "05_ledger_report.ipynb",
+                                  "06_engine_ab.ipynb"])
 def test_notebook_has_one_parameters_cell_and_a_known_kernel(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
@@ -113,6 +120,64 @@ def test_report_notebook_writes_exports(space, tmp_path):
     assert "Attempt history" in (out / "report.md").read_text()
     assert str(out / "report.html") in html_outputs(nb)
     assert any(t.startswith("GB/s against") for t in plotly_titles(nb))
+
+
+ENGINES = Path(__file__).resolve().parent / "engines"
+
+
+def test_engine_ab_notebook_compares_two_engines_with_their_phases(space, tmp_path):
+    import sys
+
+    from workbench.formats.synth import write_synthetic
+
+    model = write_synthetic(tmp_path / "m.safetensors", format="safetensors", layout="dense", size=2 * MiB).path
+    commands = [f"{{python}} {ENGINES / 'safetensors_engine.py'} {{file}}",
+                f"{sys.executable} {ENGINES / 'numpy_engine.py'} {model} --stall-ms 300"]
+    out = tmp_path / "exports"
+    nb = execute("06_engine_ab.ipynb", tmp_path / "06.ipynb", commands=commands, labels=["st", "np"],
+                 marker="model ready", start_marker="phase imports", file=str(model), runs=3,
+                 campaign="nb-06", ledger_path=str(space["ledger"]), out_dir=str(out))
+    with Ledger(space["ledger"]) as ledger:
+        attempts = ledger.attempts("nb-06")
+        runs = ledger.runs(campaign="nb-06")
+    assert list(attempts["label"]) == ["st", "np"] and set(attempts["kind"]) == {"external"}
+    assert list(attempts["verdict"]) == ["baseline", "slower"] and attempts["ci_high"].iloc[1] < 1
+    assert attempts["binary_hash"].str.startswith("xxh3_128:").all() and attempts["binary_hash"].nunique() == 2
+    assert sorted(runs["position"]) == list(range(6)) and runs["error"].isna().all()
+    page = html_outputs(nb)
+    verdict = re.search(r'<div class="wb-verdict"><ul><li>(.*?)</li>', page).group(1)
+    assert re.fullmatch(r"np vs st \(warm\): 0\.\d\d× \[0\.\d\d–0\.\d\d\] — slower \(interval excludes 1.*\)", verdict)
+    assert 'class="wb-phases"' in page and "stall" in page and "numpy_engine.py@" in page
+    titles = plotly_titles(nb)
+    assert any(t.startswith("Where the load window goes") for t in titles)
+    assert any(t.startswith("Load time per attempt") for t in titles)
+    bars = plotly_figure(nb, "Where the load")
+    assert [t["name"] for t in bars["data"]][-1] == "unattributed" and "stall" in {t["name"] for t in bars["data"]}
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html"}
+    assert "| binary |" in (out / "report.md").read_text()
+
+
+def test_engine_ab_notebook_defaults_run_the_demo_engine(space, tmp_path):
+    nb = execute("06_engine_ab.ipynb", tmp_path / "06.ipynb", file=str(space["model"]), runs=2,
+                 campaign="nb-06-demo", ledger_path=str(space["ledger"]), out_dir=str(tmp_path / "x"))
+    with Ledger(space["ledger"]) as ledger:
+        attempts = ledger.attempts("nb-06-demo")
+        runs = ledger.runs(campaign="nb-06-demo")
+    assert list(attempts["label"]) == ["--read heap", "--read mmap"]
+    assert attempts["binary_path"].str.endswith("demo_engine.py").all()
+    assert runs["error"].isna().all() and all({"index", "weights"} <= set(p) for p in runs["phases"])
+    assert "--read mmap vs --read heap (warm)" in html_outputs(nb)
+    bars = plotly_figure(nb, "Where the load")
+    # Stacked in the order the engine printed them, its "index" too (a strategy phase's name).
+    assert [t["name"] for t in bars["data"]] == ["imports", "index", "weights", "checksum", "unattributed"]
+
+
+def test_engine_ab_refuses_mismatched_lists(space):
+    from workbench.cli.notebook_engines import expand_command, run_engine_ab
+
+    with pytest.raises(WorkbenchError, match="1 labels for 2 commands"):
+        run_engine_ab(["true", "true"], str(space["model"]), labels=["a"])
+    assert expand_command("{python} -c 'x = {1: 2}' {file}", "/m b.gguf").endswith("-c 'x = {1: 2}' '/m b.gguf'")
 
 
 def test_failing_notebook_fails_papermill_with_the_one_line_error(space, tmp_path):
