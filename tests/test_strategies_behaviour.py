@@ -1,8 +1,6 @@
 """The behaviours the seeds measured, reproduced and measured with mincore rather than assumed."""
 from __future__ import annotations
 
-import ctypes
-
 import errno
 import os
 import threading
@@ -16,6 +14,8 @@ from workbench.strategies import get_strategy
 from workbench.upload import open_device
 from workbench.upload.host import HostDevice
 from workbench.measure.verify import verify_placements
+
+from device_fakes import DeferredCopyDevice
 
 
 @pytest.fixture(autouse=True)
@@ -348,8 +348,9 @@ def test_pread_pinned_fences_each_staging_buffer(model):
 
     class Recorder(HostDevice):
         def record_event(self):
-            events.append(("record", len(events)))
-            return len(events)
+            mark = sum(kind == "record" for kind, _ in events) + 1
+            events.append(("record", mark))
+            return mark
 
         def wait_event(self, event):
             events.append(("wait", event))
@@ -357,51 +358,41 @@ def test_pread_pinned_fences_each_staging_buffer(model):
     dev = Recorder()
     result = get_strategy("pread")(upload="pinned", staging_mib=1).load(model, dev)
     assert verify_placements(model, dev, result.placements).ok
-    waits = [e for kind, e in events if kind == "wait"]
-    assert waits[:2] == [None, None] and all(w is not None for w in waits[2:])
-
-
-class DeferredCopyDevice(HostDevice):
-    """Asynchronous copies really are asynchronous: the bytes move only when their event (or a
-    synchronize) is waited on — so a staging buffer refilled too early lands wrong bytes."""
-
-    def __init__(self, ordinal: int = 0):
-        super().__init__(ordinal)
-        self.pending: list = []
-        self.done = 0
-
-    def copy_h2d(self, dst, dst_offset, src, *, asynchronous=False):
-        if not asynchronous:
-            return super().copy_h2d(dst, dst_offset, src)
-        arr = np.frombuffer(src, dtype=np.uint8)  # like a DMA engine: keep the address, not the view
-        self.pending.append((dst, dst_offset, arr.ctypes.data, arr.nbytes))
-        del arr
-
-    def record_event(self):
-        return len(self.pending)
-
-    def wait_event(self, event):
-        self._flush(len(self.pending) if event is None else event)
-
-    def synchronize(self):
-        self._flush(len(self.pending))
-
-    def _flush(self, upto):
-        while self.done < upto:
-            dst, off, addr, n = self.pending[self.done]
-            if n:
-                HostDevice.copy_h2d(self, dst, off, (ctypes.c_char * n).from_address(addr))
-            self.done += 1
+    records = [e for kind, e in events if kind == "record"]
+    assert sorted(e for kind, e in events if kind == "wait") == records  # every fence waited on once
+    at = {event: i for i, event in enumerate(events)}
+    # two slots alternate: piece k's fence is waited on before piece k + 2 refills its slot
+    assert len(records) > 2 and all(at[("wait", k)] < at[("record", k + 2)] for k in records[:-2])
 
 
 @pytest.mark.parametrize("name, params", [
     ("lanes", {"upload": "pinned", "threads": 3, "chunk_mib": 1}),
     ("pread", {"upload": "pinned", "staging_mib": 1}),
     ("mmap", {"register": True}),
+    ("ring", {"threads": 3, "slot_mib": 1, "spare": 0, "gate": 0.0}),  # warm plan: shared windows
+    ("ring", {"cold_threads": 2, "cold_mib": 1, "spare": 0, "gate": 1.0}),  # cold plan: shares
 ])
 def test_async_copies_are_waited_on_before_their_source_is_reused(name, params, raw_model):
     index = raw_model([(3 << 20) + 333, 5, (2 << 20) + 77, 4097], first=1231, gap=29, tail=17)
+    set_cache(index.path, "cold")
     dev = DeferredCopyDevice()
     result = get_strategy(name)(**params).load(index, dev)
     report = verify_placements(index, dev, result.placements)
     assert report.ok, f"{name}: {report.first_mismatch}: {report.detail}"
+    if name == "ring":
+        assert result.engaged_by("ring_readers").note.startswith("warm" if params["gate"] == 0 else "cold")
+
+
+@pytest.mark.parametrize("name, params", [
+    ("lanes", {"upload": "pinned", "threads": 3, "chunk_mib": 1}),
+    ("pread", {"upload": "pinned", "staging_mib": 1}),
+    ("ring", {"threads": 3, "slot_mib": 1, "spare": 0, "gate": 0.0}),
+])
+def test_the_deferred_device_catches_a_missing_fence_wait(name, params, raw_model, monkeypatch):
+    # The test above can fail: with the staging ring's fence wait removed, a slot is refilled while
+    # its copy is still queued, and the bytes that land are the next piece's.
+    index = raw_model([(3 << 20) + 333, 5, (2 << 20) + 77, 4097], first=1231, gap=29, tail=17)
+    dev = DeferredCopyDevice()
+    monkeypatch.setattr(dev, "wait_fence", lambda fence: None)
+    result = get_strategy(name)(**params).load(index, dev)
+    assert not verify_placements(index, dev, result.placements).ok

@@ -95,7 +95,7 @@ def key_ceilings(ceilings: pd.DataFrame | None) -> dict[str, float]:
 
 
 def phase_bars(attempts: pd.DataFrame, runs: pd.DataFrame) -> go.Figure:
-    """Median seconds per phase stacked per attempt: a strategy's (index, prefetch, read, upload, sync),
+    """Median seconds per phase stacked per attempt: a strategy's (index, prefetch, staging, read, upload, sync),
     an external engine's own phase lines in the order they arrive, plus its ``unattributed`` rest of
     spawn → end marker that no phase line accounts for (start-up, imports, device init)."""
     names = dict(zip(attempts["id"], attempt_names(attempts)))

@@ -1,8 +1,9 @@
 """Host→device micro-benchmarks: the upload paths a load strategy is built from, sizes swept.
 
 Paths: a heap source, an mmap source with warm and with cold page-table entries (page cache warm in
-both: the difference is the soft faults), pread-then-copy, a pinned staging pipeline (pread into two
-page-locked buffers, asynchronous copies), and registered host memory where the backend can lock it.
+both: the difference is the soft faults), pread-then-copy, the pinned staging pipeline (pread into a
+two-slot :class:`~workbench.upload.staging.StagingRing`, asynchronous copies), and registered host
+memory where the backend can lock it.
 On ``host`` these are memcpy paths; on ``cuda``/``hip`` the real PCIe or fabric paths. Each path ×
 size becomes a ledger attempt (the heap copy of that size is its baseline), one run per repeat.
 """
@@ -151,26 +152,23 @@ def _pread_copy(dev: Device, dst: DeviceBuffer, size: int, scratch: str, stack: 
 
 
 def _pinned(dev: Device, dst: DeviceBuffer, size: int, scratch: str, stack: contextlib.ExitStack) -> Prepared:
+    from workbench.upload.staging import StagingRing
+
     chunk = min(size, STAGING_CHUNK)
-    bufs = [dev.alloc_pinned(chunk) for _ in range(2)]
-    for b in bufs:
-        stack.callback(dev.free_pinned, b)
-    locked = all(b.locked for b in bufs)
+    ring = StagingRing(dev, 2, chunk)  # provisioned once, outside the timed repeats
+    stack.callback(ring.close)
 
     def once() -> None:
-        events: list[Any] = [None, None]
         fd = os.open(scratch, os.O_RDONLY)
         try:
-            for i, off in enumerate(range(0, size, chunk)):
-                k, n = i % 2, min(chunk, size - off)
-                if events[k] is not None:
-                    dev.wait_event(events[k])  # the copy out of this buffer must finish before reuse
-                os.preadv(fd, [bufs[k].view[:n]], off)
-                dev.copy_h2d(dst, off, bufs[k].view[:n], asynchronous=True)
-                events[k] = dev.record_event()
+            for off in range(0, size, chunk):
+                n = min(chunk, size - off)
+                with ring.slot() as slot, slot.view[:n] as view:  # waits for the slot's last copy
+                    os.preadv(fd, [view], off)
+                    dev.copy_h2d(dst, off, view, asynchronous=True)
         finally:
             os.close(fd)
-    note = f"2 × {chunk // MiB} MiB staging buffers" + ("" if locked else " (mlock refused: not page-locked)")
+    note = f"staging ring: 2 × {chunk / MiB:g} MiB, {ring.how}" + ("" if ring.block.locked else " (not page-locked)")
     return (lambda: _timed(once, dev)), note, ""
 
 

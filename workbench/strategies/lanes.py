@@ -1,21 +1,22 @@
-"""``lanes``: lane-parallel pread. Tensors (big ones cut into ``chunk_mib`` pieces) are read by
-``threads`` lanes into fresh staging heap buffers; the loading thread uploads the pieces in file order
-as they complete (uploads from the main thread, so phase times stay meaningful: ``read`` is time spent
-waiting for lanes — with ``upload=pinned`` it also holds waits for copies that free staging, since the
-loading thread does those while it waits). Eviction follows the policy and only the policy: the seed's parallel reader called
-DONTNEED on every segment unconditionally and re-read the whole model from disk on every restart."""
+"""``lanes``: lane-parallel pread, one uploading thread. Tensors (big ones cut into ``chunk_mib`` pieces)
+are read by ``threads`` lanes into staging — fresh heap buffers, or with ``upload=pinned`` the slots of a
+:class:`~workbench.upload.staging.StagingRing` (2 × threads slots of ``chunk_mib``) — and the loading
+thread uploads the pieces in file order as they complete, so phase times stay meaningful: ``read`` is
+time spent waiting for lanes (a lane waits for its slot's fence itself). This is the design of a loader
+with parallel readers and a single upload thread; ``ring`` is the one whose readers copy for themselves.
+Eviction follows the policy and only the policy: the seed's parallel reader called DONTNEED on every
+segment unconditionally and re-read the whole model from disk on every restart."""
 from __future__ import annotations
 
 import queue
 import threading
-from collections import deque
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Mapping, NamedTuple
+from typing import Any, ClassVar, Mapping, NamedTuple
 
 import numpy as np
 
-from workbench.strategies.toolkit import UPLOADS, Evictor, MiB, ThreadGuard, check_upload, pread_into
+from workbench.strategies.toolkit import UPLOADS, Evictor, MiB, StagingRing, ThreadGuard, check_upload, pread_into
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 
 
@@ -61,50 +62,42 @@ def plan_jobs(ctx: LoadContext, chunk: int) -> list[Job]:
 class _Staging:
     """Where lanes read into, at most ``window`` pieces alive at once (bounded memory).
 
-    pageable: a fresh heap buffer per piece. pinned: ``window`` page-locked buffers from the device,
-    each handed back by :meth:`release` once the copy reading it has finished.
+    pageable: a fresh heap buffer per piece. pinned: a :class:`StagingRing` of ``window`` slots; a
+    lane waits for a slot's fence when it takes it, and the loading thread records the fence after
+    the slot's copy when it hands the slot back.
     """
 
     def __init__(self, ctx: LoadContext, window: int, chunk: int, pinned: bool):
-        self.pinned, self.views = pinned, {}
-        self.free: queue.Queue[int] = queue.Queue()
-        self.buffers = [ctx.device.alloc_pinned(chunk) for _ in range(window)] if pinned else []
-        for b in self.buffers:
-            ctx.cleanup(ctx.device.free_pinned, b)
-        ctx.cleanup(self._release_views)  # registered last, runs first: no view may outlive its buffer
+        self.ring = StagingRing(ctx.device, window, chunk) if pinned else None
+        if self.ring is not None:
+            ctx.cleanup(self.ring.close, False)  # error path: a lane's piece may still view a slot
+        self.tokens: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(window):
-            self.free.put(i)
+            self.tokens.put(i)
 
-    def acquire(self, stop: threading.Event) -> int | None:
-        """A free staging token, or None once ``stop`` is set."""
+    def acquire(self, stop: threading.Event) -> Any:
+        """A free staging token (a ring slot when pinned), or None once ``stop`` is set."""
+        if self.ring is not None:
+            return self.ring.acquire(stop)
         while not stop.is_set():
             try:
-                return self.free.get(timeout=0.05)
+                return self.tokens.get(timeout=0.05)
             except queue.Empty:
                 continue
         return None
 
-    def buffer(self, token: int, nbytes: int) -> Any:
+    def buffer(self, token: Any, nbytes: int) -> Any:
         """The memory behind ``token`` for a piece of ``nbytes``."""
-        if not self.pinned:
-            return np.empty(nbytes, dtype=np.uint8)
-        self.views[token] = self.buffers[token].view[:nbytes]
-        return self.views[token]
+        return np.empty(nbytes, dtype=np.uint8) if self.ring is None else token.view[:nbytes]
 
-    def release(self, token: int) -> None:
-        view = self.views.pop(token, None)
-        if view is not None:
-            view.release()
-        self.free.put(token)
-
-    def _release_views(self) -> None:
-        for view in self.views.values():
-            view.release()
-        self.views.clear()
-
-    @property
-    def locked(self) -> int:
-        return sum(1 for b in self.buffers if b.locked)
+    def release(self, token: Any, data: Any = None) -> None:
+        """Hand ``token`` back after the copy out of ``data`` was issued (fenced when pinned)."""
+        if isinstance(data, memoryview):
+            data.release()
+        if self.ring is None:
+            self.tokens.put(token)
+        else:
+            self.ring.release(token)
 
 
 class _Slot:
@@ -142,19 +135,22 @@ class _Lanes:
                 return
             job = self.jobs[j]
             data = self.staging.buffer(token, job.nbytes)
-            pread_into(self.fd, data, job.offset, self.ctx.index.path)
-            self.evictor.drop(job.offset, job.nbytes)  # only when the policy says evict
+            try:
+                pread_into(self.fd, data, job.offset, self.ctx.index.path)
+                self.evictor.drop(job.offset, job.nbytes)  # only when the policy says evict
+            except BaseException:
+                self.staging.release(token, data)
+                raise
             self.slots[j].data, self.slots[j].token = data, token
             self.slots[j].ready.set()
 
-    def wait(self, j: int, guard: ThreadGuard, idle: Callable[[], None]) -> tuple[Any, int]:
-        """Piece ``j`` once read; ``idle`` runs while waiting (hands finished staging back)."""
+    def wait(self, j: int, guard: ThreadGuard) -> tuple[Any, Any]:
+        """Piece ``j`` once read, and the staging token it sits in."""
         slot = self.slots[j]
         while not slot.ready.wait(0.002):
-            idle()
             guard.check()
             # Look at the slot again before calling the lanes dead: the last lane may have set it
-            # and exited while idle() ran (found in review: a finished load reported as failed).
+            # and exited meanwhile (found in review: a finished load reported as failed).
             if not slot.ready.is_set() and not any(t.is_alive() for t in guard.threads):
                 guard.check()
                 raise RuntimeError(f"lanes stopped before piece {j} was read")
@@ -173,38 +169,38 @@ class LanesStrategy(Strategy):
         bufs = [ctx.place(t) for t in ctx.tensors]
         jobs = plan_jobs(ctx, p.chunk_mib * MiB)
         pinned = p.upload == "pinned"
-        staging = _Staging(ctx, 2 * p.threads, p.chunk_mib * MiB, pinned)
+        with ctx.phase("staging"):
+            staging = _Staging(ctx, 2 * p.threads, p.chunk_mib * MiB, pinned)
         lanes = _Lanes(ctx, fd, jobs, staging)
-        copies: deque[tuple[Any, int]] = deque()  # (event, staging token) of copies in flight
-
-        def finish_oldest() -> None:
-            if copies:
-                event, token = copies.popleft()
-                ctx.device.wait_event(event)
-                staging.release(token)
-
         n = min(p.threads, len(jobs))
         with ThreadGuard("lanes") as guard:
             for _ in range(n):
                 guard.spawn(lanes.run, guard.stop)
             for j, job in enumerate(jobs):
                 with ctx.phase("read"):
-                    data, token = lanes.wait(j, guard, finish_oldest)
+                    data, token = lanes.wait(j, guard)
                 with ctx.phase("upload"):
-                    ctx.device.copy_h2d(bufs[job.tensor], job.dst, data, asynchronous=pinned)
+                    try:
+                        ctx.device.copy_h2d(bufs[job.tensor], job.dst, data, asynchronous=pinned)
+                    finally:
+                        staging.release(token, data)
                     ctx.count("bytes", job.nbytes)
-                    copies.append((ctx.device.record_event() if pinned else None, token))
-                    if not pinned or len(copies) > p.threads:  # keep lanes fed with free staging
-                        finish_oldest()
-            with ctx.phase("sync"):
-                while copies:
-                    finish_oldest()
         guard.check()
         with ctx.phase("read"):
             lanes.evictor.finish()
+        self._close(ctx, staging)
         ctx.set_path(readers=max(n, 1), copy_from=p.upload)
         ctx.engage("lanes", n, p.threads, unit="threads", note=f"{len(jobs)} pieces, uploads from the main thread")
-        if pinned:
-            ctx.engage("pinned_staging", staging.locked, len(staging.buffers), unit="buffers",
-                       note=f"{len(staging.buffers)} x {p.chunk_mib} MiB, async copies")
+        if staging.ring is not None:
+            ring = staging.ring
+            ctx.engage("pinned_staging", len(ring.slots) if ring.block.locked else 0, len(ring.slots),
+                       unit="buffers", note=f"{ring.describe()}, async copies")
         ctx.note(f"evict={'on' if ctx.evict else 'off'} ({ctx.evict_source})")
+
+    @staticmethod
+    def _close(ctx: LoadContext, staging: _Staging) -> None:
+        if staging.ring is not None:
+            with ctx.phase("sync"):
+                ctx.device.synchronize()
+            with ctx.phase("staging"):
+                staging.ring.close()

@@ -4,14 +4,15 @@ which on a discrete GPU forces a full disk re-read on every load (seeds/pr617, a
 
 ``upload`` picks the host memory the copy starts from: ``pageable`` (the heap buffer as is),
 ``registered`` (the heap buffer page-locked with register_host for its copy), or ``pinned`` (no heap
-buffer: pread straight into two pinned staging buffers that alternate, each copy asynchronous and
-fenced by an event before its buffer is refilled — the staging pipeline)."""
+buffer: pread straight into a two-slot :class:`~workbench.upload.staging.StagingRing`, each copy
+asynchronous and each slot fenced before it is refilled — the staging pipeline, one thread)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from workbench.strategies.toolkit import Evictor, MiB, check_upload, pread_into, pread_upload, read_tensor
+from workbench.strategies.toolkit import (Evictor, MiB, StagingRing, check_upload, pread_into, pread_upload,
+                                          read_tensor)
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 
 
@@ -51,30 +52,33 @@ def _upload_registered(ctx: LoadContext, fd: int) -> None:
 
 def _upload_pinned(ctx: LoadContext, fd: int, staging: int) -> None:
     dev, evictor = ctx.device, Evictor(ctx, fd)
-    slots = [dev.alloc_pinned(staging) for _ in range(2)]
-    for s in slots:
-        ctx.cleanup(dev.free_pinned, s)  # runs after the template's synchronize
-    fences: list = [None, None]
+    with ctx.phase("staging"):
+        ring = StagingRing(dev, 2, staging)
+    ctx.cleanup(ring.close, False)  # error path only (closed below otherwise); after the template's sync
     k = 0
     for t in ctx.tensors:
         buf = ctx.place(t)
         for dst in range(0, t.nbytes, staging):
-            n, slot = min(staging, t.nbytes - dst), k % 2
+            n = min(staging, t.nbytes - dst)
             with ctx.phase("sync"):
-                dev.wait_event(fences[slot])  # the copy that last read this buffer is done
-            with slots[slot].view[:n] as view:  # released even on error, so free_pinned can unmap
-                with ctx.phase("read"):
-                    pread_into(fd, view, t.offset + dst, ctx.index.path)
-                    evictor.drop(t.offset + dst, n)
-                with ctx.phase("upload"):
-                    dev.copy_h2d(buf, dst, view, asynchronous=True)
-                    ctx.count("bytes", n)
-                    fences[slot] = dev.record_event()
+                slot = ring.acquire()  # waits for the copy that last read this slot
+            try:
+                with slot.view[:n] as view:  # released even on error, so the ring can unmap
+                    with ctx.phase("read"):
+                        pread_into(fd, view, t.offset + dst, ctx.index.path)
+                        evictor.drop(t.offset + dst, n)
+                    with ctx.phase("upload"):
+                        dev.copy_h2d(buf, dst, view, asynchronous=True)
+                        ctx.count("bytes", n)
+            finally:
+                ring.release(slot)
             k += 1
     with ctx.phase("read"):
         evictor.finish()
-    locked = sum(1 for s in slots if s.locked)
-    ctx.engage("pinned_staging", locked, 2, unit="buffers", note=f"{k} pieces through 2 x {staging // MiB} MiB")
+    with ctx.phase("staging"):
+        ring.close()
+    ctx.engage("pinned_staging", 2 if ring.block.locked else 0, 2, unit="buffers",
+               note=f"{k} pieces through {ring.describe()}")
 
 
 class PreadStrategy(Strategy):

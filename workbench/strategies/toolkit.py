@@ -2,7 +2,8 @@
 
 Reading a tensor with pread, the per-read eviction policy, the plain pread → upload loop (the baseline
 and every fallback), one residency probe per load, a borrowed read-only mapping of the file, the host
-memory an upload may copy from, and a thread guard that always stops and joins its threads.
+memory an upload may copy from, the staging ring (pinned slots with per-slot fences, shared by reader
+threads), and a thread guard that always stops and joins its threads.
 """
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from workbench.io.pagecache import resident_fraction
 from workbench.records import MiB
 from workbench.strategies.base import LoadContext
 from workbench.strategies.params import check_param
+from workbench.upload.staging import StagingRing, Slot
 
-__all__ = ["UPLOADS", "Evictor", "FileMapping", "MiB", "ThreadGuard", "check_upload", "eviction_reason",
-           "open_mapping", "pread_into", "pread_upload", "probe_resident", "read_tensor", "upload_borrowed"]
+__all__ = ["UPLOADS", "Evictor", "FileMapping", "MiB", "Slot", "StagingRing", "ThreadGuard", "check_upload",
+           "eviction_reason", "open_mapping", "pread_into", "pread_upload", "probe_resident", "read_tensor",
+           "upload_borrowed"]
 
 # The host memory an upload can copy from: the heap buffer as it is, the heap buffer page-locked for
 # its copy (register_host), or page-locked staging buffers with asynchronous copies.

@@ -13,13 +13,13 @@ import importlib.metadata
 import itertools
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from workbench.errors import BackendUnavailable, DeviceError
 from workbench.registry import Availability
-from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, HostStaging
+from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, Fence, HostStaging, carve
 
 _ROLES = {  # role → function name after the prefix; the two that differ are passed as overrides
     "device_count": "GetDeviceCount", "set_device": "SetDevice", "properties": "GetDeviceProperties",
@@ -63,6 +63,15 @@ class HostRegistration:
     addr: int
     nbytes: int
     read_only: bool
+
+
+class _Arena:
+    """One device allocation carved into several buffers; freed when the last of them is freed."""
+
+    __slots__ = ("raw", "live")
+
+    def __init__(self, raw: Any, live: int):
+        self.raw, self.live = raw, live
 
 
 class GpuEvent:
@@ -182,6 +191,7 @@ class GpuDevice(Device):
         self._pinned: dict[int, HostStaging] = {}
         self._registered: dict[int, HostRegistration] = {}
         self._events: dict[int, GpuEvent] = {}
+        self._fences: dict[int, Fence] = {}
         self._info: DeviceInfo | None = None
         self._use()
         self._stream = self._call("stream_create")
@@ -226,12 +236,30 @@ class GpuDevice(Device):
         self._buffers[id(buf)] = buf
         return buf
 
+    def alloc_many(self, sizes: Sequence[int], align: int = 256) -> list[DeviceBuffer]:
+        offsets, total = carve(sizes, align)
+        if total == 0:
+            return [self.alloc(0) for _ in sizes]
+        self._use()
+        raw = self._call("malloc", total)  # the runtimes align allocations to at least 256 B
+        arena = _Arena(raw, len(sizes))
+        bufs = [DeviceBuffer(n, int(raw) + off, handle=arena) for off, n in zip(offsets, sizes)]
+        for buf in bufs:
+            self._buffers[id(buf)] = buf
+        return bufs
+
     def free(self, buf: DeviceBuffer) -> None:
         if buf.freed:
             return
-        if buf.ptr:
+        handle = buf.handle
+        if isinstance(handle, _Arena):
+            handle.live -= 1
+            if handle.live == 0:
+                self._use()
+                self._call("free", handle.raw)
+        elif buf.ptr:
             self._use()
-            self._call("free", buf.handle)
+            self._call("free", handle)
         self._buffers.pop(id(buf), None)
         buf.handle, buf.freed = None, True
 
@@ -292,6 +320,30 @@ class GpuDevice(Device):
         finally:
             self._call("event_destroy", live.handle)
 
+    def create_fence(self) -> Fence:
+        self._use()
+        fence = Fence(self._call("event_create"))
+        self._fences[id(fence)] = fence
+        return fence
+
+    def record_fence(self, fence: Fence) -> None:
+        self._use()  # a re-record replaces the previous one: the event then marks the newer point
+        self._call("event_record", fence.event, self._stream)
+        fence.recorded = True
+
+    def wait_fence(self, fence: Fence) -> None:
+        if fence.recorded:
+            self._call("event_sync", fence.event)
+            fence.recorded = False
+
+    def destroy_fence(self, fence: Fence) -> None:
+        if self._fences.pop(id(fence), None) is None:
+            return
+        try:
+            self.wait_fence(fence)
+        finally:
+            self._call("event_destroy", fence.event)
+
     def alloc_pinned(self, nbytes: int) -> HostStaging:
         self._use()
         size = max(nbytes, 1)
@@ -342,6 +394,7 @@ class GpuDevice(Device):
         self._closed = True
         steps: list[Callable[[], None]] = [self.synchronize]
         steps += [lambda e=e: self.wait_event(e) for e in list(self._events.values())]
+        steps += [lambda f=f: self.destroy_fence(f) for f in list(self._fences.values())]
         steps += [lambda b=b: self.free(b) for b in list(self._buffers.values())]
         steps += [lambda s=s: self._release_pinned(s) for s in list(self._pinned.values())]
         steps += [lambda r=r: self.unregister_host(r) for r in list(self._registered.values())]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from workbench.registry import Availability
 
@@ -36,6 +36,31 @@ class DeviceBuffer:
         return f"DeviceBuffer(nbytes={self.nbytes}, ptr=0x{self.ptr:x})"
 
 
+def carve(sizes: Sequence[int], align: int) -> tuple[list[int], int]:
+    """Offsets of ``sizes`` packed in order, each ``align``-aligned, and the total they span."""
+    offsets, pos = [], 0
+    for n in sizes:
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} B")
+        pos = -(-pos // align) * align
+        offsets.append(pos)
+        pos += n
+    return offsets, pos
+
+
+class Fence:
+    """A reusable marker in a device's copy order (one per staging slot): :meth:`Device.record_fence`
+    puts it after every copy issued so far, :meth:`Device.wait_fence` blocks until they are done.
+
+    ``event`` is the backend's handle; ``recorded`` says whether it was recorded since its last wait.
+    """
+
+    __slots__ = ("event", "recorded")
+
+    def __init__(self, event: Any = None):
+        self.event, self.recorded = event, False
+
+
 class HostStaging:
     """Page-locked (pinned) host memory a backend can DMA from; ``view`` is a writable memoryview."""
 
@@ -63,6 +88,12 @@ class Device(ABC):
 
     @abstractmethod
     def free(self, buf: DeviceBuffer) -> None: ...
+
+    def alloc_many(self, sizes: Sequence[int], align: int = 256) -> list[DeviceBuffer]:
+        """One buffer per size, each ``align``-aligned. Backends carve them from one allocation (one
+        driver call instead of one per tensor); every buffer is still bounds-checked on its own and
+        freed on its own, the memory going back when the last of them is freed."""
+        return [self.alloc(n) for n in sizes]
 
     @abstractmethod
     def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:
@@ -93,6 +124,25 @@ class Device(ABC):
     def wait_event(self, event: Any) -> None:
         if event is not None:
             self.synchronize()
+
+    # Fences: built here on record_event/wait_event (an event per use); GPU backends keep one driver
+    # event per fence instead, re-recorded on every use, so a staging slot costs no create/destroy.
+    def create_fence(self) -> Fence:
+        return Fence()
+
+    def record_fence(self, fence: Fence) -> None:
+        """Put ``fence`` after every copy issued so far (wait on it first if it is still pending)."""
+        self.wait_fence(fence)
+        fence.event, fence.recorded = self.record_event(), True
+
+    def wait_fence(self, fence: Fence) -> None:
+        """Block until the copies before the fence's last record are done; no-op if never recorded."""
+        if fence.recorded:
+            event, fence.event, fence.recorded = fence.event, None, False
+            self.wait_event(event)
+
+    def destroy_fence(self, fence: Fence) -> None:
+        self.wait_fence(fence)
 
     @abstractmethod
     def alloc_pinned(self, nbytes: int) -> HostStaging: ...

@@ -11,12 +11,12 @@ import ctypes.util
 import mmap
 import os
 import platform
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from workbench.registry import Availability
-from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, HostStaging
+from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, HostStaging, carve
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
@@ -73,6 +73,18 @@ class HostDevice(Device):
         buf = DeviceBuffer(nbytes, arr.ctypes.data, handle=arr)
         self._arrays[id(buf)] = arr
         return buf
+
+    def alloc_many(self, sizes: Sequence[int], align: int = 256) -> list[DeviceBuffer]:
+        offsets, total = carve(sizes, align)
+        whole = np.empty(total + align, dtype=np.uint8)
+        base = -whole.ctypes.data % align  # aligned like a device allocation
+        bufs = []
+        for off, n in zip(offsets, sizes):
+            view = whole[base + off : base + off + n]  # numpy keeps `whole` alive until the last view goes
+            buf = DeviceBuffer(n, view.ctypes.data, handle=view)
+            self._arrays[id(buf)] = view
+            bufs.append(buf)
+        return bufs
 
     def free(self, buf: DeviceBuffer) -> None:
         if not buf.freed:

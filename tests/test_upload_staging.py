@@ -1,0 +1,271 @@
+"""The staging ring (upload/staging.py), fences and one-allocation buffers, once over every backend.
+
+Backends: ``host`` and ``host-uma``; ``fake-cuda`` / ``fake-hip`` (the shared GPU backend on the fake
+runtimes of test_upload_devices.py, which records every driver call); ``deferred`` (copies run only
+when a fence or synchronize reaches them — the one that proves a slot is never refilled before its
+copy finished); ``cuda`` / ``hip`` on a real device (marked ``gpu``, skipped without one).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from workbench.upload import DEVICES, device_availability, open_device
+from workbench.upload._gpu import GpuDevice
+from workbench.upload.staging import HUGE_PAGE, StagingRing
+
+from device_fakes import DeferredCopyDevice
+from test_upload_devices import GPU_BACKENDS, FakeRuntime, open_fake, pattern
+
+BACKENDS = [pytest.param(n, id=n, marks=[pytest.mark.gpu] if n in GPU_BACKENDS else []) for n in DEVICES.names()]
+BACKENDS += [pytest.param(n, id=n) for n in ("fake-cuda", "fake-hip", "deferred")]
+
+
+@pytest.fixture(params=BACKENDS)
+def device(request: pytest.FixtureRequest) -> Any:
+    name = request.param
+    if name == "deferred":
+        dev = DeferredCopyDevice()
+    elif name.startswith("fake-"):
+        dev = open_fake(name[len("fake-"):])[0]
+    else:
+        avail = device_availability(name)
+        if not avail:
+            pytest.skip(f"{name}: {avail.reason}")
+        dev = open_device(name)
+    yield dev
+    dev.close()
+
+
+def push_through_ring(device: Any, ring: StagingRing, data: bytes, piece: int, threads: int) -> Any:
+    """``threads`` threads copy ``data`` to a device buffer in ``piece``-byte pieces, each piece
+    through a ring slot, pieces taken in turn (so consecutive pieces go through different slots)."""
+    dst = device.alloc(len(data))
+    offsets = iter(range(0, len(data), piece))
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            while True:
+                with lock:
+                    off = next(offsets, None)
+                if off is None:
+                    return
+                n = min(piece, len(data) - off)
+                with ring.slot() as slot, slot.view[:n] as view:
+                    view[:] = data[off : off + n]
+                    device.copy_h2d(dst, off, view, asynchronous=True)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    return dst
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_ring_lands_exact_bytes_from_several_threads(device: Any, threads: int) -> None:
+    data = pattern(40 * 4096 + 123, seed=threads)
+    ring = StagingRing(device, 3, 8192 + 5)  # fewer slots than pieces: every slot is reused many times
+    dst = push_through_ring(device, ring, data, 8192 + 5, threads)
+    ring.close()
+    device.synchronize()
+    assert device.read_back(dst, 0, len(data)) == data
+    assert ring.how in ("registered", "pinned", "unlocked") and ring.provision_s > 0 and ring.release_s > 0
+
+
+def test_a_ring_without_fence_waits_lands_wrong_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The test above can fail: take the fence wait away and a slot is refilled while its copy is queued.
+    dev = DeferredCopyDevice()
+    monkeypatch.setattr(dev, "wait_fence", lambda fence: None)
+    data = pattern(40 * 4096 + 123, seed=1)
+    ring = StagingRing(dev, 3, 8192)
+    dst = push_through_ring(dev, ring, data, 8192, 1)
+    ring.close()
+    dev.synchronize()
+    assert dev.read_back(dst, 0, len(data)) != data
+
+
+def test_close_waits_for_every_copy_before_releasing_the_memory() -> None:
+    dev = DeferredCopyDevice()
+    ring = StagingRing(dev, 2, 4096)
+    dst = dev.alloc(4096)
+    slot = ring.acquire()
+    slot.view[:] = b"\x5a" * 4096
+    dev.copy_h2d(dst, 0, slot.view, asynchronous=True)
+    ring.release(slot)
+    assert dev.in_flight == 1
+    ring.close()
+    assert dev.in_flight == 0 and dev.read_back(dst, 0, 4096) == b"\x5a" * 4096
+    ring.close()  # idempotent
+
+
+def test_a_view_kept_past_close_is_a_leak_unless_on_an_error_path(device: Any) -> None:
+    ring = StagingRing(device, 2, 4096)
+    kept = ring.acquire().view[:10]
+    with pytest.raises(BufferError):
+        ring.close()
+    kept.release()
+    other = StagingRing(device, 2, 4096)
+    kept = other.acquire().view[:10]
+    other.close(strict=False)  # the error path: unmapped when the last view goes
+    kept.release()
+
+
+def test_acquire_gives_up_when_stopped(device: Any) -> None:
+    ring = StagingRing(device, 1, 4096)
+    held = ring.acquire()
+    stop = threading.Event()
+    threading.Timer(0.1, stop.set).start()
+    assert ring.acquire(stop) is None
+    ring.release(held)
+    assert ring.acquire(threading.Event()) is held  # a free slot comes back at once
+    ring.release(held)
+    ring.close()
+
+
+def test_ring_rejects_an_empty_shape(device: Any) -> None:
+    for slots, size in ((0, 4096), (2, 0)):
+        with pytest.raises(ValueError, match="slots >= 1"):
+            StagingRing(device, slots, size)
+
+
+# --- provisioning: where the memory comes from, and that it all goes back ---------------------------
+
+
+@pytest.mark.parametrize("prefix", ["cuda", "hip"])
+def test_ring_registers_huge_page_aligned_anonymous_memory_and_releases_it(prefix: str) -> None:
+    dev, fake = open_fake(prefix)
+    fake.calls.clear()
+    ring = StagingRing(dev, 5, 3 << 20)
+    registered = [args for name, args in fake.calls if name.endswith("HostRegister")]
+    assert ring.how == "registered" and len(registered) == 1
+    addr, size, _ = registered[0]
+    assert addr % HUGE_PAGE == 0 and size == 5 * (3 << 20)
+    assert not fake.host_mem  # no cudaHostAlloc
+    slot = ring.acquire()
+    ring.release(slot)
+    ring.release(ring.acquire())
+    ring.close()
+    names = fake.names()
+    assert names.count("EventCreate") == 5 and names.count("EventDestroy") == 5  # one event per slot, kept
+    assert names.count("EventRecord") == 2 and names.count("HostUnregister") == 1
+    assert not fake.registered and not fake.events
+
+
+@pytest.mark.parametrize("prefix", ["cuda", "hip"])
+def test_ring_falls_back_to_alloc_pinned_when_registration_is_refused(prefix: str) -> None:
+    dev, fake = open_fake(prefix, fail={f"{prefix}HostRegister": "ErrorMemoryAllocation"})
+    ring = StagingRing(dev, 2, 4096)
+    assert ring.how == "pinned" and len(fake.host_mem) == 1
+    ring.close()
+    assert not fake.host_mem
+    forced = StagingRing(dev, 2, 4096, source="alloc")
+    assert forced.how == "pinned"
+    forced.close()
+    with pytest.raises(ValueError, match="staging source"):
+        StagingRing(dev, 2, 4096, source="tmpfs")
+
+
+def test_host_ring_without_mlock_says_it_is_not_page_locked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import workbench.upload.host as host
+
+    monkeypatch.setattr(host, "_mlock", lambda addr, n: False)  # as under RLIMIT_MEMLOCK, without root
+    ring = StagingRing(host.HostDevice(), 2, 4096)
+    assert ring.how == "unlocked" and not ring.block.locked and "NOT page-locked" in ring.describe()
+    ring.close()
+
+
+# --- fences on the GPU backend: one driver event per fence, re-recorded ------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["cuda", "hip"])
+def test_fence_call_sequence(prefix: str) -> None:
+    dev, fake = open_fake(prefix)
+    fake.calls.clear()
+    fence = dev.create_fence()
+    dev.wait_fence(fence)  # never recorded: nothing to wait for
+    dev.record_fence(fence)
+    dev.record_fence(fence)
+    dev.wait_fence(fence)
+    dev.wait_fence(fence)
+    kept = dev.create_fence()
+    dev.record_fence(kept)
+    dev.destroy_fence(fence)
+    assert fake.names() == ["EventCreate", "EventRecord", "EventRecord", "EventSynchronize", "EventCreate",
+                            "EventRecord", "EventDestroy"]
+    fake.calls.clear()
+    dev.close()  # waits for and destroys the fence still alive
+    assert fake.names() == ["DeviceSynchronize", "EventSynchronize", "EventDestroy", "StreamDestroy"]
+    assert not fake.events
+
+
+# --- one device allocation carved into buffers --------------------------------------------------------
+
+
+def test_alloc_many_buffers_are_aligned_separate_and_bounded(device: Any) -> None:
+    sizes = [5, 0, 4097, 1, 300]
+    bufs = device.alloc_many(sizes)
+    assert [b.nbytes for b in bufs] == sizes
+    live = [b for b in bufs if b.nbytes]
+    assert all((b.ptr - live[0].ptr) % 256 == 0 for b in live)  # the base: the runtime's own alignment
+    if not isinstance(getattr(device, "module", None), FakeRuntime):  # the fakes' memory is ctypes'
+        assert live[0].ptr % 256 == 0
+    spans = sorted((b.ptr, b.ptr + b.nbytes) for b in live)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))  # no overlap
+    datas = [pattern(n, seed=i) for i, n in enumerate(sizes)]
+    for b, d in zip(bufs, datas):
+        device.copy_h2d(b, 0, d)
+    with pytest.raises(ValueError, match="overruns"):
+        device.copy_h2d(bufs[0], 0, b"x" * 6)  # bounded by its own size, not the allocation's
+    device.synchronize()
+    assert [device.read_back(b, 0, b.nbytes) for b in bufs] == datas
+    for b in bufs:
+        device.free(b)
+    assert all(b.freed for b in bufs)
+
+
+@pytest.mark.parametrize("prefix", ["cuda", "hip"])
+def test_alloc_many_is_one_malloc_freed_with_the_last_buffer(prefix: str) -> None:
+    dev, fake = open_fake(prefix)
+    fake.calls.clear()
+    bufs = dev.alloc_many([100, 3000, 7])
+    assert fake.names() == ["Malloc"] and fake.calls[0][1] == (256 + 3072 + 7,)
+    dev.free(bufs[1])
+    dev.free(bufs[1])
+    dev.free(bufs[0])
+    assert "Free" not in fake.names() and len(fake.device_mem) == 1
+    dev.free(bufs[2])
+    assert fake.names().count("Free") == 1 and not fake.device_mem
+    leftover = dev.alloc_many([8, 8])
+    dev.close()  # frees the allocation once, through its buffers
+    assert all(b.freed for b in leftover) and not fake.device_mem
+
+
+def test_alloc_many_of_nothing(device: Any) -> None:
+    assert device.alloc_many([]) == []
+    empty = device.alloc_many([0, 0])
+    assert [b.nbytes for b in empty] == [0, 0]
+    assert device.read_back(empty[0], 0, 0) == b""
+    if isinstance(device, GpuDevice) and isinstance(device.module, FakeRuntime):
+        assert "Malloc" not in device.module.names()
+
+
+def test_a_deferred_copy_reads_its_source_when_it_runs() -> None:
+    # The property every fence test relies on: the device copies the source as it is at wait time.
+    dev = DeferredCopyDevice()
+    src = np.frombuffer(bytearray(b"a" * 64), dtype=np.uint8)
+    dst = dev.alloc(64)
+    dev.copy_h2d(dst, 0, src, asynchronous=True)
+    src[:] = ord("b")
+    dev.synchronize()
+    assert dev.read_back(dst, 0, 64) == b"b" * 64
