@@ -86,7 +86,8 @@ class GpuEvent:
 def host_address(src: Any) -> tuple[int, int]:
     """Address and length of any contiguous buffer (bytes, bytearray, read-only mmap memoryview)."""
     arr = np.frombuffer(src, dtype=np.uint8)
-    return int(arr.ctypes.data), int(arr.nbytes)
+    # __array_interface__ rather than .ctypes.data: half the cost, and this runs once per copy
+    return int(arr.__array_interface__["data"][0]), int(arr.nbytes)
 
 
 def _error_name(err: Any) -> str:
@@ -184,6 +185,10 @@ class GpuDevice(Device):
         self.ordinal, self.label = ordinal, f"{self.name}:{ordinal}"
         self._instance = next(_instances)
         self.module = module if module is not None else self.load_module()
+        p = self.runtime.prefix
+        self._success = getattr(getattr(self.module, f"{p}Error_t"), f"{p}Success")
+        self._fns: dict[str, Callable[..., Any]] = {}
+        self._kinds: dict[str, Any] = {}
         count = self._call("device_count")
         if not 0 <= ordinal < count:
             raise BackendUnavailable(self.name, f"no device {ordinal}: {count} present")
@@ -198,7 +203,17 @@ class GpuDevice(Device):
         self._closed = False
 
     def _call(self, role: str, *args: Any) -> Any:
-        return call_runtime(self.module, self.runtime, self.label, role, *args)
+        """:func:`call_runtime` with the function and the success code looked up once per device:
+        reader threads issue thousands of calls per load, and the GIL is held between them."""
+        fn = self._fns.get(role)
+        if fn is None:
+            fn = self._fns[role] = getattr(self.module, self.runtime.calls[role])
+        result = fn(*args)
+        err, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+        if err != self._success:
+            raise DeviceError(self.label, self.runtime.calls[role], _error_name(err),
+                              describe_error(self.module, self.runtime, err))
+        return rest[0] if len(rest) == 1 else (rest or None)
 
     def _use(self) -> None:
         """Make this ordinal current on the calling thread (the runtime's current device is per thread)."""
@@ -207,8 +222,11 @@ class GpuDevice(Device):
             setattr(_current, self.name, self._instance)
 
     def _kind(self, direction: str) -> Any:
-        p = self.runtime.prefix
-        return getattr(getattr(self.module, f"{p}MemcpyKind"), f"{p}Memcpy{direction}")
+        kind = self._kinds.get(direction)
+        if kind is None:
+            p = self.runtime.prefix
+            kind = self._kinds[direction] = getattr(getattr(self.module, f"{p}MemcpyKind"), f"{p}Memcpy{direction}")
+        return kind
 
     def info(self) -> DeviceInfo:
         if self._info is None:
