@@ -91,3 +91,13 @@ def test_synth_layout_defaults_to_dense_and_sizes_use_a_unit_that_fits(tmp_path)
     from workbench.cli.commands.formats import _size
 
     assert [_size(n) for n in (512, 4096, 3 << 20, 5 << 30)] == ["512 B", "4.0 KiB", "3.0 MiB", "5.00 GiB"]
+
+
+def test_synth_bf16_and_a_refused_shape(tmp_path):
+    out = tmp_path / "m.safetensors"
+    res = invoke("synth", str(out), "--format", "safetensors", "--layout", "dense", "--size", "1MiB", "--dtype", "bf16")
+    assert res.exit_code == 0, res.output
+    assert {t.dtype for t in open_index(out)} == {"BF16"}
+    res = invoke("synth", str(tmp_path / "y.safetensors"), "--format", "safetensors", "--layout", "dense",
+                 "--size", "1MiB", "--shape", "llama3-8b")
+    assert res.exit_code == 2 and "too small for a llama3-8b" in res.stderr

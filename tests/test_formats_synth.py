@@ -115,3 +115,45 @@ def test_synth_creates_missing_parent_directories(tmp_path):
     out = tmp_path / "data" / "models" / "m.gguf"
     index = write_synthetic(out, format="gguf", layout="dense", size=256 << 10)
     assert out.is_file() and index.path == str(out)
+
+
+def test_bf16_safetensors_is_bf16_throughout_and_finite(tmp_path):
+    from workbench.formats import open_index
+
+    path = tmp_path / "m.safetensors"
+    index = write_synthetic(path, format="safetensors", layout="dense", size=1 << 20, dtype="bf16", seed=2)
+    assert {t.dtype for t in index} == {"BF16"} and open_index(path).nbytes == index.nbytes
+    raw = np.frombuffer(path.read_bytes(), dtype=np.uint8)
+    for t in index:
+        words = raw[t.offset : t.offset + t.nbytes].view(np.uint16)
+        as_f32 = (words.astype(np.uint32) << 16).view(np.float32)  # bf16 is the top half of an f32
+        assert np.isfinite(as_f32).all() and (np.abs(as_f32) < 2).all()
+        assert len(np.unique(words)) > min(100, words.size // 2)  # random, not a pattern
+
+
+def test_llama3_8b_shape_fills_the_size_with_layers():
+    from workbench.formats.synth_layout import plan_model
+
+    specs, meta = plan_model("safetensors", "dense", 8 << 30, 8, 32, None, "bf16", "llama3-8b")
+    by_name = {s.name: s for s in specs}
+    assert len(specs) == 129 and meta["llama.block_count"] == 14  # the H200 profile's file
+    assert sum(s.nbytes for s in specs) == 8_208_490_496
+    assert by_name["model.embed_tokens.weight"].shape == (128256, 4096)
+    assert by_name["model.layers.0.self_attn.k_proj.weight"].shape == (1024, 4096)
+    assert by_name["model.layers.13.mlp.down_proj.weight"].shape == (4096, 14336)
+    assert meta["shape"] == "llama3-8b" and meta["dtype"] == "bf16"
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(format="safetensors", layout="dense", size=1 << 30, shape="llama3-8b"), "too small for a llama3-8b"),
+    (dict(format="safetensors", layout="moe", size=8 << 30, shape="llama3-8b"), "dense model's shape"),
+    (dict(format="safetensors", layout="dense", size=1 << 20, shape="gpt2"), "not one of llama3-8b"),
+    (dict(format="gguf", layout="dense", size=1 << 20, dtype="bf16"), "quant mix"),
+    (dict(format="safetensors", layout="dense", size=1 << 20, dtype="fp8"), "one of f16, bf16"),
+])
+def test_dtype_and_shape_refusals_say_why(tmp_path, kw, match):
+    from workbench.errors import ParamError
+
+    with pytest.raises(ParamError, match=match):
+        write_synthetic(tmp_path / "x", **kw)
+    assert not list(tmp_path.iterdir())  # nothing half-written

@@ -15,7 +15,9 @@ data region's remainder; at ``alignment >= 64`` that is 0 (copy-free O_DIRECT pl
 and below 64 the header is padded so the data region starts an odd multiple of the alignment past a
 64-byte boundary — the files whose experts would under-align the compute kernels, where placement
 must decline. (A real file at the default 32 lands either way, depending on its header length.)
-safetensors uses F16 matrices and F32 norms (dtypes numpy, and so the safetensors package, can read).
+safetensors uses F16 matrices and F32 norms (dtypes numpy, and so the safetensors package, can read),
+or with ``dtype="bf16"`` BF16 everywhere, as real checkpoints ship. ``shape="llama3-8b"`` takes a real
+model's dimensions instead of the ladder (the layer count still fills the size).
 
 Content: tensor ``i`` is PCG64 seeded by ``(seed, i)``, generated and written in 8 MiB chunks, so
 memory stays bounded whatever the size. The top exponent bit of every float is cleared so every value
@@ -42,7 +44,7 @@ _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 
           "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 # Bytes per quant block and where its float scales sit, to keep values finite (see _make_finite).
-_BLOCK = {"Q4_0": 18, "Q8_0": 34, "F16": 2, "F32": 4, "U8": 1, "I8": 1}
+_BLOCK = {"Q4_0": 18, "Q8_0": 34, "F16": 2, "BF16": 2, "F32": 4, "U8": 1, "I8": 1}
 
 
 def parse_size(text: str | int) -> int:
@@ -61,7 +63,8 @@ def parse_size(text: str | int) -> int:
 
 def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, size: int,
                     experts: int = 8, alignment: int = 32, seed: int = 0,
-                    expert_layout: str | None = None) -> TensorIndex:
+                    expert_layout: str | None = None, dtype: str = "f16",
+                    shape: str | None = None) -> TensorIndex:
     """Write a synthetic model file of about ``size`` bytes and return its index.
 
     Parameters
@@ -84,9 +87,16 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
     expert_layout
         MoE safetensors only: ``"split"`` (default; one tensor per expert) or ``"stacked"`` (gpt-oss
         style, one tensor per layer and projection). GGUF experts are always stacked.
+    dtype
+        safetensors only: ``"f16"`` (F16 matrices, F32 norms) or ``"bf16"`` (every tensor BF16, as
+        real checkpoints ship).
+    shape
+        ``None`` (dimensions from a ladder of real sizes) or a real dense model's dimensions by name
+        (``"llama3-8b"``: hidden 4096, FFN 14336, vocabulary 128256); the layer count fills ``size``
+        (8 GiB → 14 layers, 129 tensors, 8.21 GB).
     """
     _check_args(format, layout, size, experts, alignment, seed)
-    specs, meta = plan_model(format, layout, size, experts, alignment, expert_layout)
+    specs, meta = plan_model(format, layout, size, experts, alignment, expert_layout, dtype, shape)
     path = os.fspath(path)
     tmp = path + ".partial"
     try:
@@ -211,7 +221,7 @@ def _write_content(f: BinaryIO, spec: TensorSpec, seed: int, index: int) -> None
 
 def _make_finite(buf: np.ndarray, dtype: str) -> None:
     """Clear the top exponent bit of every float (and quant block scale): no inf, no NaN, |x| < 2."""
-    if dtype == "F16":
+    if dtype in ("F16", "BF16"):  # both keep the exponent's top bit at bit 14
         buf.view(np.uint16)[...] &= 0xBFFF
     elif dtype == "F32":
         buf.view(np.uint32)[...] &= 0xBFFFFFFF

@@ -24,11 +24,16 @@ _MIN_VOCAB = 256
 _VOCAB_UNIT = 64
 _HEADER_PER_TENSOR = 160  # generous estimate of one tensor's header entry (GGUF info / JSON)
 _HEADER_FIXED = 1024
-_BLOCKS = {"Q4_0": (32, 18), "Q8_0": (32, 34), "F32": (1, 4), "F16": (1, 2)}
-_DTYPES = {
-    "gguf": {"matrix": "Q4_0", "embed": "Q8_0", "norm": "F32", "router": "F32", "bias": "F32"},
-    "safetensors": {"matrix": "F16", "embed": "F16", "norm": "F32", "router": "F32", "bias": "F16"},
+_BLOCKS = {"Q4_0": (32, 18), "Q8_0": (32, 34), "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2)}
+_DTYPES = {  # (format, dtype option) → dtype per kind of tensor
+    ("gguf", "f16"): {"matrix": "Q4_0", "embed": "Q8_0", "norm": "F32", "router": "F32", "bias": "F32"},
+    ("safetensors", "f16"): {"matrix": "F16", "embed": "F16", "norm": "F32", "router": "F32", "bias": "F16"},
+    # as real bf16 checkpoints ship: every tensor bf16, norms included
+    ("safetensors", "bf16"): {"matrix": "BF16", "embed": "BF16", "norm": "BF16", "router": "BF16", "bias": "BF16"},
 }
+DTYPES = ("f16", "bf16")
+# Real models' dimensions, for files shaped like one: the layer count still fills the size.
+SHAPES = {"llama3-8b": {"hidden": 4096, "ff": 14336, "vocab": 128256}}
 _ARCH = {"dense": "llama", "moe": "qwen2moe"}
 
 
@@ -52,6 +57,7 @@ class Dims:
     experts: int
     matrix_dtype: str = "Q4_0"
     expert_layout: str = "stacked"  # GGUF always; safetensors "split" (one tensor per expert) or "stacked"
+    ff_dim: int = 0  # a real model's FFN width; 0: derived from hidden
 
     @property
     def head_dim(self) -> int:
@@ -63,7 +69,7 @@ class Dims:
 
     @property
     def ff(self) -> int:
-        return _round_up(self.hidden * 8 // 3, 64)
+        return self.ff_dim or _round_up(self.hidden * 8 // 3, 64)
 
     @property
     def expert_ff(self) -> int:
@@ -78,25 +84,50 @@ class Dims:
 
 
 def plan_model(fmt: str, layout: str, size: int, experts: int, alignment: int,
-               expert_layout: str | None = None) -> tuple[list[TensorSpec], dict[str, int | str]]:
+               expert_layout: str | None = None, dtype: str = "f16",
+               shape: str | None = None) -> tuple[list[TensorSpec], dict[str, int | str]]:
     """Tensor specs in file order and the metadata describing them, for a file of about ``size``.
 
     ``expert_layout``: GGUF experts are always ``"stacked"``; safetensors defaults to ``"split"``
     (one tensor per expert) and takes ``"stacked"`` (gpt-oss style, one tensor per layer).
+    ``dtype``: safetensors ``"f16"`` (F16 matrices, F32 norms) or ``"bf16"`` (every tensor BF16).
+    ``shape``: a name from :data:`SHAPES` fixes hidden, FFN and vocabulary sizes to a real model's
+    (dense only); the layer count fills the size.
     """
+    dtypes = _check_dtype_shape(fmt, layout, dtype, shape)
     align = alignment if fmt == "gguf" else 1  # safetensors packs tensors back to back
-    proto = Dims(0, 1, 1, experts, _DTYPES[fmt]["matrix"], _expert_layout(fmt, expert_layout))
-    hidden = _pick_hidden(fmt, layout, size, proto, align)
-    proto = replace(proto, hidden=hidden)
-    per_layer, row, fixed = _costs(fmt, layout, proto, align)
-    layers = (size - fixed - _MIN_VOCAB * row) // per_layer
+    proto = Dims(0, 1, 1, experts, dtypes["matrix"], _expert_layout(fmt, expert_layout))
+    if shape is None:
+        proto = replace(proto, hidden=_pick_hidden(fmt, layout, size, proto, align, dtypes))
+    else:
+        real = SHAPES[shape]
+        proto = replace(proto, hidden=real["hidden"], ff_dim=real["ff"], vocab=real["vocab"])
+    per_layer, row, fixed = _costs(fmt, layout, proto, align, dtypes)
+    vocab_floor = _MIN_VOCAB if shape is None else proto.vocab
+    layers = (size - fixed - vocab_floor * row) // per_layer
     if layers < 1:
-        need = fixed + _MIN_VOCAB * row + per_layer
-        raise ParamError("synth", "size", f"{size} bytes is too small for a {layout} {fmt} model with "
+        need = fixed + vocab_floor * row + per_layer
+        what = f"{shape}-shaped" if shape else f"{layout} {fmt}"
+        raise ParamError("synth", "size", f"{size} bytes is too small for a {what} model with "
                                           f"these settings (at least {need} bytes)")
-    vocab = max(_MIN_VOCAB, (size - fixed - layers * per_layer) // row // _VOCAB_UNIT * _VOCAB_UNIT)
+    vocab = proto.vocab if shape else max(
+        _MIN_VOCAB, (size - fixed - layers * per_layer) // row // _VOCAB_UNIT * _VOCAB_UNIT)
     dims = replace(proto, layers=layers, vocab=vocab)
-    return model_specs(fmt, layout, dims), _metadata(layout, dims, size)
+    meta = _metadata(layout, dims, size)
+    meta.update({"dtype": dtype, **({"shape": shape} if shape else {})})
+    return model_specs(fmt, layout, dims, dtypes), meta
+
+
+def _check_dtype_shape(fmt: str, layout: str, dtype: str, shape: str | None) -> dict[str, str]:
+    if (fmt, dtype) not in _DTYPES:
+        why = (f"one of {', '.join(DTYPES)}" if dtype not in DTYPES else
+               "GGUF files use their quant mix (Q4_0/Q8_0/F32); the dtype applies to safetensors")
+        raise ParamError("synth", "dtype", f"{dtype!r}: {why}")
+    if shape is not None and shape not in SHAPES:
+        raise ParamError("synth", "shape", f"{shape!r} is not one of {', '.join(SHAPES)}")
+    if shape is not None and layout != "dense":
+        raise ParamError("synth", "shape", f"{shape!r} is a dense model's shape, not a {layout} one")
+    return _DTYPES[(fmt, dtype)]
 
 
 def _expert_layout(fmt: str, expert_layout: str | None) -> str:
@@ -110,14 +141,14 @@ def _expert_layout(fmt: str, expert_layout: str | None) -> str:
     return expert_layout
 
 
-def model_specs(fmt: str, layout: str, dims: Dims) -> list[TensorSpec]:
+def model_specs(fmt: str, layout: str, dims: Dims, dtypes: dict[str, str] | None = None) -> list[TensorSpec]:
     """Every tensor of the model, in the order it is written."""
     names = _GGUF_NAMES if fmt == "gguf" else _ST_NAMES
     entries = [(names["embed"], "embed", (dims.vocab, dims.hidden))]
     for layer in range(dims.layers):
         entries += _layer_roles(fmt, layout, dims, names, layer)
     entries += [(names["norm"], "norm", (dims.hidden,)), (names["head"], "embed", (dims.vocab, dims.hidden))]
-    dt = _DTYPES[fmt]
+    dt = dtypes or _DTYPES[(fmt, "f16")]
     return [TensorSpec(name, shape, dt[kind], _nbytes(dt[kind], shape)) for name, kind, shape in entries]
 
 
@@ -142,21 +173,20 @@ def _layer_roles(fmt: str, layout: str, d: Dims, names: dict[str, str],
                     (n("up_shexp"), "matrix", (fs, h)), (n("down_shexp"), "matrix", (h, fs))]
 
 
-def _pick_hidden(fmt: str, layout: str, size: int, proto: Dims, align: int) -> int:
+def _pick_hidden(fmt: str, layout: str, size: int, proto: Dims, align: int, dtypes: dict[str, str]) -> int:
     """The largest ladder hidden size that leaves room for the target layer count."""
     best = _LADDER[0]
     for hidden in _LADDER:
-        per_layer, row, fixed = _costs(fmt, layout, replace(proto, hidden=hidden), align)
+        per_layer, row, fixed = _costs(fmt, layout, replace(proto, hidden=hidden), align, dtypes)
         if fixed + _MIN_VOCAB * row + _TARGET_LAYERS * per_layer <= size:
             best = hidden
     return best
 
 
-def _costs(fmt: str, layout: str, one: Dims, align: int) -> tuple[int, int, int]:
+def _costs(fmt: str, layout: str, one: Dims, align: int, dt: dict[str, str]) -> tuple[int, int, int]:
     """(bytes per layer, bytes per vocabulary row, fixed bytes) including padding and header."""
     names = _GGUF_NAMES if fmt == "gguf" else _ST_NAMES
     layer = _layer_roles(fmt, layout, one, names, 0)
-    dt = _DTYPES[fmt]
     hidden = one.hidden
     per_layer = sum(_round_up(_nbytes(dt[k], s), align) + _HEADER_PER_TENSOR for _, k, s in layer)
     row = 2 * _nbytes(dt["embed"], (1, hidden))

@@ -31,14 +31,20 @@ def _size(n: int) -> str:
 @click.option("--expert-layout", type=click.Choice(["stacked", "split"]), default=None,
               help="MoE safetensors: one tensor per expert (split, the default) or gpt-oss style "
                    "experts.gate_up_proj/down_proj holding a layer's experts (stacked). GGUF is always stacked.")
+@click.option("--dtype", type=click.Choice(["f16", "bf16"]), default="f16", show_default=True,
+              help="safetensors: F16 matrices with F32 norms, or every tensor BF16 (as real checkpoints).")
+@click.option("--shape", type=click.Choice(["llama3-8b"]), default=None,
+              help="A real dense model's dimensions (the layer count fills --size: 8GiB gives 14 layers, "
+                   "129 tensors); default: dimensions from a ladder of real sizes.")
 def synth(out: str, fmt: str, layout: str, size: str, experts: int, alignment: int, seed: int,
-          expert_layout: str | None) -> None:
+          expert_layout: str | None, dtype: str, shape: str | None) -> None:
     """Write a synthetic dense or MoE model file with deterministic pseudo-random content."""
     from workbench.formats.synth import parse_size, write_synthetic
 
     t0 = time.perf_counter()
     index = write_synthetic(out, format=fmt, layout=layout, size=parse_size(size), experts=experts,
-                            alignment=alignment, seed=seed, expert_layout=expert_layout)
+                            alignment=alignment, seed=seed, expert_layout=expert_layout, dtype=dtype,
+                            shape=shape)
     dt = time.perf_counter() - t0
     blobs = f", {len(index.blobs)} expert blobs" if index.blobs else ""
     click.echo(f"wrote {index.path}: {fmt} {layout}, {index.size:,} bytes ({_size(index.size)}), "
