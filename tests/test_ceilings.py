@@ -83,3 +83,37 @@ WALLS = {"cold_read_buffered_1t": 1.7, "cold_read_buffered_4t": 2.0, "cold_read_
 def test_bounding_wall_follows_what_the_load_did(state, path, want) -> None:
     load_path = None if path is None else LoadPath.from_json(path)
     assert bounding_ceiling(WALLS, state, "cuda:0", load_path) == want
+
+
+FILE_WALLS = {**WALLS, "cold_read_file_8t": 1.86, "cold_read_file_16t": 1.79, "page_cache_read_file_8t": 44.0,
+              "page_cache_read_file_16t": 41.0}  # whole 8 GB file, profile run 1 (cold: below the 2 GiB region)
+
+
+@pytest.mark.parametrize("state, path, want", [
+    ("cold", {"readers": 8}, ("cold_read_file_8t", 1.86)),  # the whole file, not the faster region read
+    ("cold", None, ("cold_read_file_8t", 1.86)),
+    ("cold", {"readers": 1, "direct": True}, ("cold_read_direct_4t", 1.4)),  # O_DIRECT: its own wall
+    ("warm", {"readers": 16, "copy_from": "pinned"}, ("page_cache_read_file_16t", 41.0)),
+    ("warm", {"readers": 12, "copy_from": "pinned"}, ("page_cache_read_file_8t", 44.0)),
+    ("warm", {"readers": 1, "copy_from": "pinned"}, ("page_cache_read_1t", 7.6)),  # no whole-file 1-reader wall
+    ("warm", {"readers": 0, "copy_from": "registered"}, ("page_cache_read_file_8t", 44.0)),  # mmap register=1
+    ("warm", None, ("page_cache_read_file_8t", 44.0)),
+])
+def test_whole_file_walls_bound_loads_of_that_file(state, path, want) -> None:
+    load_path = None if path is None else LoadPath.from_json(path)
+    assert bounding_ceiling(FILE_WALLS, state, "cuda:0", load_path) == want
+
+
+def test_whole_file_reads_are_measured_cold_and_warm(tmp_path: Path) -> None:
+    from workbench.io.pagecache import resident_fraction
+
+    model = tmp_path / "m.bin"
+    model.write_bytes(bytes(range(256)) * (12 * 4096 + 5))
+    report = measure_ceilings(tmp_path, devices=(), size=4 * MiB, threads=[1], file=model, file_threads=[1, 2],
+                              record=False, lock_dir=tmp_path / "locks")
+    by_name = {c.name: c for c in report.ceilings}
+    assert by_name["page_cache_read_file_2t"].detail["bytes"] == model.stat().st_size
+    assert by_name["page_cache_read_file_1t"].detail["file"] == str(model)
+    cold = {"cold_read_file_1t", "cold_read_file_2t"}
+    assert cold <= set(by_name) or cold <= {n for n, _ in report.skipped}  # a cache that cannot be dropped
+    assert resident_fraction(str(model)) == 1.0  # left warm

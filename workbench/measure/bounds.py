@@ -32,14 +32,20 @@ def bounding_ceiling(walls: Mapping[str, float], state: str | None, device: str,
     hit the disk whatever the cache holds, so they are bounded by it in the warm state too.
     warm → min(page-cache read with the load's number of reader threads, host→device copy from the
     memory the load copied from). Without ``path`` the best wall of each kind (the optimistic bound).
+    A read of the whole model file (``*_read_file_*``, measured with ``measure_ceilings(file=...)``)
+    is preferred for buffered reads when recorded: it is the same size and place as the load's.
     """
     if state not in ("cold", "warm"):
         return None
     if state == "cold" or (path is not None and path.direct):
         kind = "" if path is None else "direct_" if path.direct else "buffered_"
-        return _best_wall(walls, f"cold_read_{kind}") or _best_wall(walls, "cold_read_")
+        whole = None if kind == "direct_" else _best_wall(walls, "cold_read_file_")
+        return whole or _best_wall(walls, f"cold_read_{kind}") or _best_wall(walls, "cold_read_")
     readers = None if path is None else path.readers
-    cache = _threads_wall(walls, "page_cache_read_", readers) or _best_wall(walls, "page_cache_read_")
+    # no reader threads (readers 0: the copy itself reads the pages) or unknown: the best of its kind
+    whole = _best_wall(walls, "page_cache_read_file_") if not readers else \
+        _threads_wall(walls, "page_cache_read_file_", readers, fewer_only=True)
+    cache = whole or _threads_wall(walls, "page_cache_read_", readers) or _best_wall(walls, "page_cache_read_")
     copy_from = None if path is None else path.copy_from
     source = {"mmap": "pageable"}.get(copy_from or "", copy_from)
     prefix = f"h2d_{backend_of(device)}_"
@@ -53,8 +59,10 @@ def _best_wall(walls: Mapping[str, float], prefix: str) -> tuple[str, float] | N
     return max(hits, key=lambda h: h[1]) if hits else None
 
 
-def _threads_wall(walls: Mapping[str, float], prefix: str, readers: int | None) -> tuple[str, float] | None:
-    """The ``<prefix><N>t`` wall with the most threads not above ``readers`` (else the fewest)."""
+def _threads_wall(walls: Mapping[str, float], prefix: str, readers: int | None,
+                  fewer_only: bool = False) -> tuple[str, float] | None:
+    """The ``<prefix><N>t`` wall with the most threads not above ``readers`` (else the fewest, unless
+    ``fewer_only``: a whole-file wall read with more threads than the load had does not bound it)."""
     if not readers:
         return None
     measured = {}
@@ -65,4 +73,6 @@ def _threads_wall(walls: Mapping[str, float], prefix: str, readers: int | None) 
     if not measured:
         return None
     fitting = [n for n in measured if n <= readers]
+    if not fitting and fewer_only:
+        return None
     return measured[max(fitting) if fitting else min(measured)]

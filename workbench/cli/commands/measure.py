@@ -264,8 +264,10 @@ def _per_command(values: Sequence[str], n: int, option: str) -> list[str | None]
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
               help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ceilings as JSON.")
+@click.option("--file", "model_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Also read this model file whole, cold and warm (the walls its loads are held against).")
 def ceilings(directory: str | None, devices: tuple[str, ...], size: str, threads: int | None,
-             ledger_path: str | None, as_json: bool) -> None:
+             ledger_path: str | None, as_json: bool, model_file: str | None) -> None:
     """Measure this machine's bandwidth walls and store them in the ledger for this host."""
     from workbench.formats.synth import parse_size
     from workbench.measure.ceilings import measure_ceilings, thread_counts
@@ -276,7 +278,7 @@ def ceilings(directory: str | None, devices: tuple[str, ...], size: str, threads
     say = None if as_json else (lambda msg: click.echo(f"measuring {msg} …", err=True))
     report = measure_ceilings(directory, devices=devices or ("host",), size=parse_size(size),
                               threads=thread_counts(threads) if threads else None, ledger=ledger,
-                              progress=say)
+                              progress=say, file=model_file)
     if as_json:
         click.echo(json.dumps({**report.to_json(), "ledger": str(ledger.path)}, indent=2))
         return
