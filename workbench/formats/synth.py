@@ -29,7 +29,7 @@ import json
 import math
 import os
 import re
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
@@ -193,8 +193,32 @@ def _write_safetensors(path: str, specs: list[TensorSpec], meta: dict[str, int |
     with open(path, "wb") as f:
         f.write(len(raw).to_bytes(8, "little"))
         f.write(raw)
-        for i, s in enumerate(specs):
-            _write_content(f, s, seed, i)
+        _write_tensors_parallel(f.fileno(), f.tell(), specs, seed)
+
+
+def _write_tensors_parallel(fd: int, start: int, specs: list[TensorSpec], seed: int) -> None:
+    """Each tensor at its offset from a small thread pool (the generator, the masking and pwrite all
+    release the GIL): an 8 GB file in a few seconds instead of one core's ~1 GB/s. Same bytes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    offsets, pos = [], start
+    for s in specs:
+        offsets.append(pos)
+        pos += s.nbytes
+    os.ftruncate(fd, pos)
+
+    def write_one(i: int) -> None:
+        at = offsets[i]
+        for chunk in _content_chunks(specs[i], seed, i):
+            view, done = memoryview(chunk), 0
+            while done < len(view):
+                done += os.pwrite(fd, view[done:], at + done)
+            at += len(view)
+
+    workers = max(1, min(8, len(os.sched_getaffinity(0)), len(specs)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in [pool.submit(write_one, i) for i in sorted(range(len(specs)), key=lambda k: -specs[k].nbytes)]:
+            future.result()  # the first error, after every write was started
 
 
 def _round_up(x: int, n: int) -> int:
@@ -206,7 +230,13 @@ def _pad(f: BinaryIO, alignment: int) -> None:
 
 
 def _write_content(f: BinaryIO, spec: TensorSpec, seed: int, index: int) -> None:
-    """Stream ``spec.nbytes`` pseudo-random bytes from PCG64(seed, index), chunk by chunk."""
+    """Stream the tensor's content to ``f`` at its position."""
+    for chunk in _content_chunks(spec, seed, index):
+        f.write(memoryview(chunk))
+
+
+def _content_chunks(spec: TensorSpec, seed: int, index: int) -> Iterator[np.ndarray]:
+    """``spec.nbytes`` pseudo-random bytes from PCG64(seed, index), chunk by chunk (bounded memory)."""
     bits = np.random.PCG64(np.random.SeedSequence([seed, index]))
     unit = math.lcm(8, _BLOCK[spec.dtype])  # whole blocks and whole 64-bit words per chunk
     chunk = max(unit, CHUNK_BYTES // unit * unit)
@@ -215,7 +245,7 @@ def _write_content(f: BinaryIO, spec: TensorSpec, seed: int, index: int) -> None
         n = min(chunk, left)
         buf = bits.random_raw(-(-n // 8)).view(np.uint8)[:n]
         _make_finite(buf, spec.dtype)
-        f.write(memoryview(buf))
+        yield buf
         left -= n
 
 

@@ -26,6 +26,7 @@ class SafetensorsPeerParams(BaseParams):
 
 class SafetensorsPeerStrategy(Strategy):
     name: ClassVar[str] = "peer-safetensors"
+    kind: ClassVar[str] = "peer"  # a reference to beat, not a technique: benchmarks pick peers up by it
     summary: ClassVar[str] = "reference: the safetensors package's safe_open(framework='numpy') reads each tensor, then upload"
     Params: ClassVar[type] = SafetensorsPeerParams
 

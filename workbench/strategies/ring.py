@@ -185,7 +185,9 @@ class RingStrategy(Strategy):
         evictor = Evictor(ctx, ctx.open_fd())
         resident = probe_resident(ctx)
         warm = resident >= p.gate
+        t0 = time.perf_counter_ns()
         bufs = ctx.place_all() if p.arena else [ctx.place(t) for t in ctx.tensors]
+        ctx.count("alloc_us", (time.perf_counter_ns() - t0) // 1000)
         lo, hi = ctx.data_range
         if warm:
             windows = plan_windows(ctx.tensors, lo, hi, p.slot_mib * MiB)

@@ -1,0 +1,282 @@
+"""Issue 11's benchmark in one command: an 8B-shaped bf16 safetensors file, this machine's walls, every
+workbench strategy and every registered peer, cold and warm, and GB/s against reader threads.
+
+    python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --budget-s 510      # the H200
+    python3 benchmarks/bench_load.py --device host --size 256MiB --shape none --budget-s 600  # a dry run
+
+In order, each step only if what is left of ``--budget-s`` covers its estimate (else it is cut from
+the end of its list, and the output says what was left out and why):
+
+1. the file (``synth --format safetensors --layout dense --dtype bf16 --shape llama3-8b``; kept and
+   reused when already there), fsynced, and its reference checksums;
+2. the walls: ``measure_ceilings`` on a scratch file plus the whole model file read cold and warm;
+3. warm, then cold: ``ring``, every peer (``kind: peer`` in the registry, ``--peer`` adds variants),
+   ``mmap register=1``, ``lanes upload=pinned threads=8`` — fresh process per run, cache state set and
+   checked with mincore before every run, interleaved, every device byte read back and compared;
+4. ``ring`` at 1, 2, 4, 8, 16 reader threads, warm;
+5. every other workbench strategy (and ``--extra``), warm, then cold.
+
+Writes into ``--out`` (default: DIR/results-<date>): the ledger, its CSV export, ``bench.md`` (the
+tables: GB/s, % of the wall that bounds it, the ratio to the best peer with its interval, spread) and
+``bench.json``; prints ``bench.md`` at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
+
+from workbench.cli.commands.measure import parse_strategy  # noqa: E402
+from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
+from workbench.measure import RunConfig, measure  # noqa: E402
+from workbench.strategies import STRATEGIES  # noqa: E402
+
+import load_tables  # noqa: E402  (benchmarks/load_tables.py: the session and its rows)
+from load_tables import kind_of  # noqa: E402
+
+# "PEERS" stands for every peer row; the ring's slot-size variants come last (cut first): they tell
+# the default slot size (GIL-held Python per window against pinned memory provisioned per load)
+WARM_CORE = ("ring", "PEERS", "mmap register=1", "lanes upload=pinned threads=8", "ring slot_mib=8",
+             "ring slot_mib=2")
+COLD_CORE = ("ring", "PEERS", "mmap register=1")
+VARIANTS = ("pread upload=pinned", "lanes upload=pinned threads=8", "mmap gate=0.9")
+THREADS = (1, 2, 4, 8, 16)
+RESERVE_S = 20.0  # kept back for the tables and the export
+
+
+@dataclass(frozen=True)
+class Group:
+    """One interleaved measurement: these specs, ``runs`` each, in one cache state."""
+
+    name: str
+    cache: str
+    specs: tuple[str, ...]
+    runs: int
+
+
+class OverBudget(Exception):
+    """Raised from the progress callback once the budget is spent: the group in flight stops."""
+
+
+@dataclass
+class Budget:
+    """Seconds left, and per-run costs: priors from the walls, replaced by what was measured — the
+    overhead per run by cache state (process, device init, verification, cache preparation) and the
+    load time per spec and cache state."""
+
+    seconds: float
+    nbytes: int
+    t0: float = field(default_factory=time.perf_counter)
+    overhead: dict[str, float] = field(default_factory=dict)
+    loads: dict[tuple[str, str], float] = field(default_factory=dict)
+    walls: dict[str, float] = field(default_factory=dict)
+
+    def left(self) -> float:
+        return self.seconds - (time.perf_counter() - self.t0) - RESERVE_S
+
+    def check(self) -> None:
+        if time.perf_counter() - self.t0 > self.seconds - RESERVE_S / 2:
+            raise OverBudget(f"budget of {self.seconds:.0f} s spent")
+
+    def run_s(self, spec: str, cache: str) -> float:
+        """One run's estimated cost: measured if it ran, else a prior from the walls."""
+        load = self.loads.get((spec, cache))
+        if load is None:
+            load = self.nbytes / 1e9 / self._rate(spec, cache)
+        prior = 1.5 + self.nbytes / 5e9 + (0.5 if cache == "cold" else 0.0)  # start + init + verify (+ drop)
+        return load + self.overhead.get(cache, self.overhead.get("warm", prior))
+
+    def _rate(self, spec: str, cache: str) -> float:
+        """GB/s guessed for a configuration not measured yet (pessimistic on purpose)."""
+        w = self.walls
+        best = lambda prefix: max((g for n, g in w.items() if n.startswith(prefix)), default=None)  # noqa: E731
+        if cache == "cold" or "odirect" in spec or "evict=1" in spec:
+            return 0.8 * (best("cold_read_file_") or best("cold_read_") or 1.0)
+        if kind_of(spec) == "peer":
+            return 1.2  # the slowest peer issue 11 measured warm
+        if spec.startswith("ring"):
+            t = int(spec.split("threads=")[1].split()[0]) if "threads=" in spec else 16
+            return 0.5 * (w.get(f"page_cache_read_{t}t") or best("page_cache_read_") or 2.0)
+        if "register=1" in spec or "upload=pinned" in spec:
+            return 0.3 * (best("h2d_") or 2.0)
+        return 0.3 * (w.get("page_cache_read_1t") or 2.0)
+
+    def fit(self, group: Group) -> tuple[Group, list[str]]:
+        """The group cut from the end until its estimate fits; what was cut."""
+        specs, cut = list(group.specs), []
+        while specs and self.estimate(replace(group, specs=tuple(specs))) > self.left():
+            cut.append(specs.pop())
+        return replace(group, specs=tuple(specs)), cut
+
+    def estimate(self, group: Group) -> float:
+        return sum(self.run_s(s, group.cache) for s in group.specs) * group.runs
+
+    def learn(self, group: Group, results: list[Any], elapsed: list[float]) -> None:
+        for res, spec in zip(results, group.specs):
+            if res.stats.median_s is not None:
+                self.loads[(spec, group.cache)] = res.stats.median_s
+        runs = sorted((r for res in results for r in res.runs), key=lambda r: r.position)
+        loads = [r.load_s or 0.0 for r in runs]
+        if loads and len(elapsed) == len(loads):
+            self.overhead[group.cache] = statistics.median(e - x for e, x in zip(elapsed, loads))
+
+
+def peer_specs(extra: list[str]) -> tuple[list[str], list[str]]:
+    """Specs of the registered peers (``kind == "peer"``) that are available here, then ``extra``;
+    and one line for each peer that is not."""
+    specs, missing = [], []
+    for name in STRATEGIES:
+        try:
+            cls = STRATEGIES.get(name)
+        except ImportError as exc:
+            missing.append(f"{name}: module missing ({exc})")
+            continue
+        if getattr(cls, "kind", "") != "peer":
+            continue
+        avail = cls.available()
+        (specs.append(name) if avail else missing.append(f"{name}: {avail.reason}"))
+    return specs + list(extra), missing
+
+
+def workbench_specs(extra: list[str]) -> list[str]:
+    """Every non-peer strategy at its defaults, the notable variants, then ``extra``."""
+    names = []
+    for name in STRATEGIES:
+        try:
+            if getattr(STRATEGIES.get(name), "kind", "") != "peer":
+                names.append(name)
+        except ImportError:
+            continue
+    return names + [v for v in VARIANTS] + list(extra)
+
+
+GROUPS = ("warm", "threads", "cold", "warm-rest", "cold-rest")  # the order they run in: priority
+
+
+def plan(peers: list[str], extra: list[str], runs: int, scaling_runs: int, threads: tuple[int, ...],
+         wanted: tuple[str, ...] = GROUPS) -> list[Group]:
+    """The groups in priority order: the goal's rows first (warm, then the thread sweep, then cold),
+    every other workbench strategy after."""
+    expand = lambda core: tuple(s for c in core for s in (peers if c == "PEERS" else [c]))  # noqa: E731
+    warm_core, cold_core = expand(WARM_CORE), expand(COLD_CORE)
+    rest = [s for s in workbench_specs(extra) if s not in warm_core]
+    groups = [Group("warm", "warm", warm_core, runs),
+              Group("threads", "warm", tuple(f"ring threads={t}" for t in threads), scaling_runs),
+              Group("cold", "cold", cold_core, runs), Group("warm-rest", "warm", tuple(rest), runs),
+              Group("cold-rest", "cold", tuple(s for s in rest + list(warm_core)  # slot sizes: a warm question
+                                               if s not in cold_core and not s.startswith("ring ")), runs)]
+    return [g for g in groups if g.name in wanted]
+
+
+def make_model(directory: Path, size: int, shape: str | None) -> tuple[Path, float]:
+    """The bf16 model file (reused when a complete one is there), fsynced; and seconds spent."""
+    name = f"bench-{shape or 'dense'}-bf16-{size >> 20}MiB.safetensors"
+    path, t0 = directory / name, time.perf_counter()
+    if not path.exists():
+        write_synthetic(path, format="safetensors", layout="dense", size=size, dtype="bf16", shape=shape, seed=11)
+    fd = os.open(path, os.O_RDONLY)
+    try:  # dirty pages cannot be evicted: every cold run needs the file on disk
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path, time.perf_counter() - t0
+
+
+def run_group(group: Group, model: Path, device: str, ledger: Any, budget: Budget,
+              say: Callable[[str], None]) -> tuple[list[Any], list[float]]:
+    """Measure one group; the results and each run's elapsed seconds (preparation included).
+    Raises OverBudget (after the run in flight) once the budget is spent."""
+    configs = [RunConfig(str(model), *parse_strategy(spec, {}), device=device, label=spec) for spec in group.specs]
+    marks = [time.perf_counter()]
+
+    def progress(done: int, total: int, config: RunConfig, run: Any) -> None:
+        marks.append(time.perf_counter())
+        last = str(run.error).strip().splitlines()[-1][:100] if run.error else ""
+        took = f"FAILED {last}" if run.error else f"{run.load_s * 1e3:.0f} ms"
+        say(f"{group.name} {done}/{total} {config.display}: {took} (resident before {run.resident_before})")
+        if done < total:
+            budget.check()
+
+    results = measure(configs, runs=group.runs, cache=group.cache, ledger=ledger, labels=list(group.specs),
+                      campaign=f"load-{group.name}", hypothesis="issue 11: the fast warm path and peers",
+                      progress=progress, timeout_s=180.0)
+    return results, [b - a for a, b in zip(marks, marks[1:])]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dir", default="data/models/bench", help="the model, scratch files and results go here")
+    ap.add_argument("--size", default="8GiB")
+    ap.add_argument("--shape", default="llama3-8b", help="llama3-8b, or none for the synth's ladder (small files)")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--scaling-runs", type=int, default=3)
+    ap.add_argument("--threads", default=",".join(map(str, THREADS)), help="reader threads for the scaling rows")
+    ap.add_argument("--ceiling-size", default="1GiB")
+    ap.add_argument("--file-threads", default="8,16", help="readers for the whole-file walls")
+    ap.add_argument("--budget-s", type=float, default=510.0, help="stop planning new steps past this")
+    ap.add_argument("--peer", action="append", default=[], help="an extra peer row, e.g. 'peer-x opt=1'")
+    ap.add_argument("--extra", action="append", default=[], help="an extra workbench row")
+    ap.add_argument("--groups", default=",".join(GROUPS), help=f"which of {', '.join(GROUPS)} to run")
+    ap.add_argument("--out", default=None)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    say = lambda msg: print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    t_start = time.perf_counter()
+    directory = Path(args.dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out or directory / f"results-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    shape = None if args.shape == "none" else args.shape
+    model, made_s = make_model(directory, parse_size(args.size), shape)
+    say(f"model {model} ({model.stat().st_size / 1e9:.2f} GB) ready in {made_s:.1f} s")
+    session = load_tables.Session.start(args, model, out, made_s, say)
+    budget = Budget(args.budget_s, session.nbytes, t0=t_start, walls=session.walls)
+    peers, session.unavailable = peer_specs(args.peer)
+    threads = tuple(int(t) for t in args.threads.split(","))
+    wanted = tuple(args.groups.split(","))
+    groups = plan(peers, args.extra, args.runs, args.scaling_runs, threads, wanted)
+    session.cut += [f"{name}: not asked for (--groups)" for name in GROUPS if name not in wanted]
+    say(f"plan: {', '.join(f'{g.name} ~{budget.estimate(g):.0f} s' for g in groups)}; "
+        f"{budget.left():.0f} s left of the budget")
+    for group in groups:
+        if not _measure_group(group, model, args.device, session, budget, say):
+            break
+    session.finish(time.perf_counter() - t_start)
+    print(session.markdown())
+    return 0
+
+
+def _measure_group(group: Group, model: Path, device: str, session: Any, budget: Budget,
+                   say: Callable[[str], None]) -> bool:
+    """Fit, run, learn, record; False once the budget is spent."""
+    fitted, cut = budget.fit(group)
+    session.note_cut(group, cut[::-1], budget)
+    if not fitted.specs:
+        return True
+    say(f"{group.name}: {len(fitted.specs)} configs x {fitted.runs} runs, {group.cache} "
+        f"(~{budget.estimate(fitted):.0f} s, {budget.left():.0f} s left)")
+    try:
+        results, elapsed = run_group(fitted, model, device, session.ledger, budget, say)
+    except OverBudget as exc:
+        session.cut.append(f"{group.name}: stopped mid-way, {exc} (its runs so far are in the ledger export)")
+        return False
+    budget.learn(fitted, results, elapsed)
+    session.add(fitted, results)
+    session.write()
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
