@@ -201,3 +201,19 @@ def test_cold_on_a_file_system_without_fsync(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fdatasync", no_fsync)
     assert prepare(path, "cold") <= 0.02
+
+
+def test_sampled_residency_estimates_the_full_probe(data_file):
+    from workbench.io.pagecache import sampled_resident_fraction
+
+    evict_file_pages(data_file)
+    assert sampled_resident_fraction(data_file, samples=8, pages=4) == 0.0
+    warm_file(data_file)
+    assert sampled_resident_fraction(data_file, samples=8, pages=4) == 1.0
+    evict_file_pages(data_file, 0, 128 * PS)  # the first half out, the second in
+    exact = resident_fraction(data_file)
+    assert 0.4 < exact < 0.6
+    assert sampled_resident_fraction(data_file, samples=16, pages=2) == pytest.approx(exact, abs=0.07)
+    assert sampled_resident_fraction(data_file, 128 * PS, samples=4, pages=2) == 1.0  # a range: only it
+    # no bigger than the sample: every page, the same answer as the full probe
+    assert sampled_resident_fraction(data_file, samples=64, pages=8) == exact

@@ -133,6 +133,47 @@ def resident_fraction(path: str | os.PathLike, offset: int = 0, length: int | No
     return resident / total if total else 1.0
 
 
+def sampled_resident_fraction(path: str | os.PathLike, offset: int = 0, length: int | None = None,
+                              samples: int = 256, pages: int = 16) -> float:
+    """:func:`resident_fraction` from ``samples`` evenly spaced runs of ``pages`` pages.
+
+    mincore costs ~0.1 µs per page in the kernel (14 ms for 512 MiB here, ~0.2 s for an 8 GB model):
+    too slow inside a load window whose warm target is 0.2 s. 4096 sampled pages decide a gate. One
+    mapping, one mincore per sample (never touched: nothing is faulted in). The whole range is
+    probed when it is no bigger than the sample.
+    """
+    fd, st = _open_regular(path)
+    try:
+        _check_visible(path, st)
+        lo, hi = _span(st.st_size, offset, length)
+        ps = page_size()
+        first, n_pages = lo // ps, (-(-hi // ps) - lo // ps) if hi > lo else 0
+        if n_pages <= samples * pages:
+            return resident_fraction(path, offset, length)
+        return _mincore_samples(fd, path, first * ps, n_pages, samples, pages) / (samples * pages)
+    finally:
+        os.close(fd)
+
+
+def _mincore_samples(fd: int, path: object, start: int, n_pages: int, samples: int, pages: int) -> int:
+    ps, step = page_size(), (n_pages - pages) // max(1, samples - 1)
+    addr = _libc.mmap(None, n_pages * ps, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
+    if addr in (None, _MAP_FAILED):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap for mincore failed: {os.strerror(err)}", str(path))
+    vec, resident = np.zeros(pages, dtype=np.uint8), 0
+    out = vec.ctypes.data
+    try:
+        for k in range(samples):
+            if _libc.mincore(addr + k * step * ps, pages * ps, out) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"mincore failed: {os.strerror(err)}", str(path))
+            resident += int(np.count_nonzero(vec & 1))
+    finally:
+        _libc.munmap(addr, n_pages * ps)
+    return resident
+
+
 def evict_file_pages(path: str | os.PathLike, offset: int = 0, length: int | None = None) -> None:
     """Drop the range's clean pages from the page cache (fdatasync, then fadvise DONTNEED).
 
