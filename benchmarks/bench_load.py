@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -34,7 +35,6 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
-from workbench.cli.commands.measure import parse_strategy  # noqa: E402
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
 from workbench.measure import RunConfig, measure  # noqa: E402
 from workbench.strategies import STRATEGIES  # noqa: E402
@@ -190,11 +190,17 @@ def make_model(directory: Path, size: int, shape: str | None) -> tuple[Path, flo
     return path, time.perf_counter() - t0
 
 
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``"lanes upload=pinned threads=8"`` → ("lanes", {"upload": "pinned", "threads": "8"})."""
+    name, *pairs = shlex.split(spec)
+    return name, dict(p.split("=", 1) for p in pairs)
+
+
 def run_group(group: Group, model: Path, device: str, ledger: Any, budget: Budget,
               say: Callable[[str], None]) -> tuple[list[Any], list[float]]:
     """Measure one group; the results and each run's elapsed seconds (preparation included).
     Raises OverBudget (after the run in flight) once the budget is spent."""
-    configs = [RunConfig(str(model), *parse_strategy(spec, {}), device=device, label=spec) for spec in group.specs]
+    configs = [RunConfig(str(model), *parse_spec(spec), device=device, label=spec) for spec in group.specs]
     marks = [time.perf_counter()]
 
     def progress(done: int, total: int, config: RunConfig, run: Any) -> None:
@@ -207,7 +213,7 @@ def run_group(group: Group, model: Path, device: str, ledger: Any, budget: Budge
 
     results = measure(configs, runs=group.runs, cache=group.cache, ledger=ledger, labels=list(group.specs),
                       campaign=f"load-{group.name}", hypothesis="issue 11: the fast warm path and peers",
-                      progress=progress, timeout_s=180.0)
+                      progress=progress, timeout_s=90.0)
     return results, [b - a for a, b in zip(marks, marks[1:])]
 
 
@@ -254,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         if not _measure_group(group, model, args.device, session, budget, say):
             break
     session.finish(time.perf_counter() - t_start)
-    print(session.markdown())
+    print(session.rendered)
     return 0
 
 

@@ -129,6 +129,7 @@ class Session:
     cut: list[str] = field(default_factory=list)
     device_info: dict[str, Any] = field(default_factory=dict)
     total_s: float | None = None
+    rendered: str = ""
     stamp: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
 
     @classmethod
@@ -165,11 +166,13 @@ class Session:
     def finish(self, total_s: float) -> None:
         self.total_s = total_s
         self.write()
+        self.ledger.close()  # checkpoints the WAL: one file to bring back, not three
 
     def write(self) -> None:
         compare_to_best_peer(self.rows)
         export_csv(self.ledger, self.out)
-        (self.out / "bench.md").write_text(self.markdown() + "\n", encoding="utf-8")
+        self.rendered = self.markdown()
+        (self.out / "bench.md").write_text(self.rendered + "\n", encoding="utf-8")
         doc = {"date": self.stamp, "model": str(self.model), "bytes": self.nbytes, "tensors": self.n_tensors,
                "walls": self.walls, "setup": self.setup, "total_s": self.total_s, "device": self.device_info,
                "rows": [{**asdict(r), "fraction": r.fraction} for r in self.rows],

@@ -83,4 +83,10 @@ def test_a_small_run_end_to_end(bench, tmp_path, monkeypatch, isolated_cache):
     for part in ("## Walls (same run)", "cold_read_file_2t", "## warm", "## GB/s against reader threads",
                  "## Where the time goes", "cold: not asked for (--groups)", "## Ledger"):
         assert part in text, part
-    assert {"ledger.sqlite", "attempts.csv", "runs.csv"} <= {p.name for p in out.iterdir()}
+    names = {p.name for p in out.iterdir()}
+    assert {"ledger.sqlite", "attempts.csv", "runs.csv", "bench.md", "bench.json"} == names  # no WAL left: 5 files
+
+
+def test_specs_parse_like_the_command_line(bench):
+    assert bench.parse_spec("lanes upload=pinned threads=8") == ("lanes", {"upload": "pinned", "threads": "8"})
+    assert bench.parse_spec("ring") == ("ring", {})
