@@ -139,12 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     index = open_index(path)
     prepare(str(path), "warm")
     per_window = python_us_per_window()
+    args.load_before = os.getloadavg()[0]
     samples: dict[int, list[dict[str, float]]] = {t: [] for t in counts}
     walls: dict[int, list[float]] = {t: [] for t in counts}
     for _ in range(args.runs):
         for t in counts:
             walls[t].append(read_wall(str(path), t))
             samples[t].append(one_load(index, args.device, t, args.slot_mib))
+    args.load_after = os.getloadavg()[0]
     print(report(args, index, counts, samples, walls, per_window))
     return 0
 
@@ -154,8 +156,8 @@ def report(args, index, counts, samples, walls, per_window: float) -> str:  # no
     cores = len(os.sched_getaffinity(0))
     lines = [f"`ring` on `{args.device}`, {index.nbytes / 1e9:.2f} GB bf16 file, warm, {args.slot_mib} MiB windows, "
              f"{args.runs} loads per reader count (interleaved, each verified), {cores} cores, "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; Python per window (GIL held, calibration): "
-             f"{per_window:.1f} µs", "",
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {args.load_before:.1f} before, "
+             f"{args.load_after:.1f} after; Python per window (GIL held, calibration): {per_window:.1f} µs", "",
              "| readers | ring GB/s median (min–max) | × 1 reader | page-cache read, same readers (GB/s) | ring / read "
              "| CPU ÷ wall | GIL held (share of the wall, est.) |", "|---|---|---|---|---|---|---|"]
     base = med([s["gbps"] for s in samples[counts[0]]])
