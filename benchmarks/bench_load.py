@@ -10,11 +10,14 @@ the end of its list, and the output says what was left out and why):
 1. the file (``synth --format safetensors --layout dense --dtype bf16 --shape llama3-8b``; kept and
    reused when already there), fsynced, and its reference checksums;
 2. the walls: ``measure_ceilings`` on a scratch file plus the whole model file read cold and warm;
-3. warm, then cold: ``ring``, every peer (``kind: peer`` in the registry, ``--peer`` adds variants),
-   ``mmap register=1``, ``lanes upload=pinned threads=8`` — fresh process per run, cache state set and
-   checked with mincore before every run, interleaved, every device byte read back and compared;
-4. ``ring`` at 1, 2, 4, 8, 16 reader threads, warm;
-5. every other workbench strategy (and ``--extra``), warm, then cold.
+3. warm: ``ring`` and every peer (``kind: peer`` in the registry; ``--peer`` adds variants) — fresh
+   process per run, cache state set and checked with mincore before every run, interleaved, every
+   device byte read back and compared with the file; then ``ring`` at 1, 2, 4, 8, 16 reader threads;
+   then ``ring`` and every peer cold;
+4. ``mmap register=1``, the ring at 8 and 2 MiB slots and ``lanes upload=pinned threads=8``, warm;
+   ``mmap register=1`` and ``lanes upload=pinned threads=8`` cold;
+5. every other workbench strategy at its defaults, ``pread upload=pinned``, ``mmap gate=0.9`` and
+   ``--extra``, warm, then cold.
 
 Writes into ``--out`` (default: DIR/results-<date>): the ledger, its CSV export, ``bench.md`` (the
 tables: GB/s, % of the wall that bounds it, the ratio to the best peer with its interval, spread) and
@@ -42,12 +45,13 @@ from workbench.strategies import STRATEGIES  # noqa: E402
 import load_tables  # noqa: E402  (benchmarks/load_tables.py: the session and its rows)
 from load_tables import kind_of  # noqa: E402
 
-# "PEERS" stands for every peer row; the ring's slot-size variants come last (cut first): they tell
-# the default slot size (GIL-held Python per window against pinned memory provisioned per load)
-WARM_CORE = ("ring", "PEERS", "mmap register=1", "lanes upload=pinned threads=8", "ring slot_mib=8",
-             "ring slot_mib=2")
-COLD_CORE = ("ring", "PEERS", "mmap register=1")
-VARIANTS = ("pread upload=pinned", "lanes upload=pinned threads=8", "mmap gate=0.9")
+# The goal's rows first: ring against every peer ("PEERS"), warm and cold; then the best existing
+# paths and the ring's slot sizes (they tell the default: GIL-held Python per window against pinned
+# memory provisioned per load); then every other strategy.
+CORE = ("ring", "PEERS")
+MORE_WARM = ("mmap register=1", "ring slot_mib=8", "ring slot_mib=2", "lanes upload=pinned threads=8")
+MORE_COLD = ("mmap register=1", "lanes upload=pinned threads=8")
+VARIANTS = ("pread upload=pinned", "mmap gate=0.9")
 THREADS = (1, 2, 4, 8, 16)
 RESERVE_S = 20.0  # kept back for the tables and the export
 
@@ -155,24 +159,24 @@ def workbench_specs(extra: list[str]) -> list[str]:
                 names.append(name)
         except ImportError:
             continue
-    return names + [v for v in VARIANTS] + list(extra)
+    return names + list(VARIANTS) + list(extra)
 
 
-GROUPS = ("warm", "threads", "cold", "warm-rest", "cold-rest")  # the order they run in: priority
+GROUPS = ("warm", "threads", "cold", "warm-more", "cold-more", "warm-rest", "cold-rest")  # run in this order
 
 
 def plan(peers: list[str], extra: list[str], runs: int, scaling_runs: int, threads: tuple[int, ...],
          wanted: tuple[str, ...] = GROUPS) -> list[Group]:
-    """The groups in priority order: the goal's rows first (warm, then the thread sweep, then cold),
-    every other workbench strategy after."""
-    expand = lambda core: tuple(s for c in core for s in (peers if c == "PEERS" else [c]))  # noqa: E731
-    warm_core, cold_core = expand(WARM_CORE), expand(COLD_CORE)
-    rest = [s for s in workbench_specs(extra) if s not in warm_core]
-    groups = [Group("warm", "warm", warm_core, runs),
+    """The groups in priority order: ring against every peer warm, the thread sweep, the same cold,
+    the best existing paths and the ring's slot sizes, then every other workbench strategy."""
+    core = tuple(s for c in CORE for s in (peers if c == "PEERS" else [c]))
+    seen = set(core) | set(MORE_WARM)
+    rest = tuple(s for s in workbench_specs(extra) if s not in seen)
+    groups = [Group("warm", "warm", core, runs),
               Group("threads", "warm", tuple(f"ring threads={t}" for t in threads), scaling_runs),
-              Group("cold", "cold", cold_core, runs), Group("warm-rest", "warm", tuple(rest), runs),
-              Group("cold-rest", "cold", tuple(s for s in rest + list(warm_core)  # slot sizes: a warm question
-                                               if s not in cold_core and not s.startswith("ring ")), runs)]
+              Group("cold", "cold", core, runs), Group("warm-more", "warm", MORE_WARM, runs),
+              Group("cold-more", "cold", MORE_COLD, runs), Group("warm-rest", "warm", rest, runs),
+              Group("cold-rest", "cold", rest, runs)]
     return [g for g in groups if g.name in wanted]
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from workbench.errors import WorkbenchError
 from workbench.formats import open_index
 from workbench.formats.synth import parse_size
 from workbench.ledger import Ledger, export_csv, markdown_table
@@ -57,7 +58,7 @@ def kind_of(spec: str) -> str:
     name = spec.split()[0]
     try:
         return "peer" if getattr(STRATEGIES.get(name), "kind", "") == "peer" else "workbench"
-    except (ImportError, KeyError):
+    except (ImportError, WorkbenchError):  # not importable here, or not registered: the runner will say
         return "workbench"
 
 

@@ -23,18 +23,20 @@ def bench():
 
 def test_plan_runs_the_goal_rows_first_and_every_strategy_after(bench):
     groups = bench.plan(["peer-a", "peer-b x=1"], ["odirect threads=2"], 5, 3, (1, 16))
-    assert [g.name for g in groups] == ["warm", "threads", "cold", "warm-rest", "cold-rest"]
-    warm, threads, cold, warm_rest, cold_rest = groups
-    assert warm.specs[:4] == ("ring", "peer-a", "peer-b x=1", "mmap register=1")  # peers right after ring
-    assert cold.specs == ("ring", "peer-a", "peer-b x=1", "mmap register=1") and cold.cache == "cold"
+    assert [g.name for g in groups] == ["warm", "threads", "cold", "warm-more", "cold-more", "warm-rest",
+                                        "cold-rest"]
+    warm, threads, cold, warm_more, cold_more, warm_rest, cold_rest = groups
+    assert warm.specs == cold.specs == ("ring", "peer-a", "peer-b x=1") and cold.cache == "cold"
     assert threads.specs == ("ring threads=1", "ring threads=16") and threads.runs == 3
+    assert "mmap register=1" in warm_more.specs and "mmap register=1" in cold_more.specs
     from workbench.strategies import STRATEGIES
 
     every = {n for n in STRATEGIES if getattr(STRATEGIES.get(n), "kind", "") != "peer"}
     assert every <= set(warm.specs) | set(warm_rest.specs)  # every workbench strategy, warm
     assert every <= set(cold.specs) | set(cold_rest.specs)  # and cold
-    assert "odirect threads=2" in warm_rest.specs and not set(warm.specs) & set(warm_rest.specs)
-    assert not any(s.startswith("ring ") for s in cold_rest.specs)  # slot sizes are a warm question
+    assert "odirect threads=2" in warm_rest.specs and warm_rest.specs == cold_rest.specs
+    assert not set(warm.specs + warm_more.specs) & set(warm_rest.specs)
+    assert not any(s.startswith("ring ") for s in cold_more.specs)  # slot sizes are a warm question
     assert [g.name for g in bench.plan([], [], 5, 3, (1,), ("cold", "threads"))] == ["threads", "cold"]
 
 
@@ -70,7 +72,7 @@ def test_a_small_run_end_to_end(bench, tmp_path, monkeypatch, isolated_cache):
     out = tmp_path / "out"
     code = bench.main(["--device", "host", "--dir", str(tmp_path), "--size", "2MiB", "--shape", "none",
                        "--runs", "1", "--scaling-runs", "1", "--threads", "1,2", "--ceiling-size", "4MiB",
-                       "--file-threads", "2", "--budget-s", "60", "--groups", "warm,threads,cold-rest",
+                       "--file-threads", "2", "--budget-s", "60", "--groups", "warm,threads,warm-more,cold-rest",
                        "--out", str(out)])
     assert code == 0
     doc = json.loads((out / "bench.json").read_text())
