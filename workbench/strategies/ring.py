@@ -215,11 +215,10 @@ class RingStrategy(Strategy):
         with ctx.phase("staging"):
             ring = StagingRing(ctx.device, readers + self.params.spare, slot, source=self.params.staging)
         ctx.cleanup(ring.close, False)  # error path only: closed below otherwise
-        with ThreadGuard("ring") as guard:
+        with ThreadGuard("ring") as guard, ctx.phase("read"):  # readers start working as they spawn
             for source in sources:
                 guard.spawn(_Readers(ctx, ring, bufs, evictor).run, source, guard.stop)
-            with ctx.phase("read"):
-                guard.join()
+            guard.join()
         with ctx.phase("sync"):
             ctx.device.synchronize()
         with ctx.phase("read"):
