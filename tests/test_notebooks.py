@@ -330,7 +330,8 @@ def test_heat_map_axes_come_from_the_strategies_params():
     from workbench.ledger.figures import threads_chunk_heatmap
     from workbench.strategies import heatmap_axes
 
-    assert heatmap_axes() == {"warmer": ("threads", "chunk_mib"), "lanes": ("threads", "chunk_mib")}
+    assert heatmap_axes() == {"warmer": ("threads", "chunk_mib"), "lanes": ("threads", "chunk_mib"),
+                              "ring": ("threads", "slot_mib")}
     attempts = pd.DataFrame({"id": ["a", "b", "c"], "strategy": ["odirect"] * 3, "cache": ["warm"] * 3,
                              "gbps": [1.0, 2.0, 3.0], "params": [{"threads": 1, "bounce_mib": 4},
                                                                   {"threads": 2, "bounce_mib": 4},

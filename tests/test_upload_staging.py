@@ -172,6 +172,10 @@ def test_ring_falls_back_to_alloc_pinned_when_registration_is_refused(prefix: st
     forced = StagingRing(dev, 2, 4096, source="alloc")
     assert forced.how == "pinned"
     forced.close()
+    anon = StagingRing(dev, 2, 4096, source="anon")  # the mapping only: kept, unregistered
+    assert anon.how == "unlocked" and len(fake.host_mem) == 0
+    anon.slots[0].view[:3] = b"abc"
+    anon.close()
     with pytest.raises(ValueError, match="staging source"):
         StagingRing(dev, 2, 4096, source="tmpfs")
 

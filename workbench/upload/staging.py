@@ -32,7 +32,10 @@ SOURCES = ("auto", "anon", "alloc")
 class PinnedBlock:
     """``nbytes`` of host memory the device can DMA from, and how it was obtained (``how``):
     ``registered`` (anonymous mapping + register_host), ``pinned`` (alloc_pinned, page-locked) or
-    ``unlocked`` (alloc_pinned could not lock it: copies still work, at the pageable rate)."""
+    ``unlocked`` (neither could lock it: copies still work, at the pageable rate).
+
+    ``source``: ``auto`` (the mapping, else alloc_pinned), ``anon`` (the mapping only, unlocked when
+    registration is refused), ``alloc`` (alloc_pinned only)."""
 
     def __init__(self, device: Device, nbytes: int, source: str = "auto"):
         if source not in SOURCES:
@@ -42,15 +45,16 @@ class PinnedBlock:
         self._base: memoryview | None = None
         self._handle: Any = None
         self._staging: Any = None
-        if source != "alloc" and self._map_and_register():
-            self.how = "registered"
+        if source != "alloc" and self._map_and_register(keep=source == "anon"):
+            self.how = "registered" if self._handle is not None else "unlocked"
         else:
             self._staging = device.alloc_pinned(nbytes)
             self.view = self._staging.view
             self.how = "pinned" if self._staging.locked else "unlocked"
 
-    def _map_and_register(self) -> bool:
-        """Anonymous memory on huge pages, populated, registered; False (nothing held) when refused."""
+    def _map_and_register(self, keep: bool = False) -> bool:
+        """Anonymous memory on huge pages, populated, registered; when registration is refused, False
+        (nothing held) or, with ``keep``, True with the mapping kept unregistered."""
         m = mmap.mmap(-1, self.nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         base = memoryview(m)
         addr = np.frombuffer(base, dtype=np.uint8).ctypes.data
@@ -58,7 +62,7 @@ class PinnedBlock:
         view = base[start : start + self.nbytes]
         _advise(m, start, self.nbytes)
         handle = self.device.register_host(view)
-        if handle is None:
+        if handle is None and not keep:
             view.release()
             base.release()
             m.close()
