@@ -71,3 +71,10 @@ def test_one_format_for_faster_and_slower() -> None:
     assert format_effect(1.5) == "1.50×" and format_effect(None) == "—"
     assert format_effect(float("nan"), 1.0, 2.0) == "—"
     assert str(ratio_effect([1.0, 1.0, 1.0], [2.0, 2.0, 2.0])).startswith("0.50× [")
+
+
+def test_zero_or_non_finite_times_give_no_ratio() -> None:
+    for base, cand in (([0.0, 0.0, 0.0], [1.0, 1.1, 0.9]), ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]),
+                       ([1.0, float("inf"), 1.0], [1.0, 1.0, 1.0])):
+        effect = ratio_effect(base, cand)
+        assert (effect.speedup, effect.verdict) == (None, "inconclusive") and "zero" in effect.reason

@@ -74,6 +74,10 @@ def ratio_effect(baseline: Sequence[float], candidate: Sequence[float], *, paire
     a, b = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
     if a.size == 0 or b.size == 0:
         return Effect(None, None, None, "inconclusive", "no successful run to compare", "")
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b)) and a.min() > 0 and b.min() > 0):
+        # a zero-length window (an engine printing its start and end marker in one write) or a
+        # non-finite time has no ratio worth a verdict; say so instead of dividing by it
+        return Effect(None, None, None, "inconclusive", "a run time that is zero or not finite", "")
     speedup = float(np.median(a) / np.median(b))
     if min(a.size, b.size) < MIN_RUNS:
         return Effect(speedup, None, None, "inconclusive", f"n < {MIN_RUNS}", "")
