@@ -208,12 +208,14 @@ def test_inplace_reader_never_writes_past_the_region_it_was_given(tmp_path, odir
     with AlignedBuffer(2 * PAGE) as buf:
         buf.view[:] = b"\xee" * (2 * PAGE)
         region = buf.view[:PAGE + 100]  # exactly the slice; sentinel bytes follow
-        out = reader.read_into(region, 0, PAGE, PAGE + 100)
+        out = reader.read_into(region, 0, PAGE, PAGE + 100, allow_in_place=True)  # promised, yet too small
         region.release()
         assert bytes(buf.view[:PAGE + 100]) == data[PAGE:2 * PAGE + 100]
         assert bytes(buf.view[PAGE + 100:]) == b"\xee" * (PAGE - 100), "the window overran the region"
         assert not out.in_place and out.shift_copy_bytes == PAGE + 100 and reader.fallbacks == 1
-        out = reader.read_into(buf.view, 0, PAGE, PAGE + 100)  # the whole buffer is promised: in place
+        out = reader.read_into(buf.view, 0, PAGE, PAGE + 100)  # fits, but nothing was promised
+        assert not out.in_place and out.shift_copy_bytes == PAGE + 100 and reader.fallbacks == 2
+        out = reader.read_into(buf.view, 0, PAGE, PAGE + 100, allow_in_place=True)  # promised: in place
         assert out.in_place and out.shift_copy_bytes == 0
     reader.close()
 

@@ -106,9 +106,10 @@ def test_json_is_the_issue_document(moe64):
     _, report = session(moe64, 2, 2)
     doc = json.loads(json.dumps(report.to_json()))
     assert list(doc) == ["turns", "summary"] and len(doc["turns"]) == 2
-    assert list(doc["turns"][0])[:len(ISSUE_KEYS)] == ISSUE_KEYS
-    assert list(doc["turns"][0])[len(ISSUE_KEYS):] == ["shift_copy_bytes", "resident_bytes"]
-    assert TurnRecord.from_json(doc["turns"][1]) == report.turns[1]
+    assert all(list(t) == ISSUE_KEYS for t in doc["turns"])  # exactly the issue's keys, in order
+    assert doc["summary"]["per_turn"] == {"shift_copy_bytes": [t.shift_copy_bytes for t in report.turns],
+                                          "resident_bytes": [t.resident_bytes for t in report.turns]}
+    assert TurnRecord.from_json(report.turns[1].to_json()) == report.turns[1]
     s = doc["summary"]
     assert s["turns"] == 2 and s["tokens"] == 4 and s["facts"]["placement_report"].startswith("odirect-zero-copy ON")
     t = doc["turns"][0]

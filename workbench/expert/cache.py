@@ -180,7 +180,9 @@ class ExpertCache:
         lo, hi = touched.start * PAGE, touched.stop * PAGE
         view = self._maps[key.blob].view[lo:hi]  # the entry's own pages: all an overhang may touch
         try:
-            out = self._reader.read_into(view, lay.slots[key.expert] - lo, offset, nbytes)
+            # The promise holds for every placement: the region is the pages this entry commits, and
+            # inside it slot and file differ by a constant, so overhung bytes get their own contents.
+            out = self._reader.read_into(view, lay.slots[key.expert] - lo, offset, nbytes, allow_in_place=True)
         finally:
             view.release()
         self._c.io_bytes += out.io_bytes

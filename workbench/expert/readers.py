@@ -1,18 +1,22 @@
 """Readers that put one expert slice of a file into a destination region.
 
-Contract of :meth:`SliceReader.read_into` ``(region, at, offset, nbytes)``: file bytes
-``[offset, offset + nbytes)`` land at ``region[at : at + nbytes]``. The caller promises more: any
-byte ``region[at + d]`` may receive file byte ``offset + d`` (the write-up's ``allow_in_place``), so
-an in-place reader may let its aligned window overhang the slice — but only inside ``region``. Give
-it exactly the pages the slice's entry covers and the overhang stays in pages that entry commits.
+Contract of :meth:`SliceReader.read_into` ``(region, at, offset, nbytes, allow_in_place=False)``:
+file bytes ``[offset, offset + nbytes)`` land at ``region[at : at + nbytes]``, and nothing outside
+that range is written — unless the caller passes ``allow_in_place=True``, a promise (the write-up's
+``allow_in_place``): any byte ``region[at + d]`` may receive file byte ``offset + d``, because the
+region was placed for this read. An in-place reader may then let its aligned window overhang the
+slice, but only inside ``region``. The promise is made per buffer by whoever placed it (the expert
+cache for its own pages, ``odirect mode=inplace`` for a blob's reservation), never re-derived from
+an address: a page-aligned tensor in an exactly sized buffer passes every alignment test and its
+window still runs past the buffer's end (the dense-loader overrun of the write-up).
 
 * ``pread`` — buffered ``preadv`` straight into the slice (no copy of ours; the page cache's own).
 * ``direct-bounce`` — O_DIRECT reads the enclosing page-aligned window into a bounce buffer, then
   copies the payload out: ``nbytes`` of shift-copy per read.
-* ``direct-inplace`` — where the destination carries the file's own remainder mod the page and the
-  window fits the region, the window is read straight into the region: zero shift-copy bytes.
-  Otherwise (wrong remainder, or a window that would overrun the region — the dense loader's
-  overrun in the write-up) it falls back to the bounce for that read and counts it.
+* ``direct-inplace`` — where the caller promised the region, the destination carries the file's own
+  remainder mod the page and the window fits the region, the window is read straight into the
+  region: zero shift-copy bytes. Otherwise (no promise, wrong remainder, or a window that would
+  overrun the region) it falls back to the bounce for that read and counts it.
 
 Windows are whole pages: aligned for every logical block size up to a page, and the overhang of a
 slice's window is exactly the partial pages at its ends.
@@ -46,7 +50,8 @@ class SliceReader(Protocol):
 
     name: str
 
-    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int) -> ReadOutcome: ...
+    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int,
+                  allow_in_place: bool = False) -> ReadOutcome: ...
 
     def close(self) -> None: ...
 
@@ -64,7 +69,8 @@ class BufferedReader:
     def __init__(self, path: str | os.PathLike):
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
-    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int) -> ReadOutcome:
+    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int,
+                  allow_in_place: bool = False) -> ReadOutcome:
         _check_request(region, at, nbytes)
         dest, done = region[at:at + nbytes], 0
         while done < nbytes:
@@ -89,7 +95,8 @@ class DirectBounceReader:
         self._fd = open_direct(path)
         self._bounce: AlignedBuffer | None = None
 
-    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int) -> ReadOutcome:
+    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int,
+                  allow_in_place: bool = False) -> ReadOutcome:
         _check_request(region, at, nbytes)
         start, length, shift = aligned_window(offset, nbytes, PAGE)
         if self._bounce is None or self._bounce.nbytes < length:
@@ -111,8 +118,9 @@ class DirectBounceReader:
 
 
 class DirectInplaceReader(DirectBounceReader):
-    """O_DIRECT window straight into the region when the destination's remainder matches the file's
-    and the window fits; the bounce otherwise (counted in :attr:`fallbacks`)."""
+    """O_DIRECT window straight into the region when the caller promised it (``allow_in_place``), the
+    destination's remainder matches the file's and the window fits; the bounce otherwise (counted in
+    :attr:`fallbacks`)."""
 
     name = "direct-inplace"
 
@@ -120,12 +128,16 @@ class DirectInplaceReader(DirectBounceReader):
         super().__init__(path)
         self.fallbacks = 0
 
-    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int) -> ReadOutcome:
+    def read_into(self, region: memoryview, at: int, offset: int, nbytes: int,
+                  allow_in_place: bool = False) -> ReadOutcome:
         _check_request(region, at, nbytes)
         start, length, shift = aligned_window(offset, nbytes, PAGE)
         lo = at - shift  # where the window's first byte would land in the region
-        if (region_address(region) + at - offset) % PAGE or lo < 0 or lo + length > len(region):
-            self.fallbacks += 1  # the overhang would leave the region the caller gave us
+        if not allow_in_place or (region_address(region) + at - offset) % PAGE:
+            self.fallbacks += 1  # not promised, or not placed: the payload must be shifted
+            return super().read_into(region, at, offset, nbytes)
+        if lo < 0 or lo + length > len(region):
+            self.fallbacks += 1  # the guard: the window would overhang the region the caller gave us
             return super().read_into(region, at, offset, nbytes)
         got = read_direct(self._fd, region[lo:lo + length], start, length)
         _check_got(got, shift + nbytes, offset, nbytes)

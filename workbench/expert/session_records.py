@@ -1,16 +1,23 @@
 """What a long session records: one :class:`TurnRecord` per turn and a :class:`SessionReport`.
 
-``SessionReport.to_json()`` is the document ``workbench session --json`` prints:
-``{"turns": [TurnRecord.to_json(), ...], "summary": SessionSummary.to_json()}``. A turn's keys are, in
-order, the issue's ``turn, tokens, bytes_read, hits, misses, evictions, minflt, majflt,
-accounted_bytes, actual_anon_bytes, unreleased_pages, seconds, tokens_per_s`` followed by
-``shift_copy_bytes`` and ``resident_bytes`` (mincore over the cache's own reservations).
+``SessionReport.to_json()`` is the document ``workbench session --json`` prints, exactly the issue's
+shape: ``{"turns": [...], "summary": {...}}`` where each turn has the keys :data:`ISSUE_TURN_KEYS`
+(``turn, tokens, bytes_read, hits, misses, evictions, minflt, majflt, accounted_bytes,
+actual_anon_bytes, unreleased_pages, seconds, tokens_per_s``) in that order and nothing else. A turn's
+two further measurements, ``shift_copy_bytes`` and ``resident_bytes`` (mincore over the cache's own
+reservations), are in the summary as per-turn lists (``summary["per_turn"]``), and in
+:meth:`TurnRecord.to_json`, which is what the ledger and the session worker carry.
 """
 from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Sequence
+
+
+ISSUE_TURN_KEYS = ("turn", "tokens", "bytes_read", "hits", "misses", "evictions", "minflt", "majflt",
+                   "accounted_bytes", "actual_anon_bytes", "unreleased_pages", "seconds", "tokens_per_s")
+TURN_EXTRAS = ("shift_copy_bytes", "resident_bytes")
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,12 @@ class TurnRecord:
     resident_bytes: int
 
     def to_json(self) -> dict[str, Any]:
+        """Every field (the issue's keys first): what the ledger's turns rows and the worker carry."""
         return asdict(self)
+
+    def issue_json(self) -> dict[str, Any]:
+        """Exactly the issue's keys, in its order: one element of ``session --json``'s ``turns``."""
+        return {key: getattr(self, key) for key in ISSUE_TURN_KEYS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TurnRecord":
@@ -69,6 +81,10 @@ class SessionFacts:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "SessionFacts":
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -110,7 +126,10 @@ class SessionReport:
     summary: SessionSummary
 
     def to_json(self) -> dict[str, Any]:
-        return {"turns": [t.to_json() for t in self.turns], "summary": self.summary.to_json()}
+        """``session --json``: turns with exactly the issue's keys; the other per-turn numbers in the summary."""
+        summary = self.summary.to_json()
+        summary["per_turn"] = {key: [getattr(t, key) for t in self.turns] for key in TURN_EXTRAS}
+        return {"turns": [t.issue_json() for t in self.turns], "summary": summary}
 
 
 def summarize(records: Sequence[TurnRecord], facts: SessionFacts, verified_slices: int = 0) -> SessionSummary:

@@ -126,7 +126,20 @@ def _engaged(runs: pd.DataFrame | None) -> str:
         for text in (json.loads(value) if isinstance(value, str) else value) or ():
             head, _, tail = str(text).partition(" — ")
             facts[f"{head} {tail.split(' ')[0]}".strip()] = None
+    facts.update(dict.fromkeys(_shift_copy(runs)))
     return "; ".join(facts) or "—"
+
+
+def _shift_copy(runs: pd.DataFrame) -> list[str]:
+    """``shift copy 13.32 MiB (experts 0 B)`` for loads that counted bounce-buffer shift copies (odirect)."""
+    out = []
+    for value in runs.get("result", ()):
+        result = json.loads(value) if isinstance(value, str) else value
+        counters = ((result or {}).get("result") or {}).get("counters") or {}
+        if "shift_copy_bytes" in counters or "expert_shift_copy_bytes" in counters:
+            total, experts = counters.get("shift_copy_bytes", 0), counters.get("expert_shift_copy_bytes", 0)
+            out.append(f"shift copy {_size(int(total))} (experts {_size(int(experts))})")
+    return list(dict.fromkeys(out))
 
 
 def _header(attempts: pd.DataFrame, campaign: str | None) -> str:

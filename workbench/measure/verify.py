@@ -79,6 +79,8 @@ def _check_one(device: Device, p: Placement | None, nbytes: int, want: str, stag
         return f"placement holds {p.nbytes} B, the tensor has {nbytes} B"
     if p.buffer.freed:
         return "device buffer already freed"
+    if p.offset < 0 or p.offset + nbytes > p.buffer.nbytes:  # a group buffer holds several tensors
+        return f"placement at {p.offset} overruns its {p.buffer.nbytes} B device buffer"
     # Streamed xxh3 equals the one-shot digest; chunks keep host memory flat and, from pinned
     # staging, the device→host copy runs at DMA speed instead of through a fresh pageable buffer.
     hasher = xxhash.xxh3_64()

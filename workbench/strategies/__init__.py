@@ -14,6 +14,7 @@ STRATEGIES: Registry[Strategy] = Registry(
         "populate": ("workbench.strategies.populate:PopulateStrategy", ""),
         "lanes": ("workbench.strategies.lanes:LanesStrategy", ""),
         "odirect": ("workbench.strategies.odirect:OdirectStrategy", ""),
+        "experts": ("workbench.strategies.experts:ExpertsStrategy", ""),
         "ring": ("workbench.strategies.ring:RingStrategy", ""),
         "peer-safetensors": ("workbench.strategies.peers:SafetensorsPeerStrategy",
                              "pip install 'workbench[peers]'"),

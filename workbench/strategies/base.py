@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from contextlib import ExitStack
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from workbench.errors import StrategyUnavailable
 from workbench.formats.drift import check_unchanged
@@ -95,6 +95,16 @@ class LoadContext:
         self.placements += [Placement(t.name, b, 0, t.nbytes) for t, b in zip(tensors, bufs)]
         return bufs
 
+    def place_group(self, members: Sequence[tuple[TensorInfo, int]], nbytes: int) -> DeviceBuffer:
+        """Allocate one device buffer of ``nbytes`` holding several tensors, each at its offset (a
+        packed expert blob), and record one placement per tensor: each stays verifiable on its own."""
+        for t, offset in members:
+            if offset < 0 or offset + t.nbytes > nbytes:
+                raise ValueError(f"{t.name}: {t.nbytes} B at {offset} do not fit a {nbytes} B group buffer")
+        buf = self.device.alloc(nbytes)
+        self.placements.extend(Placement(t.name, buf, offset, t.nbytes) for t, offset in members)
+        return buf
+
     def upload(self, buf: DeviceBuffer, offset: int, src: Any, nbytes: int | None = None) -> None:
         """copy_h2d ``src`` into ``buf`` at ``offset`` and count its bytes (thread-safe; untimed)."""
         self.device.copy_h2d(buf, offset, src)
@@ -117,8 +127,8 @@ class LoadContext:
         self.notes.append(text)
 
     def free_placements(self) -> None:
-        for p in self.placements:
-            self.device.free(p.buffer)
+        for buf in _distinct_buffers(self.placements):
+            self.device.free(buf)
         self.placements.clear()
 
 
@@ -227,5 +237,10 @@ class Strategy:
 
 def free_placements(device: Device, result: LoadResult) -> None:
     """Free the device buffers a load left in ``result`` (the caller owns them after verification)."""
-    for p in result.placements:
-        device.free(p.buffer)
+    for buf in _distinct_buffers(result.placements):
+        device.free(buf)
+
+
+def _distinct_buffers(placements: Sequence[Placement]) -> list[DeviceBuffer]:
+    """Each buffer once: a group buffer (:meth:`LoadContext.place_group`) backs several placements."""
+    return list({id(p.buffer): p.buffer for p in placements}.values())

@@ -12,7 +12,7 @@ import queue
 import threading
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping, NamedTuple
+from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -44,18 +44,22 @@ LANES_UPLOADS = tuple(u for u in UPLOADS if u != "registered")
 
 
 class Job(NamedTuple):
-    tensor: int  # index into ctx.tensors
-    dst: int  # offset inside the tensor's device buffer
+    tensor: int  # index into the device buffers the lanes upload to (one per tensor for ``lanes``)
+    dst: int  # offset inside that device buffer
     offset: int  # absolute file offset
     nbytes: int
+
+
+def cut_jobs(target: int, dst: int, offset: int, nbytes: int, chunk: int) -> list[Job]:
+    """One file range bound for buffer ``target`` at ``dst``, cut into pieces of at most ``chunk``."""
+    return [Job(target, dst + d, offset + d, min(chunk, nbytes - d)) for d in range(0, max(nbytes, 1), chunk)]
 
 
 def plan_jobs(ctx: LoadContext, chunk: int) -> list[Job]:
     """Every tensor in file order, cut into pieces of at most ``chunk`` bytes."""
     jobs = []
     for i, t in enumerate(ctx.tensors):
-        for dst in range(0, max(t.nbytes, 1), chunk):
-            jobs.append(Job(i, dst, t.offset + dst, min(chunk, t.nbytes - dst)))
+        jobs += cut_jobs(i, 0, t.offset, t.nbytes, chunk)
     return jobs
 
 
@@ -167,40 +171,48 @@ class LanesStrategy(Strategy):
         p = self.params
         fd = ctx.open_fd()
         bufs = [ctx.place(t) for t in ctx.tensors]
-        jobs = plan_jobs(ctx, p.chunk_mib * MiB)
-        pinned = p.upload == "pinned"
-        with ctx.phase("staging"):
-            staging = _Staging(ctx, 2 * p.threads, p.chunk_mib * MiB, pinned)
-        lanes = _Lanes(ctx, fd, jobs, staging)
-        n = min(p.threads, len(jobs))
-        with ThreadGuard("lanes") as guard:
-            for _ in range(n):
-                guard.spawn(lanes.run, guard.stop)
-            for j, job in enumerate(jobs):
-                with ctx.phase("read"):
-                    data, token = lanes.wait(j, guard)
-                with ctx.phase("upload"):
-                    try:
-                        ctx.device.copy_h2d(bufs[job.tensor], job.dst, data, asynchronous=pinned)
-                    finally:
-                        staging.release(token, data)
-                    ctx.count("bytes", job.nbytes)
-        guard.check()
-        with ctx.phase("read"):
-            lanes.evictor.finish()
-        self._close(ctx, staging)
-        ctx.set_path(readers=max(n, 1), copy_from=p.upload)
-        ctx.engage("lanes", n, p.threads, unit="threads", note=f"{len(jobs)} pieces, uploads from the main thread")
-        if staging.ring is not None:
-            ring = staging.ring
-            ctx.engage("pinned_staging", len(ring.slots) if ring.block.locked else 0, len(ring.slots),
-                       unit="buffers", note=f"{ring.describe()}, async copies")
+        run_lanes(ctx, fd, plan_jobs(ctx, p.chunk_mib * MiB), bufs, p.threads, p.chunk_mib, p.upload)
         ctx.note(f"evict={'on' if ctx.evict else 'off'} ({ctx.evict_source})")
 
-    @staticmethod
-    def _close(ctx: LoadContext, staging: _Staging) -> None:
-        if staging.ring is not None:
-            with ctx.phase("sync"):
-                ctx.device.synchronize()
-            with ctx.phase("staging"):
-                staging.ring.close()
+
+def run_lanes(ctx: LoadContext, fd: int, jobs: list[Job], bufs: Sequence[Any], threads: int, chunk_mib: int,
+              upload: str) -> int:
+    """Read ``jobs`` with ``threads`` lanes and upload each piece to ``bufs[job.tensor]`` at ``job.dst``,
+    in job order, from the loading thread; records the path and the ``lanes`` (and ``pinned_staging``)
+    facts. ``upload`` is ``pageable`` or ``pinned``. Returns the number of lanes that ran."""
+    pinned = upload == "pinned"
+    with ctx.phase("staging"):
+        staging = _Staging(ctx, 2 * threads, chunk_mib * MiB, pinned)
+    lanes = _Lanes(ctx, fd, jobs, staging)
+    n = min(threads, len(jobs))
+    with ThreadGuard("lanes") as guard:
+        for _ in range(n):
+            guard.spawn(lanes.run, guard.stop)
+        for j, job in enumerate(jobs):
+            with ctx.phase("read"):
+                data, token = lanes.wait(j, guard)
+            with ctx.phase("upload"):
+                try:
+                    ctx.device.copy_h2d(bufs[job.tensor], job.dst, data, asynchronous=pinned)
+                finally:
+                    staging.release(token, data)
+                ctx.count("bytes", job.nbytes)
+    guard.check()
+    with ctx.phase("read"):
+        lanes.evictor.finish()
+    _close(ctx, staging)
+    ctx.set_path(readers=max(n, 1), copy_from=upload)
+    ctx.engage("lanes", n, threads, unit="threads", note=f"{len(jobs)} pieces, uploads from the main thread")
+    if staging.ring is not None:
+        ring = staging.ring
+        ctx.engage("pinned_staging", len(ring.slots) if ring.block.locked else 0, len(ring.slots),
+                   unit="buffers", note=f"{ring.describe()}, async copies")
+    return n
+
+
+def _close(ctx: LoadContext, staging: _Staging) -> None:
+    if staging.ring is not None:
+        with ctx.phase("sync"):
+            ctx.device.synchronize()
+        with ctx.phase("staging"):
+            staging.ring.close()

@@ -1,9 +1,14 @@
 """``odirect``: O_DIRECT reads of each tensor's enclosing block-aligned window into a per-lane bounce
 buffer, then a shift copy that moves the payload to the buffer's start, then an upload from the bounce
 buffer. The shift copy is the cost seeds/pr143 measured (200+ MiB a token of pure shift correction on
-GGUF's 32-byte alignment); it is counted in ``shift_copy_bytes``. Where O_DIRECT is refused (EINVAL on
-some file systems) the load falls back to buffered pread and says so: ``odirect: 0/N — INERT``.
-(In-place placement, which needs no shift, belongs to the experts package.)"""
+GGUF's 32-byte alignment); it is counted in ``shift_copy_bytes`` (``expert_shift_copy_bytes`` for the
+expert blobs' share). Where O_DIRECT is refused (EINVAL on some file systems) the load falls back to
+buffered pread and says so: ``odirect: 0/N — INERT``.
+
+``mode=bounce`` is that path for every tensor. ``mode=inplace`` reads each expert blob straight into a
+reservation placed at the file's remainder — no shift copy — and uploads it in one copy
+(:mod:`workbench.strategies.odirect_inplace`). Both modes report ``odirect-zero-copy: n/m layer
+buffers placed — ON|PARTIAL|INERT`` (with the reason when not all) and land the same bytes."""
 from __future__ import annotations
 
 import ctypes
@@ -19,6 +24,7 @@ from workbench.formats.index import TensorInfo
 from workbench.io import direct
 from workbench.io.pagecache import filesystem_type
 from workbench.registry import Availability
+from workbench.strategies.odirect_inplace import MODES, load_inplace, zero_copy_fact
 from workbench.strategies.toolkit import MiB, ThreadGuard, pread_upload
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 from workbench.upload.base import DeviceBuffer
@@ -33,8 +39,10 @@ class OdirectParams(BaseParams):
 
     threads: int = 1
     bounce_mib: int = 16
+    mode: str = "bounce"
 
     def __post_init__(self) -> None:
+        check_param("odirect", "mode", self.mode in MODES, f"one of {', '.join(MODES)}, got {self.mode!r}")
         check_param("odirect", "threads", self.threads >= 1, f"must be >= 1, got {self.threads}")
         check_param("odirect", "bounce_mib", self.bounce_mib >= 1, f"must be >= 1, got {self.bounce_mib}")
 
@@ -48,7 +56,7 @@ class _Lane:
         ctx.cleanup(self.bounce.close)
         self.payload_max = nbytes  # shift < block, so shift + payload always fits
 
-    def read(self, offset: int, nbytes: int) -> memoryview:
+    def read(self, offset: int, nbytes: int, expert: bool = False) -> memoryview:
         """The payload at the start of the bounce buffer (shift-copied when the window started early)."""
         start, length, shift = direct.aligned_window(offset, nbytes, self.block)
         got = direct.read_direct(self.fd, self.bounce.view, start, length)
@@ -59,13 +67,21 @@ class _Lane:
             ctypes.memmove(self.bounce.address, self.bounce.address + shift, nbytes)
             self.ctx.count("shift_copy_bytes", nbytes)
             self.ctx.count("shifted_pieces")
+            if expert:
+                self.ctx.count("expert_shift_copy_bytes", nbytes)
         return self.bounce.view[:nbytes]
 
-    def load(self, t: TensorInfo, buf: DeviceBuffer) -> None:
+    def load(self, t: TensorInfo, buf: DeviceBuffer, at: int = 0, expert: bool = False) -> None:
+        """Tensor ``t`` into ``buf`` at ``at``, through the bounce buffer in pieces."""
         for dst in range(0, t.nbytes, self.payload_max):
             n = min(self.payload_max, t.nbytes - dst)
-            with self.read(t.offset + dst, n) as payload:
-                self.ctx.upload(buf, dst, payload)
+            with self.read(t.offset + dst, n, expert) as payload:
+                self.ctx.upload(buf, at + dst, payload)
+
+
+def expert_tensors(ctx: LoadContext) -> set[str]:
+    """Names of the tensors holding expert blobs (their shift copies are counted apart)."""
+    return {name for blob in ctx.index.blobs for name in blob.tensors}
 
 
 def _open(ctx: LoadContext) -> tuple[int | None, str]:
@@ -83,7 +99,7 @@ def _open(ctx: LoadContext) -> tuple[int | None, str]:
 
 class OdirectStrategy(Strategy):
     name: ClassVar[str] = "odirect"
-    summary: ClassVar[str] = "O_DIRECT reads of the aligned window into a bounce buffer + shift copy; buffered fallback where refused"
+    summary: ClassVar[str] = "O_DIRECT reads of the aligned window into a bounce buffer + shift copy (mode=inplace: expert blobs read straight into placed reservations, no shift); buffered fallback where refused"
     Params: ClassVar[type] = OdirectParams
 
     @classmethod
@@ -92,26 +108,38 @@ class OdirectStrategy(Strategy):
 
     def _load(self, ctx: LoadContext) -> None:
         n = len(ctx.tensors)
+        for counter in ("shift_copy_bytes", "expert_shift_copy_bytes"):  # recorded even when nothing shifts
+            ctx.count(counter, 0)
         fd, why = _open(ctx)
         if fd is None:
             ctx.note(f"O_DIRECT refused ({why}): buffered pread instead")
             pread_upload(ctx, ctx.open_fd())
             ctx.engage("odirect", 0, n, note=why)
+            ctx.engaged.append(zero_copy_fact(0, len(ctx.index.blobs), [f"O_DIRECT refused ({why})"], ctx.counters))
             return
         block = direct.logical_block_size(ctx.index.path)
-        if self.params.threads == 1:
+        if self.params.mode == "inplace":
+            load_inplace(ctx, _Lane, fd, block, self.params.threads, self.params.bounce_mib)
+        elif self.params.threads == 1:
+            experts = expert_tensors(ctx)
             lane = _Lane(ctx, fd, block, self.params.bounce_mib * MiB)
             for t in ctx.tensors:
                 buf = ctx.place(t)
                 with ctx.phase("read"):  # read + shift + upload interleave per piece
-                    lane.load(t, buf)
+                    lane.load(t, buf, expert=t.name in experts)
         else:
             self._load_lanes(ctx, fd, block)
+        if self.params.mode == "bounce":
+            ctx.engaged.append(zero_copy_fact(0, len(ctx.index.blobs), ["mode=bounce"], ctx.counters))
         shifted = ctx.counters.get("shift_copy_bytes", 0)
         ctx.set_path(readers=self.params.threads, direct=True)
         ctx.engage("odirect", n, n, note=f"block {block} B, shift copy {shifted / MiB:.2f} MiB")
-        ctx.note(f"shift copy: {shifted} B in {ctx.counters.get('shifted_pieces', 0)} pieces "
+        ctx.note(f"shift copy: {shifted} B in {ctx.counters.get('shifted_pieces', 0)} pieces, "
+                 f"{ctx.counters.get('expert_shift_copy_bytes', 0)} B of it expert blobs' "
                  "(pure shift correction: tensor offsets off the block boundary)")
+        if self.params.mode == "inplace":
+            ctx.note(f"in place: {ctx.counters.get('inplace_bytes', 0)} B in {ctx.counters.get('inplace_reads', 0)} "
+                     "reads straight into placed reservations, then one upload per blob")
 
     def _load_lanes(self, ctx: LoadContext, fd: int, block: int) -> None:
         p = self.params
@@ -125,7 +153,9 @@ class OdirectStrategy(Strategy):
 
     @staticmethod
     def _lane_run(lane: _Lane, bufs: list[DeviceBuffer], k: int, step: int, guard: ThreadGuard) -> None:
+        experts = expert_tensors(lane.ctx)
         for i in range(k, len(bufs), step):
             if guard.stop.is_set():
                 return
-            lane.load(lane.ctx.tensors[i], bufs[i])
+            t = lane.ctx.tensors[i]
+            lane.load(t, bufs[i], expert=t.name in experts)

@@ -2,6 +2,11 @@
 from. With ``evict`` it is the historical unified-memory path: posix_fadvise(DONTNEED) after each read,
 which on a discrete GPU forces a full disk re-read on every load (seeds/pr617, attempt 1b).
 
+``granularity=expert`` reads a stacked expert tensor (GGUF's ``ffn_*_exps``, gpt-oss ``experts.*_proj``)
+one expert at a time, each into its own fresh heap buffer, then uploads it to its place in the tensor's
+buffer: the first write-up's MoE sweep before its round-2 fix (~28 s of its ~31 s A3B load), the
+baseline ``experts`` is measured against. Per-expert tensors (safetensors split) are read as they are.
+
 ``upload`` picks the host memory the copy starts from: ``pageable`` (the heap buffer as is),
 ``registered`` (the heap buffer page-locked with register_host for its copy), or ``pinned`` (no heap
 buffer: pread straight into a two-slot :class:`~workbench.upload.staging.StagingRing`, each copy
@@ -11,6 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
+from workbench.formats.index import TensorIndex
 from workbench.strategies.toolkit import (Evictor, MiB, StagingRing, check_upload, pread_into, pread_upload,
                                           read_tensor)
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
@@ -23,10 +31,47 @@ class PreadParams(BaseParams):
 
     upload: str = "pageable"
     staging_mib: int = 16
+    granularity: str = "tensor"
 
     def __post_init__(self) -> None:
         check_upload("pread", self.upload)
         check_param("pread", "staging_mib", self.staging_mib >= 1, f"must be >= 1, got {self.staging_mib}")
+        check_param("pread", "granularity", self.granularity in GRANULARITIES,
+                    f"one of {', '.join(GRANULARITIES)}, got {self.granularity!r}")
+        check_param("pread", "granularity", self.granularity == "tensor" or self.upload == "pageable",
+                    "granularity=expert reads into fresh heap buffers: it needs upload=pageable")
+
+
+GRANULARITIES = ("tensor", "expert")
+
+
+def expert_pieces(index: TensorIndex) -> dict[str, list[tuple[int, int, int]]]:
+    """Stacked expert tensor name → its experts as (offset in the tensor, file offset, nbytes)."""
+    by_name = {t.name: t for t in index.tensors}
+    pieces = {}
+    for blob in index.blobs:
+        if len(blob.tensors) == 1 and blob.n_experts > 1:
+            t = by_name[blob.tensors[0]]
+            pieces[t.name] = [(off - t.offset, off, n) for off, n in blob.slices]
+    return pieces
+
+
+def _upload_per_expert(ctx: LoadContext, fd: int) -> int:
+    """Every expert in a fresh heap buffer, uploaded to its place; other tensors whole. Returns the reads."""
+    pieces, evictor, reads = expert_pieces(ctx.index), Evictor(ctx, fd), 0
+    for t in ctx.tensors:
+        buf = ctx.place(t)
+        for dst, offset, n in pieces.get(t.name, [(0, t.offset, t.nbytes)]):
+            with ctx.phase("read"):
+                host = np.empty(n, dtype=np.uint8)
+                pread_into(fd, host, offset, ctx.index.path)
+                evictor.drop(offset, n)
+            with ctx.phase("upload"):
+                ctx.upload(buf, dst, host)
+            reads += 1
+    with ctx.phase("read"):
+        evictor.finish()
+    return reads
 
 
 def _upload_registered(ctx: LoadContext, fd: int) -> None:
@@ -91,6 +136,11 @@ class PreadStrategy(Strategy):
         ctx.set_path(copy_from=mode)
         if mode == "pinned":
             _upload_pinned(ctx, fd, self.params.staging_mib * MiB)
+            return
+        if self.params.granularity == "expert":
+            reads = _upload_per_expert(ctx, fd)
+            ctx.engage("heap_copy", len(ctx.tensors), len(ctx.tensors),
+                       note=f"per expert: {reads} reads into fresh heap buffers ({mode})")
             return
         if mode == "registered":
             _upload_registered(ctx, fd)
