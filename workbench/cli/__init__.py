@@ -25,6 +25,7 @@ COMMANDS = {
     "compare": ("workbench.cli.commands.measure:compare", "Measure strategies interleaved against a baseline."),
     "ceilings": ("workbench.cli.commands.measure:ceilings", "Measure this machine's bandwidth walls."),
     "external": ("workbench.cli.commands.measure:external", "Time an external engine's load up to a log marker."),
+    "session": ("workbench.cli.commands.session:session", "A long MoE decode session through the expert cache, per turn."),
     "ledger": ("workbench.cli.commands.ledger:ledger", "Read, edit, export and merge the attempt ledger."),
     "sweep": ("workbench.cli.commands.notebooks:sweep", "Run a papermill sweep from a YAML grid."),
     "demo": ("workbench.cli.commands.notebooks:demo", "Synthetic models, default sweep, ledger and report."),

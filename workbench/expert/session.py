@@ -26,9 +26,12 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from workbench.errors import ParamError, VerificationError
-from workbench.expert.cache import ExpertCache, SliceKey
+from workbench.expert.cache import BOUNDARY_RELEASE, ExpertCache, SliceKey
+from workbench.expert.layout import PLACEMENTS
+from workbench.expert.policy import POLICIES
+from workbench.expert.readers import READERS
 from workbench.expert.memory import process_memory
-from workbench.expert.routing import RoutingTrace, load_trace, moe_shape, synthetic_trace
+from workbench.expert.routing import DISTRIBUTIONS, RoutingTrace, load_trace, moe_shape, synthetic_trace
 from workbench.expert.session_records import SessionFacts, SessionReport, TurnRecord, summarize
 from workbench.formats.index import TensorIndex
 from workbench.upload.base import Device
@@ -61,7 +64,7 @@ class ExpertSession:
     """One session over ``index`` on ``device``; :meth:`turns` runs ``config.turns`` turns."""
 
     def __init__(self, index: TensorIndex, device: Device, config: SessionConfig):
-        _check_config(config)
+        check_config(config)
         self.index, self.device, self.config = index, device, config
         self.trace, trace_note = _routing(index, config)
         self.cache = ExpertCache(index.path, index.blobs, budget_bytes=config.cache_bytes,
@@ -176,12 +179,19 @@ def _routing(index: TensorIndex, config: SessionConfig) -> tuple[RoutingTrace, s
     return trace, note
 
 
-def _check_config(c: SessionConfig) -> None:
+def check_config(c: SessionConfig) -> None:
+    """ParamError (one line) for settings no session can run with."""
     for name in ("turns", "tokens"):
         if not isinstance(getattr(c, name), int) or getattr(c, name) < 1:
             raise ParamError("session", name, f"must be an integer >= 1, got {getattr(c, name)!r}")
     if not c.cache_mib > 0:
         raise ParamError("session", "cache_mib", f"must be > 0, got {c.cache_mib!r}")
+    if c.experts_per_token is not None and c.experts_per_token < 1:
+        raise ParamError("session", "experts_per_token", f"must be >= 1, got {c.experts_per_token!r}")
+    for name, known in (("placement", PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
+                        ("reader", ("auto", *READERS)), ("policy", tuple(POLICIES)), ("distribution", DISTRIBUTIONS)):
+        if getattr(c, name) not in known:
+            raise ParamError("session", name, f"{getattr(c, name)!r} is not one of {', '.join(known)}")
 
 
-__all__ = ["ExpertSession", "SessionConfig", "run_session"]
+__all__ = ["ExpertSession", "SessionConfig", "check_config", "run_session"]

@@ -11,7 +11,9 @@ text. Every quantity has one name (README, "The ledger"):
   ``result.load_s`` and ``result.gbps``, beside the window's ``load_s``);
 - ``wall_s`` (runs) — the whole worker process, spawn to exit;
 - ``speedup``, ``ci_low``, ``ci_high`` (attempts) — baseline median / this median and its 95 % interval,
-  also written as ``effect`` the way the tables show it (``1.14× [1.05–1.22]``).
+  also written as ``effect`` the way the tables show it (``1.14× [1.05–1.22]``);
+- ``turns.csv`` (only when the campaign has long sessions) — one row per turn of each session attempt
+  (``kind`` ``session``, whose ``median_s`` is over its turn times).
 
 A text cell that a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab
 or a carriage return — a label or hypothesis typed that way) is written with a leading ``'``.
@@ -33,25 +35,29 @@ if TYPE_CHECKING:
     from workbench.ledger.store import Ledger
 
 __all__ = ["attempts_frame", "export_csv", "export_markdown", "markdown_table", "neutralize", "runs_frame",
-           "write_csv"]
+           "turns_frame", "write_csv"]
 
-_JSON_COLUMNS = ("params", "device_info", "environment", "engaged", "phases", "result", "detail")
+_JSON_COLUMNS = ("params", "device_info", "environment", "engaged", "phases", "result", "detail", "extra")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campaign: str | None = None) -> list[Path]:
-    """Write attempts and runs as CSV; returns ``[attempts, runs]`` paths.
+    """Write attempts and runs as CSV; returns ``[attempts, runs]`` paths, then ``turns`` when the
+    campaign has long sessions (one row per turn).
 
-    A directory gets ``attempts.csv`` and ``runs.csv``; a ``*.csv`` path gets the attempts and a
-    sibling ``<stem>_runs.csv``.
+    A directory gets ``attempts.csv``, ``runs.csv`` (and ``turns.csv``); a ``*.csv`` path gets the
+    attempts and siblings ``<stem>_runs.csv`` (and ``<stem>_turns.csv``).
     """
     target = Path(directory_or_path)
     if target.suffix.lower() == ".csv":
-        paths = [target, target.with_name(f"{target.stem}_runs.csv")]
+        paths = [target, target.with_name(f"{target.stem}_runs.csv"), target.with_name(f"{target.stem}_turns.csv")]
     else:
-        paths = [target / "attempts.csv", target / "runs.csv"]
+        paths = [target / "attempts.csv", target / "runs.csv", target / "turns.csv"]
     paths[0].parent.mkdir(parents=True, exist_ok=True)
-    for frame, path in zip((attempts_frame(ledger, campaign), runs_frame(ledger, campaign)), paths):
+    frames = [attempts_frame(ledger, campaign), runs_frame(ledger, campaign), turns_frame(ledger, campaign)]
+    if frames[2].empty:  # no long session: the two files every campaign has
+        frames, paths = frames[:2], paths[:2]
+    for frame, path in zip(frames, paths):
         write_csv(frame, path)
     return paths
 
@@ -82,6 +88,11 @@ def runs_frame(ledger: Ledger, campaign: str | None = None) -> pd.DataFrame:
     frame["strategy_load_s"] = [o.get("load_s") for o in own]
     frame["strategy_gbps"] = [o.get("gbps") for o in own]
     return frame
+
+
+def turns_frame(ledger: Ledger, campaign: str | None = None) -> pd.DataFrame:
+    """The turns of the long sessions as ``turns.csv`` holds them (``extra`` as JSON text)."""
+    return _json_columns(ledger.turns(campaign=campaign))
 
 
 def neutralize(frame: pd.DataFrame) -> pd.DataFrame:

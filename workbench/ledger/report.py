@@ -39,6 +39,7 @@ class ReportPaths:
     markdown: Path
     html: Path
     figures: tuple[str, ...]
+    turns_csv: Path | None = None  # only when the campaign has long sessions
 
 
 def report_dir(campaign: str, root: str | os.PathLike[str] | None = None) -> Path:
@@ -80,22 +81,24 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     """
     from workbench.ledger import export_csv, markdown_table
     from workbench.ledger.figures import campaign_figures
+    from workbench.ledger.session_figures import session_figures
 
     attempts, runs, ceilings = campaign_frames(ledger, campaign)
     directory = report_dir(campaign, out_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    attempts_csv, runs_csv = export_csv(ledger, directory, campaign=campaign)
+    csvs = export_csv(ledger, directory, campaign=campaign)
     table = markdown_table(ledger, campaign, all_attempts)
     note = few_runs_note(attempts)
     if note:
         table = f"{note}\n\n{table}"
     history = history_lines(attempts)
-    figures = campaign_figures(attempts, runs, ceilings)
+    figures = {**campaign_figures(attempts, runs, ceilings),
+               **session_figures(ledger.turns(campaign=campaign), attempts)}
     md = directory / "report.md"
     md.write_text(_markdown(campaign, table, history, figures), encoding="utf-8")
     page = directory / "report.html"
     page.write_text(_html(campaign, table, history, figures), encoding="utf-8")
-    return ReportPaths(directory, attempts_csv, runs_csv, md, page, tuple(figures))
+    return ReportPaths(directory, csvs[0], csvs[1], md, page, tuple(figures), csvs[2] if len(csvs) > 2 else None)
 
 
 def few_runs_note(attempts: pd.DataFrame) -> str:
@@ -138,11 +141,13 @@ def _markdown(campaign: str, table: str, history: list[str], figures: dict[str, 
     out += [f"{i}. {line}" for i, line in enumerate(history, 1)] or ["_No attempts._"]
     out += ["", "## Figures", "", "Interactive in `report.html` beside this file:", ""]
     out += [f"- {fig.layout.title.text}" for fig in figures.values()]
-    out += ["", "Raw data: `attempts.csv`, `runs.csv`.", ""]
+    turns = ", `turns.csv`" if any(k.startswith("session_") for k in figures) else ""
+    out += ["", f"Raw data: `attempts.csv`, `runs.csv`{turns}.", ""]
     return "\n".join(out)
 
 
 def _html(campaign: str, table: str, history: list[str], figures: dict[str, Any]) -> str:
+    turns = '<a href="turns.csv">turns.csv</a>, ' if any(k.startswith("session_") for k in figures) else ""
     body = [f"<h1>Campaign <code>{html.escape(campaign)}</code></h1>", _table_html(table),
             "<h2>Attempt history (oldest first)</h2>", "<ol>"]
     body += [f"<li>{_inline(line)}</li>" for line in history] + ["</ol>", "<h2>Figures</h2>"]
@@ -153,7 +158,7 @@ def _html(campaign: str, table: str, history: list[str], figures: dict[str, Any]
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>workbench report: {html.escape(campaign)}</title><style>{_CSS}</style></head>"
             f"<body>{''.join(body)}<p>Raw data: <a href=\"attempts.csv\">attempts.csv</a>, "
-            "<a href=\"runs.csv\">runs.csv</a>, <a href=\"report.md\">report.md</a>.</p></body></html>\n")
+            f"<a href=\"runs.csv\">runs.csv</a>, {turns}<a href=\"report.md\">report.md</a>.</p></body></html>\n")
 
 
 def _table_html(markdown: str) -> str:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.ledger.sessions import session_facts, session_lines
 from workbench.records import failure_reason, format_effect, format_spread
 
 if TYPE_CHECKING:
@@ -57,6 +58,10 @@ def markdown_table(ledger: Ledger, campaign: str | None = None, all_attempts: bo
         lines.append(_row([*cells[:2], _binary(a), *cells[2:]] if builds else cells))
     if len(shown) < len(attempts):
         lines += ["", _omitted(attempts, shown)]
+    sessions = session_lines(shown, ledger.turns(campaign=campaign))
+    if sessions:
+        lines += ["", "**Long sessions** (per turn: `workbench ledger show ID`, or the turns CSV):", ""]
+        lines += [f"- {line}" for line in sessions]
     return "\n".join(lines)
 
 
@@ -109,7 +114,7 @@ def _cells(a: dict[str, Any], runs: pd.DataFrame | None, several_hosts: bool) ->
     return [
         ident, a["label"], _cache(a["cache"], runs), _ms(a["median_s"]),
         format_spread(a["spread_pct"], a["n"], a["stable"]), n, _gbps(a), _vs_baseline(a), _verdict(a, runs),
-        _engaged(runs),
+        session_facts(a) if a.get("kind") == "session" else _engaged(runs),
     ]
 
 

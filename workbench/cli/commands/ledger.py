@@ -87,6 +87,9 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     for key in ("device_info", "environment"):
         for sub, value in (attempt[key] or {}).items():
             click.echo(f"{key}.{sub}: {value}")
+    if attempt.get("kind") == "session":
+        _show_turns(led, attempt["id"])
+        return
     runs = led.runs(attempt["id"])
     click.echo(f"\nruns ({len(runs)}):")
     rows = [
@@ -95,6 +98,20 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
         for r in runs.to_dict("records")
     ]
     _echo_table(("pos", "pid", "load", "wall", "resident", "cache", "verified", "engaged", "error"), rows)
+
+
+def _show_turns(led: Any, attempt_id: str) -> None:
+    """A long session's turns: what changes turn over turn is the point (a leak grows, a cost does not)."""
+    turns = led.turns(attempt_id)
+    click.echo(f"\nturns ({len(turns)}):")
+    rows = [
+        (_int(t["turn"]), _int(t["tokens"]), f"{t['tokens_per_s']:.1f}", _int(t["hits"]), _int(t["misses"]),
+         _int(t["evictions"]), _int(t["minflt"]), _int(t["majflt"]), _int(t["unreleased_pages"]),
+         f"{(t['actual_anon_bytes'] - t['accounted_bytes']) / 2**20:.1f}", _ms(t["seconds"]))
+        for t in turns.to_dict("records")
+    ]
+    _echo_table(("turn", "tokens", "tok/s", "hits", "misses", "evictions", "minflt", "majflt", "unreleased",
+                 "anon-accounted MiB", "time"), rows)
 
 
 @ledger.command("verdict")
