@@ -1,8 +1,9 @@
 """The interactive path in a real browser: JupyterLab on loopback, Debian's Chromium driven by Playwright.
 
 Opens 01_load_sweep.ipynb and 06_engine_ab.ipynb, runs all cells, sets the runs control, presses the
-panel's Run button and waits for the results table, a plotly figure and each notebook's own results; a
-screenshot goes to test-artifacts/. No browser is ever downloaded: Playwright drives /usr/bin/chromium
+panel's Run button and waits for the results table, a plotly figure and each notebook's own results; the
+same for 03_expert_slices and 04_long_session with their controls set to tiny sizes. A screenshot of each
+goes to test-artifacts/. No browser is ever downloaded: Playwright drives /usr/bin/chromium
 (``apt-get install chromium``; .ci/run does it).
 """
 from __future__ import annotations
@@ -118,6 +119,51 @@ def test_engine_ab_notebook_runs_from_the_run_button(lab, tmp_path):
     # The defaults: the demo engine, heap reads against mmap, warm; runs as set in the browser.
     assert list(attempts["label"]) == ["--read heap", "--read mmap"] and set(attempts["n"]) == {3}
     assert set(attempts["kind"]) == {"external"} and attempts["binary_hash"].notna().all()
+
+
+def test_expert_slices_notebook_runs_from_the_run_button(lab, tmp_path):
+    values = {"size": "3MiB", "experts": "8", "runs": "1"}
+    _in_browser(tmp_path, lambda page: _drive_panel(page, lab, "03_expert_slices", values,
+                                                    ".wb-output .wb-placement table",
+                                                    "Alignment 32: odirect-zero-copy INERT"))
+    with Ledger(lab["ledger"]) as ledger:
+        assert len(ledger.attempts("notebook-expert-slices")) == 16  # 4 methods x 2 models x cold, warm
+
+
+def test_long_session_notebook_runs_from_the_run_button(lab, tmp_path):
+    values = {"turns": "3", "tokens/turn": "2", "single-shot tokens": "1", "cache MiB": "1", "k": "2"}
+    _in_browser(tmp_path, lambda page: _drive_panel(page, lab, "04_long_session", values,
+                                                    ".wb-output .wb-sessions table", "long release=off"))
+    with Ledger(lab["ledger"]) as ledger:
+        assert list(ledger.attempts("notebook-long-session")["kind"]) == ["session"] * 4
+
+
+def _drive_panel(page, lab, name: str, values: dict[str, str], table_selector: str, text: str) -> None:
+    """Open notebook ``name``, run all cells, set the named controls, press Run, wait for its table."""
+    expect = sync_api.expect
+    page.goto(f"{lab['base']}/lab/tree/{name}.ipynb?token={lab['token']}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    _settle_kernel(page)
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    _settle_kernel(page)
+    run = page.locator("button.wb-run")
+    expect(run).to_be_visible(timeout=120_000)
+    for label, value in values.items():
+        box = page.locator(".widget-text", has=page.locator("label", has_text=re.compile(f"^{re.escape(label)}$")))
+        box.locator("input").fill(value)
+        box.locator("input").press("Enter")
+    run.click()
+    expect(page.locator(table_selector).first).to_be_visible(timeout=300_000)
+    expect(page.locator(".wb-status")).to_contain_text("run 1 finished")
+    expect(page.locator(".wb-output")).to_contain_text(text)
+    figure = page.locator(".wb-output .js-plotly-plot").first
+    expect(figure).to_be_visible(timeout=60_000)
+    news = page.get_by_role("button", name="No", exact=True)  # the "Jupyter news?" toast hides the figure
+    if news.count():
+        news.first.click()
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"))
 
 
 def _in_browser(tmp_path: Path, drive) -> None:

@@ -58,8 +58,8 @@ def plotly_titles(nb: dict) -> list[str]:
     return [f["layout"]["title"]["text"] for f in figs]
 
 
-@pytest.mark.parametrize("name", ["01_load_sweep.ipynb", "02_h2d_microbench.ipynb", "05_ledger_report.ipynb",
-                                  "06_engine_ab.ipynb"])
+@pytest.mark.parametrize("name", ["01_load_sweep.ipynb", "02_h2d_microbench.ipynb", "03_expert_slices.ipynb",
+                                  "04_long_session.ipynb", "05_ledger_report.ipynb", "06_engine_ab.ipynb"])
 def test_notebook_has_one_parameters_cell_and_a_known_kernel(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
@@ -178,6 +178,45 @@ def test_engine_ab_refuses_mismatched_lists(space):
     with pytest.raises(WorkbenchError, match="1 labels for 2 commands"):
         run_engine_ab(["true", "true"], str(space["model"]), labels=["a"])
     assert expand_command("{python} -c 'x = {1: 2}' {file}", "/m b.gguf").endswith("-c 'x = {1: 2}' '/m b.gguf'")
+
+
+def test_expert_slices_notebook_measures_both_alignments_and_says_which_engaged(space, tmp_path):
+    files = {a: ensure_model(space["root"] / f"moe-a{a}.gguf", layout="moe", format="gguf", size=3 * MiB,
+                             alignment=a, experts=8) for a in (64, 32)}
+    nb = execute("03_expert_slices.ipynb", tmp_path / "03.ipynb", file_64=str(files[64]), file_32=str(files[32]),
+                 caches=["warm"], runs=2, campaign="nb-03", ledger_path=str(space["ledger"]))
+    with Ledger(space["ledger"]) as ledger:
+        attempts = ledger.attempts("nb-03")
+        runs = ledger.runs(campaign="nb-03")
+    assert len(attempts) == 8 and (runs["verified"] == True).all()  # noqa: E712 - 4 methods x 2 models
+    assert list(attempts["verdict"]).count("baseline") == 2  # per-expert pread, once per model
+    page = html_outputs(nb)
+    assert 'class="wb-placement"' in page and "experts: one copy per blob · a64" in page
+    assert "Alignment 64: odirect-zero-copy ON" in page and "Alignment 32: odirect-zero-copy INERT" in page
+    assert "would under-align tensors" in page
+    titles = plotly_titles(nb)
+    assert any(t.startswith("Median load time: per-expert vs blob") for t in titles)
+    assert any(t.startswith("Shift-copy MiB per load") for t in titles)
+
+
+def test_long_session_notebook_sets_single_shot_beside_long(space, tmp_path):
+    # one token of the single short turn never fills the cache, as the write-up's short runs never did
+    model = ensure_model(space["root"] / "moe-a64-e64.gguf", layout="moe", format="gguf", size=16 * MiB,
+                         alignment=64, experts=64)
+    nb = execute("04_long_session.ipynb", tmp_path / "04.ipynb", file=str(model), turns=4, tokens=4, short_tokens=1,
+                 cache_mib=0.5, experts_per_token=2, campaign="nb-04", ledger_path=str(space["ledger"]))
+    with Ledger(space["ledger"]) as ledger:
+        attempts = ledger.attempts("nb-04")
+        turns = ledger.turns(campaign="nb-04")
+    assert list(attempts["kind"]) == ["session"] * 4 and len(turns) == 1 + 1 + 4 + 4
+    ends = {label.split(" · ")[0]: turns[turns["attempt_id"] == i]["unreleased_pages"].iloc[-1]
+            for i, label in zip(attempts["id"], attempts["label"])}
+    assert ends["single-shot release=off"] == ends["single-shot release=on"] == 0
+    assert ends["long release=off"] > 0 == ends["long release=on"]
+    assert 'class="wb-sessions"' in html_outputs(nb)
+    titles = plotly_titles(nb)
+    assert any(t.startswith("Unreleased pages at the end") for t in titles)
+    assert any(t.startswith("Unreleased pages per turn") for t in titles)
 
 
 def test_failing_notebook_fails_papermill_with_the_one_line_error(space, tmp_path):

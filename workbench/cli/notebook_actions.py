@@ -22,8 +22,10 @@ from workbench.records import MiB
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
 
-def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size: int | str) -> Path:
-    """``path`` if it already holds a readable model; otherwise write a synthetic one there (atomically)."""
+def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size: int | str,
+                 **synth: Any) -> Path:
+    """``path`` if it already holds a readable model; otherwise write a synthetic one there (atomically);
+    ``synth`` goes to ``write_synthetic`` (``alignment``, ``experts``, …)."""
     from workbench.formats import open_index
     from workbench.formats.synth import parse_size, write_synthetic
 
@@ -36,7 +38,7 @@ def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size
             pass  # a truncated file from an interrupted run: write it again
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial")
-    write_synthetic(tmp, format=format, layout=layout, size=parse_size(size))
+    write_synthetic(tmp, format=format, layout=layout, size=parse_size(size), **synth)
     os.replace(tmp, path)
     return path
 

@@ -81,7 +81,7 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     """
     from workbench.ledger import export_csv, markdown_table
     from workbench.ledger.figures import campaign_figures
-    from workbench.ledger.session_figures import session_figures
+    from workbench.ledger.expert_figures import session_figures
 
     attempts, runs, ceilings = campaign_frames(ledger, campaign)
     directory = report_dir(campaign, out_dir)

@@ -1,0 +1,151 @@
+"""The MoE notebooks' actions and panels: expert slices (03) and long sessions (04).
+
+As in :mod:`workbench.cli.notebook_actions`, the measuring is in plain functions
+(``run_expert_slices``, ``run_long_sessions``, ``placement_frame`` …) and the ``*_panel`` functions
+only put ipywidgets controls in front of them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from workbench import defaults
+from workbench.cli.notebook_actions import _best, _devices, ensure_model
+from workbench.cli.notebook_ui import Panel, ledger_path, results_html
+from workbench.errors import WorkbenchError
+
+# (strategy, params, what it stands for): the first is the baseline of each measured group
+SLICE_METHODS = (
+    ("pread", {"granularity": "expert"}, "per-expert pread"),
+    ("experts", {}, "experts: one copy per blob"),
+    ("odirect", {"mode": "bounce"}, "odirect bounce"),
+    ("odirect", {"mode": "inplace"}, "odirect in place"),
+)
+
+
+def moe_model(file: str, alignment: int, size: str, experts: int) -> Path:
+    """``file`` when given; else the synthetic MoE GGUF of this alignment under data/models (made if missing)."""
+    if file:
+        if not Path(file).is_file():
+            raise WorkbenchError(f"{file}: no such model file")
+        return Path(file)
+    path = defaults.models_dir() / f"moe-a{alignment}-e{experts}-{size}.gguf"
+    return ensure_model(path, layout="moe", format="gguf", size=size, alignment=alignment, experts=experts)
+
+
+def placement_frame(path: str | os.PathLike[str]) -> Any:
+    """(one row per expert blob: where it sits against the page and whether in-place placement engages,
+    the model's ``odirect-zero-copy ON|PARTIAL|INERT — n/m`` line)."""
+    import pandas as pd
+
+    from workbench.expert import plan_placements
+    from workbench.formats import open_index
+
+    index = open_index(path)
+    plans, report = plan_placements(index.blobs)
+    return pd.DataFrame({
+        "layer": [b.layer for b in index.blobs], "blob": [b.name for b in index.blobs],
+        "experts": [b.n_experts for b in index.blobs], "stride pages": [b.stride / 4096 for b in index.blobs],
+        "offset % 4096": [p.remainder for p in plans], "placement": ["ON" if p.placed else "INERT" for p in plans],
+        "reason": [p.reason for p in plans],
+    }), str(report)
+
+
+def slice_configs(path: Path, alignment: int, device: str) -> list[Any]:
+    from workbench.records import RunConfig
+
+    return [RunConfig(str(path), name, dict(params), device, label=f"{what} · a{alignment}")
+            for name, params, what in SLICE_METHODS]
+
+
+def run_expert_slices(files: Mapping[int, Path], caches: Sequence[str], runs: int, device: str, store: Path,
+                      campaign: str, hypothesis: str = "", say: Callable[[str], None] = lambda _m: None) -> list[Any]:
+    """Every method on every model, interleaved per model and cache state; returns the AttemptResults."""
+    from workbench.measure.runner import measure
+
+    results: list[Any] = []
+    for alignment, path in files.items():
+        for cache in caches:
+            def progress(done: int, total: int, config: Any, run: Any, cache: str = cache) -> None:
+                took = "failed" if run.error else f"{run.load_s * 1000:.1f} ms"
+                say(f"{cache}: run {done}/{total} — {config.label}: {took}")
+            results += measure(slice_configs(path, alignment, device), runs=runs, cache=cache, ledger=store,
+                               campaign=campaign, hypothesis=hypothesis, progress=progress)
+    return results
+
+
+def expert_slices_outputs(store: Path, campaign: str, ids: Sequence[str], files: Mapping[int, Path]) -> list[Any]:
+    """The attempts with their facts, the two figures, and the per-buffer placement table of each model."""
+    from IPython.display import HTML
+
+    from workbench.ledger import Ledger
+    from workbench.ledger.expert_figures import run_counters, shift_copy_bars, slices_median
+
+    with Ledger(store) as ledger:
+        attempts = ledger.attempts(campaign)
+        runs = ledger.runs(campaign=campaign)
+    attempts = attempts[attempts["id"].isin(ids)].reset_index(drop=True)
+    runs = runs[runs["attempt_id"].isin(ids)]
+    attempts["method"] = attempts["label"].str.split(" · ").str[0]
+    attempts["alignment"] = attempts["label"].str.split(" · a").str[-1]
+    counters = run_counters(runs)
+    facts = runs.groupby("attempt_id")["engaged"].first()
+    table = attempts.assign(
+        **{"median ms": (attempts["median_s"] * 1000).round(2), "spread %": attempts["spread_pct"].round(1),
+           "vs per-expert": attempts["speedup"].round(2),
+           "engaged": [" · ".join(facts.get(i, ())) for i in attempts["id"]]}
+    )[["label", "cache", "n", "median ms", "spread %", "vs per-expert", "verdict", "engaged"]]
+    out = [HTML(f"<p>{len(attempts)} attempt(s) recorded in <code>{store}</code>, campaign <code>{campaign}</code>."
+                "</p>"), results_html(table), slices_median(attempts), shift_copy_bars(attempts, counters)]
+    for alignment, path in files.items():
+        frame, report = placement_frame(path)
+        out += [HTML(f"<h4>Alignment {alignment}: {report}</h4>"), results_html(frame, "wb-placement")]
+    return out
+
+
+def expert_slices_panel(*, file_64: str, file_32: str, size: str, experts: int, caches: Sequence[str], runs: int,
+                        device: str, campaign: str, hypothesis: str = "", ledger: str = "") -> Panel:
+    """The panel of notebook 03: the two models (alignment 64 and 32), cache states, runs, device."""
+    import ipywidgets as w
+
+    from workbench.records import CACHE_STATES
+
+    controls = {
+        "file_64": w.Text(value=file_64, description="file a64", placeholder="(synthetic, made if missing)",
+                          layout=w.Layout(width="70%")),
+        "file_32": w.Text(value=file_32, description="file a32", placeholder="(synthetic, made if missing)",
+                          layout=w.Layout(width="70%")),
+        "size": w.Text(value=size, description="size"),
+        "experts": w.BoundedIntText(value=experts, min=1, max=1024, description="experts"),
+        "caches": w.SelectMultiple(options=CACHE_STATES, value=tuple(caches), description="cache", rows=3),
+        "runs": w.BoundedIntText(value=runs, min=1, max=100, description="runs"),
+        "device": w.Dropdown(options=_devices(device), value=device or _best(), description="device"),
+        "campaign": w.Text(value=campaign, description="campaign"),
+        "hypothesis": w.Text(value=hypothesis, description="hypothesis", layout=w.Layout(width="70%")),
+    }
+    store = ledger_path(ledger)
+
+    def action(v: Mapping[str, Any], say: Callable[[str], None]) -> list[Any]:
+        say("preparing the alignment-64 and alignment-32 models …")
+        files = {64: moe_model(v["file_64"], 64, v["size"], v["experts"]),
+                 32: moe_model(v["file_32"], 32, v["size"], v["experts"])}
+        results = run_expert_slices(files, v["caches"], v["runs"], v["device"], store, v["campaign"],
+                                    v["hypothesis"], say)
+        return expert_slices_outputs(store, v["campaign"], [r.attempt_id for r in results], files)
+    return Panel("Expert slices: per-expert vs blob, bounce vs in place", controls, action)
+
+
+def session_plan(turns: int, tokens: int, short_tokens: int, cache_mib: float, experts_per_token: int,
+                 placement: str) -> list[tuple[str, Any]]:
+    """(label, SessionConfig): a single short turn and a long session, each with release off and on."""
+    from workbench.expert.session import SessionConfig
+
+    base = SessionConfig(turns=turns, tokens=tokens, cache_mib=cache_mib, experts_per_token=experts_per_token,
+                         placement=placement)
+    plan = []
+    for kind, config in (("single-shot", dataclasses.replace(base, turns=1, tokens=short_tokens)), ("long", base)):
+        for release in ("off", "on"):
+            plan.append((f"{kind} release={release}", dataclasses.replace(config, boundary_release=release)))
+    return plan
