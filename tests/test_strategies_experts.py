@@ -155,3 +155,35 @@ def test_bad_params_are_one_line_errors():
         with pytest.raises(ParamError) as err:
             get_strategy(name).from_strings(raw)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name,params", [("experts", {"upload": "registered"}), ("experts", {"upload": "pinned"}),
+                                         ("pread", {"granularity": "expert"}), ("odirect", {"mode": "inplace"})])
+def test_the_gpu_backend_call_shapes_on_the_fake_cuda_runtime(synth_model, name, params):
+    # the H200 runs these through upload/_gpu.py; the fake runtime checks every call and copies for real
+    from test_upload_devices import open_fake
+
+    index = synth_model("gguf", "moe", alignment=64)
+    prepare(index.path, "warm")
+    dev, fake = open_fake("cuda")
+    try:
+        result = get_strategy(name)(**params).load(index, dev)
+        report = verify_placements(index, dev, result.placements)
+        assert report.ok and report.checked == len(index), report.detail
+        if params.get("upload") == "registered":
+            assert result.engaged_by("registered_mapping").state == "ON" and not fake.registered  # unregistered
+    finally:
+        dev.close()
+
+
+def test_a_session_on_the_fake_cuda_runtime_uploads_exact_bytes(synth_model):
+    from test_upload_devices import open_fake
+
+    from workbench.expert.session import ExpertSession, SessionConfig
+
+    index = synth_model("gguf", "moe", alignment=64, size=16 << 20, experts=64)
+    dev, _ = open_fake("cuda")
+    with dev, ExpertSession(index, dev, SessionConfig(turns=2, tokens=2, cache_mib=0.5, experts_per_token=2,
+                                                      verify=True)) as session:
+        records = list(session.turns())
+    assert session.verified_slices == sum(r.hits + r.misses for r in records) > 0
