@@ -14,6 +14,8 @@
    turn, and the effect of the fix on turn time (first turns, which fill the cache, left out).
 
 Prints Markdown (and writes it with ``--out``), rewritten after every phase so a cut-off run keeps its part.
+``--parts ceilings,loads`` then ``--parts session`` with the same ``--ledger`` splits it into two commands
+(the walls recorded by the first bound the attempts of the second).
 """
 from __future__ import annotations
 
@@ -78,16 +80,23 @@ def _phase(a) -> str:
     return f"{name} {phases[name] * 1e3:.0f} ms"
 
 
+def _handed_back(a) -> str:
+    """Median MiB the VM handed back to its hypervisor around a run (free page reporting): memory the next
+    first touch faults in slowly — on such a machine a confounder of every fresh buffer."""
+    values = [r.report.host_memory_reported_mib for r in a.runs if r.report.host_memory_reported_mib is not None]
+    return f"{statistics.median(values):,.0f} MiB" if values else "—"
+
+
 def _load_section(cache: str, results: list) -> list[str]:
-    lines = [f"### {cache}", "", "| configuration | median | spread | n | GB/s | bound by (share of the wall) | "
-             "longest phase | engaged |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"### {cache}", "", "| configuration | median | spread | n | GB/s | wall (share of it) | "
+             "longest phase | memory handed back | engaged |", "|---|---|---|---|---|---|---|---|---|"]
     for a in results:
         s = a.stats
         wall = f"{a.ceiling_name} {a.ceiling_gbps:.2f} GB/s ({a.ceiling_fraction:.0%})" if a.ceiling_gbps else "—"
         ok = next((r for r in a.runs if r.ok), None)
         facts = "; ".join(e.split(" (")[0] for e in ok.engaged) if ok else "—"
         lines.append(f"| {a.label} | {s.median_s * 1e3:,.0f} ms | {s.spread_pct:.1f} % | {s.n} | {s.gbps:.2f} | "
-                     f"{wall} | {_phase(a)} | {facts} |")
+                     f"{wall} | {_phase(a)} | {_handed_back(a)} | {facts} |")
     lines += ["", "| pair | effect (speedup [95 % interval]) | verdict |", "|---|---|---|"]
     for name, base, cand in PAIRS:
         effect = ratio_effect([r.load_s for r in results[base].runs if r.ok],
@@ -110,7 +119,13 @@ def _sessions(args, model: Path, ledger: Ledger) -> list[str]:
         seconds[release] += [t.seconds for t in turns[1:]]  # turn 0 fills the cache: a cost, not the steady state
         rows.append(_session_row(release, result, turns))
     effect = ratio_effect(seconds["off"], seconds["on"])
-    head = ["| session | turns | unreleased pages first → last | anon − accounted MiB first → last | "
+    from workbench.formats import open_index
+
+    blobs = open_index(model).blobs
+    ceiling = sum(b.n_experts + 1 for b in blobs)  # a slice's two boundary pages, shared along each buffer
+    head = [f"At most {ceiling:,} pages ({ceiling * 4096 / 2**20:.1f} MiB) can leak in this model: the boundary "
+            "pages of the layer buffers (experts + 1 per buffer); the leak grows toward that and saturates.", "",
+            "| session | turns | unreleased pages first → last | anon − accounted MiB first → last | "
             "major faults | tok/s median (min–max) | staged GB/s | placement |", "|---|---|---|---|---|---|---|---|"]
     return head + rows + ["", f"Turn time, release on vs off (turns 1…, pooled, independent): "
                                f"**{format_effect(effect.speedup, effect.ci_low, effect.ci_high)}** — {effect.verdict} "
@@ -143,12 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="data/models/bench", help="where the model and scratch files go")
     ap.add_argument("--size", default="2GiB")
     ap.add_argument("--experts", type=int, default=64, help="per layer (64 at 2 GiB and 128 at 4 GiB give A3B's 768×2048 experts)")
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=6, help="per configuration and cache state (6+ pairs rounds)")
     ap.add_argument("--turns", type=int, default=20)
     ap.add_argument("--tokens", type=int, default=8, help="decode tokens per turn")
     ap.add_argument("--cache-mib", type=float, default=512.0, help="expert cache budget of the sessions")
     ap.add_argument("--experts-per-token", type=int, default=8)
     ap.add_argument("--ceiling-size", default="1GiB")
+    ap.add_argument("--parts", default="ceilings,loads,session",
+                    help="which parts to run, comma-separated (split a long benchmark into several commands)")
     ap.add_argument("--ledger", default=None, help="default: a fresh ledger next to the model")
     ap.add_argument("--out", default=None, help="also write the Markdown here")
     args = ap.parse_args(argv)
@@ -158,18 +175,22 @@ def main(argv: list[str] | None = None) -> int:
     model = _model(directory, parse_size(args.size), args.experts)
     ledger = Ledger(args.ledger or directory / f"bench-experts-{time.strftime('%Y%m%d-%H%M%S')}.sqlite")
     t0, env = time.perf_counter(), collect_environment(str(directory))
-    walls = measure_ceilings(directory, devices=(args.device,), size=parse_size(args.ceiling_size), ledger=ledger)
+    parts = set(args.parts.split(","))
+    walls = (measure_ceilings(directory, devices=(args.device,), size=parse_size(args.ceiling_size), ledger=ledger)
+             if "ceilings" in parts else None)
     lines = [f"# MoE expert benchmark — {args.device}, {model.name} ({model.stat().st_size / 2**30:.2f} GiB)", "",
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. File: `{model}`: {_shape(model)}.",
              f"Loads: {args.runs} fresh worker processes per configuration and cache state, the four configurations "
              f"interleaved, device bytes verified after every run. Sessions: {args.turns} turns × {args.tokens} tokens, "
              f"k = {args.experts_per_token}, cache {args.cache_mib:g} MiB, placement inplace, order off, on, on, off. "
-             f"Ledger: `{ledger.path}`.", "", "## Ceilings (this machine, measured first)", "", *_ceiling_lines(walls)]
+             f"Ledger: `{ledger.path}`."]
+    if walls is not None:
+        lines += ["", "## Ceilings (this machine, measured first)", "", *_ceiling_lines(walls)]
     _emit(args.out, lines)
     configs = [RunConfig(str(model), name, params, args.device, label=label) for label, name, params in CONFIGS]
     device_info = None
-    lines += ["", "## Loads"]
-    for cache in ("cold", "warm"):
+    lines += ["", "## Loads"] if "loads" in parts else []
+    for cache in ("cold", "warm") if "loads" in parts else ():
         results = measure(configs, runs=args.runs, cache=cache, ledger=ledger, progress=_say,
                           campaign=f"bench-experts-{args.device}-{cache}",
                           hypothesis="one-copy blob uploads and in-place O_DIRECT against their baselines")
@@ -177,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         device_info = device_info or (dict(ok.report.device_info) if ok else None)
         lines += ["", *_load_section(cache, results)]
         _emit(args.out, lines)
-    lines += ["", "## Long session: boundary release off vs on", "", *_sessions(args, model, ledger)]
+    if "session" in parts:
+        lines += ["", "## Long session: boundary release off vs on", "", *_sessions(args, model, ledger)]
     lines.insert(3, f"Machine: {_machine(env, device_info)}; total wall {time.perf_counter() - t0:.0f} s.")
     _emit(args.out, lines)
     print("\n".join(lines))

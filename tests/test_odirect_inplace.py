@@ -160,3 +160,27 @@ def test_exactly_sized_region_never_written_past_even_when_promised(odirect, tmp
 def test_mode_is_checked():
     with pytest.raises(ParamError, match="mode"):
         get_strategy("odirect").from_strings({"mode": "zero"})
+
+
+@pytest.mark.parametrize("stride,first", [(100, 37), (1000, 4095), (2 * PAGE, 1152), (216 * PAGE, 1152),
+                                          (216 * PAGE, 1184)])
+def test_tiny_and_large_experts_land_the_same_bytes_every_way(odirect, raw_model, stride, first):
+    # tiny experts (a stride no page multiple: declined), A3B-sized ones (216 pages) at the write-up's
+    # 1152 B remainder (placed) and at 1184 B (not a multiple of 64: declined); 1 MiB pieces cut them
+    index = raw_blobs(raw_model, [stride, stride], first=first)
+    placeable = stride % PAGE == 0 and first % 64 == 0
+    digests = []
+    for mode in ("bounce", "inplace"):
+        result, got = load(index, mode=mode, bounce_mib=1, threads=2)
+        digests.append(got)
+        fact = result.engaged_by("odirect-zero-copy")
+        assert fact.done == (2 if placeable and mode == "inplace" else 0), str(fact)
+    assert digests[0] == digests[1]
+    from workbench.io.pagecache import prepare
+
+    for cache in ("cold", "warm"):
+        prepare(index.path, cache)
+        dev = open_device("host")
+        experts = get_strategy("experts")(chunk_mib=1, threads=2).load(index, dev)
+        assert verify_placements(index, dev, experts.placements).ok
+        assert experts.engaged_by("blob_zero_copy").total == 2

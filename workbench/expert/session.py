@@ -72,8 +72,12 @@ class ExpertSession:
                                  reader=config.reader, policy=config.policy)
         self._by_layer = {layer: [i for i, b in enumerate(index.blobs) if b.layer == layer]
                           for layer in self.trace.layers}
-        self._arena = device.alloc(self.trace.k * max(
-            sum(max(n for _, n in index.blobs[i].slices) for i in ids) for ids in self._by_layer.values()))
+        try:  # the arena a layer's routed experts are copied into; the cache is closed if it fails
+            self._arena = device.alloc(self.trace.k * max(
+                sum(max(n for _, n in index.blobs[i].slices) for i in ids) for ids in self._by_layer.values()))
+        except BaseException:
+            self.cache.close()
+            raise
         self._verify_fd = os.open(index.path, os.O_RDONLY | os.O_CLOEXEC) if config.verify else -1
         self._records: list[TurnRecord] = []
         self._next_token, self.verified_slices = 0, 0
