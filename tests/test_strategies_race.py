@@ -3,7 +3,7 @@ loading (or truncated after the first piece reached the device), fails that run 
 or has verification catch the changed bytes — never a crash, a hang, or a run that verifies.
 
 Each load runs in a fresh process (tests/race_child.py) so a SIGBUS shows up as a signal exit here.
-The one known exception: a file truncated under a live mapping (mmap, populate, the safetensors
+The one known exception: a file truncated under a live mapping (mmap, populate, experts, the safetensors
 peer) raises SIGBUS in the copy, which Python cannot catch; those cases are expected failures.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ VARIANTS = [(name, {}) for name in STRATEGIES.names()] + [
     ("mmap", {"register": "1"}), ("odirect", {"threads": "2"}),
 ]
 HOWS = ("truncate-data", "truncate-header", "rewrite", "truncate-during")
-MAPPED = {"mmap", "populate", "peer-safetensors"}  # read through a mapping of the file (the peer: its own)
+MAPPED = {"mmap", "populate", "peer-safetensors", "experts"}  # read through a mapping of the file (the peer: its own)
 pytestmark = pytest.mark.timeout(300)
 
 

@@ -93,8 +93,9 @@ def expert_slices_outputs(store: Path, campaign: str, ids: Sequence[str], files:
     counters = run_counters(runs)
     facts = runs.groupby("attempt_id")["engaged"].first()
     table = attempts.assign(
-        **{"median ms": (attempts["median_s"] * 1000).round(2), "spread %": attempts["spread_pct"].round(1),
-           "vs per-expert": attempts["speedup"].round(2),
+        **{"median ms": (_numbers(attempts["median_s"]) * 1000).round(2),
+           "spread %": _numbers(attempts["spread_pct"]).round(1),
+           "vs per-expert": [_effect(a) for a in attempts.to_dict("records")],
            "engaged": [" · ".join(facts.get(i, ())) for i in attempts["id"]]}
     )[["label", "cache", "n", "median ms", "spread %", "vs per-expert", "verdict", "engaged"]]
     out = [HTML(f"<p>{len(attempts)} attempt(s) recorded in <code>{store}</code>, campaign <code>{campaign}</code>."
@@ -103,6 +104,23 @@ def expert_slices_outputs(store: Path, campaign: str, ids: Sequence[str], files:
         frame, report = placement_frame(path)
         out += [HTML(f"<h4>Alignment {alignment}: {report}</h4>"), results_html(frame, "wb-placement")]
     return out
+
+
+def _numbers(column: Any) -> Any:
+    """A ledger column as floats (None, as one run leaves a spread, becomes NaN)."""
+    import pandas as pd
+
+    return pd.to_numeric(column, errors="coerce")
+
+
+def _effect(a: Mapping[str, Any]) -> str:
+    """``baseline``, or the speedup over it with its interval (``1.14× [1.05–1.22]``)."""
+    from workbench.records import format_effect
+
+    if a.get("auto_verdict") == "baseline":
+        return "baseline"
+    return format_effect(*(None if v is None or v != v else v for v in (a.get("speedup"), a.get("ci_low"),
+                                                                         a.get("ci_high"))))
 
 
 def expert_slices_panel(*, file_64: str, file_32: str, size: str, experts: int, caches: Sequence[str], runs: int,
