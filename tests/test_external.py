@@ -302,7 +302,7 @@ def test_engine_ab_exports_and_figures(st_model, ab_env, tmp_path: Path) -> None
     assert list(frame["binary_hash"]) == [r.runs[0].report.external.binary_hash for r in results]
     fig = phase_bars(ledger.attempts("ab"), ledger.runs(campaign="ab"))
     names = [t.name for t in fig.data]
-    assert names[0] == "imports" and names[-1] == "unattributed" and len(names) == 7
+    assert names[0] == "imports" and names[-1] == "unattributed" and len(names) == 8 and "init" in names
     assert names.index("header") < names.index("stall") < names.index("checksum")  # the order lines came in
     stall = next(t for t in fig.data if t.name == "stall")
     assert stall.y[0] == 0 and stall.y[1] == pytest.approx(50, abs=40)
@@ -322,3 +322,10 @@ def test_default_labels_say_what_tells_the_commands_apart() -> None:
     assert labels("python /abs/e.py --a 1") == ["python e.py --a 1"]
     long = "engine " + " ".join(f"--opt{i} {i}" for i in range(30))
     assert len(labels(long)[0]) == 59 and "…" in labels(long)[0]
+
+
+def test_markers_arriving_in_one_read_fail_the_run_with_the_reason() -> None:
+    """Start and end line written together reach the reader in one read: there is no window to time."""
+    code = "import sys; sys.stdout.write('begin\\nready\\n'); sys.stdout.flush(); import time; time.sleep(30)"
+    out = time_external(_command(code, start_marker="begin"), timeout_s=30)
+    assert out.load_s is None and "arrived in one read" in out.error

@@ -22,8 +22,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("file")
     parser.add_argument("--idle-s", type=float, default=60.0, help="how long to live after the ready line")
+    parser.add_argument("--init-ms", type=float, default=40.0,
+                        help="a device start-up stand-in before the weights, so the window is long enough to "
+                             "time from outside even on a loaded machine")
     args = parser.parse_args()
     t = phase("imports", t_spawn)
+    time.sleep(args.init_ms / 1e3)
+    t = phase("init", t)
     print("[engine] loading weights")
     with safe_open(args.file, framework="numpy") as f:
         names = list(f.keys())

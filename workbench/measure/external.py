@@ -147,6 +147,11 @@ def _failure(command: EngineCommand, watch: _Watch, hit: bool, exited: int | Non
     if command.start_marker and watch.start_at is None:
         return (f"the end marker /{command.marker}/ came before any line matched the start marker "
                 f"/{command.start_marker}/ (end line: {watch.end_line}); last output: {last}")
+    if command.start_marker and watch.start_at == watch.end_at:
+        # both lines came in one read of the terminal: the window is shorter than this side can time
+        return (f"the start marker /{command.start_marker}/ and the end marker /{command.marker}/ arrived "
+                "in one read, so the window between them cannot be timed from outside; use markers further "
+                "apart, or the engine's own phase lines (--phase)")
     return None
 
 
