@@ -10,9 +10,10 @@ import os
 
 import pytest
 
+import safetensors_files
 from workbench.errors import CacheStateError
 from workbench.io.pagecache import prepare
-from workbench.strategies import STRATEGIES, get_strategy
+from workbench.strategies import STRATEGIES, get_strategy, strategy_kind
 from workbench.strategies.base import PHASES, LoadResult
 from workbench.upload import open_device
 from workbench.measure.verify import verify_placements
@@ -36,12 +37,16 @@ def set_cache(path: str, state: str) -> None:
 
 
 def load_and_verify(name, index, device_name=DEVICE, **params) -> LoadResult:
-    fits = get_strategy(name).supports(index)
-    if not fits:  # a peer loader reads one format only; it says so instead of loading
+    strategy = get_strategy(name)(**params)
+    avail = strategy.available()
+    if not avail:  # a peer whose library is not installed here: one line saying so
+        pytest.skip(f"{name}: {avail.reason}")
+    fits = strategy.fits(index, device_name.partition(":")[0])
+    if not fits:  # a peer reads one format, some dtypes, or loads to GPUs only; it says so
         pytest.skip(f"{name}: {fits.reason}")
     device = open_device(device_name)
     try:
-        result = get_strategy(name)(**params).load(index, device)
+        result = strategy.load(index, device)
         report = verify_placements(index, device, result.placements)
         assert report.ok, f"{name}: {report.first_mismatch}: {report.detail}"
         assert report.checked == report.total == len(index)
@@ -106,6 +111,32 @@ def test_every_strategy_odd_layout(name, raw_model):
     load_and_verify(name, index, **get_strategy(name).Params.small_pieces)  # tensors across pieces
 
 
+@pytest.fixture(scope="session")
+def dtype_model(tmp_path_factory):
+    """``dtype_model(kind)``: the hand-written bf16, mixed or exotic safetensors file, indexed."""
+    from workbench.formats import open_index
+
+    made = {}
+
+    def make(kind: str):
+        if kind not in made:
+            path = tmp_path_factory.mktemp("dtypes") / f"{kind}.safetensors"
+            made[kind] = open_index(str(safetensors_files.write_file(path, safetensors_files.KINDS[kind])))
+        return made[kind]
+
+    return make
+
+
+@pytest.mark.parametrize("kind", sorted(safetensors_files.KINDS))
+@pytest.mark.parametrize("name", NAMES)
+def test_every_strategy_bf16_and_mixed_dtypes(name, kind, dtype_model):
+    # bf16 is what real checkpoints ship; mixed files put most tensors at odd offsets.
+    index = dtype_model(kind)
+    assert any(t.offset % 2 for t in index) or kind == "bf16"
+    set_cache(index.path, "warm")
+    load_and_verify(name, index)
+
+
 @pytest.mark.parametrize("upload", ["pageable", "pinned", "registered"])
 def test_pread_upload_modes_byte_exact(upload, raw_model):
     index = raw_model([3, 4097, (1 << 20) + 333, 65537], first=1231, gap=29, tail=17)
@@ -126,7 +157,12 @@ def test_every_strategy_declares_params_and_availability(name):
     assert cls.name == name and cls.summary
     defaults = cls.param_defaults()
     assert "evict" in defaults and defaults["evict"] is None
-    assert cls.available().ok
+    avail = cls.available()
+    if cls.kind == "peer":  # present when installed; otherwise one line that says how to install it
+        assert avail.ok or ("pip install" in avail.reason and "\n" not in avail.reason), avail.reason
+    else:
+        assert avail.ok, avail.reason
+    assert cls.kind == strategy_kind(name)  # the registry entry and the class agree
     with pytest.raises(Exception) as info:
         cls.from_strings({"no_such_param": "1"})
     assert "no_such_param" in str(info.value)

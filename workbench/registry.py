@@ -23,6 +23,7 @@ class Entry:
     name: str
     target: str  # "package.module:Class"
     hint: str = ""
+    kind: str = ""  # what sort of thing within the registry (strategies: "peer" for references)
 
 
 @dataclass(frozen=True)
@@ -39,19 +40,19 @@ class Availability:
 class Registry(Generic[T]):
     """A read-only-from-outside map of names to lazily imported classes."""
 
-    def __init__(self, kind: str, entries: Mapping[str, tuple[str, str]] | None = None):
+    def __init__(self, kind: str, entries: Mapping[str, tuple[str, ...]] | None = None):
         self.kind = kind
         self._entries: dict[str, Entry] = {}
-        for name, (target, hint) in (entries or {}).items():
-            self.register(name, target, hint)
+        for name, spec in (entries or {}).items():  # (target, hint) or (target, hint, kind)
+            self.register(name, *spec)
 
-    def register(self, name: str, target: str, hint: str = "", *, replace: bool = False) -> None:
+    def register(self, name: str, target: str, hint: str = "", kind: str = "", *, replace: bool = False) -> None:
         """Add ``name`` → ``"module:Class"``; refuses to shadow an existing name unless ``replace``."""
         if name in self._entries and not replace:
             raise ValueError(f"{self.kind} '{name}' is already registered")
         if ":" not in target:
             raise ValueError(f"{self.kind} '{name}': target must be 'module:Class', got {target!r}")
-        self._entries[name] = Entry(name, target, hint)
+        self._entries[name] = Entry(name, target, hint, kind)
 
     @property
     def entries(self) -> Mapping[str, Entry]:

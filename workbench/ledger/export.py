@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from workbench.ledger.table import export_markdown, markdown_table
+from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
 from workbench.records import format_effect
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from workbench.ledger.store import Ledger
 
 __all__ = ["attempts_frame", "export_csv", "export_markdown", "markdown_table", "neutralize", "runs_frame",
-           "turns_frame", "write_csv"]
+           "strategy_kind", "turns_frame", "write_csv"]
 
 _JSON_COLUMNS = ("params", "device_info", "environment", "engaged", "phases", "result", "detail", "extra")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -71,8 +71,12 @@ def write_csv(frame: pd.DataFrame, target: str | os.PathLike[str] | TextIO | Non
 
 
 def attempts_frame(ledger: Ledger, campaign: str | None = None) -> pd.DataFrame:
-    """The attempts as ``attempts.csv`` holds them: JSON text columns and the formatted ``effect``."""
-    frame = _json_columns(ledger.attempts(campaign))
+    """The attempts as ``attempts.csv`` holds them: JSON text columns, the formatted ``effect``, and
+    ``strategy_kind`` (``peer`` for a reference strategy) next to ``strategy``."""
+    attempts = ledger.attempts(campaign)
+    kinds = [strategy_kind(a) for a in attempts.to_dict("records")]
+    frame = _json_columns(attempts)
+    frame.insert(frame.columns.get_loc("strategy") + 1, "strategy_kind", kinds)
     frame["effect"] = [_effect(a) for a in frame.to_dict("records")]
     return frame
 

@@ -108,11 +108,22 @@ def _binary(a: dict[str, Any]) -> str:
     return f"{names}@`{str(a['binary_hash']).rpartition(':')[2][:8]}`"
 
 
+def strategy_kind(attempt: dict[str, Any]) -> str:
+    """``"peer"`` for a reference strategy (a stock library's loader; the runner records it in the
+    attempt's environment), else ``"strategy"``."""
+    environment = attempt.get("environment")
+    return str((environment if isinstance(environment, dict) else {}).get("strategy_kind") or "strategy")
+
+
+def _change(a: dict[str, Any]) -> str:
+    return f"{a['label']} (peer)" if strategy_kind(a) == "peer" else str(a["label"])
+
+
 def _cells(a: dict[str, Any], runs: pd.DataFrame | None, several_hosts: bool) -> list[str]:
     ident = f"`{a['id'][:8]}`" + (f" ({a['host']})" if several_hosts else "")
     n = "—" if a["n"] is None else str(a["n"]) + (f" + {a['n_failed']} failed" if a["n_failed"] else "")
     return [
-        ident, a["label"], _cache(a["cache"], runs), _ms(a["median_s"]),
+        ident, _change(a), _cache(a["cache"], runs), _ms(a["median_s"]),
         format_spread(a["spread_pct"], a["n"], a["stable"]), n, _gbps(a), _vs_baseline(a), _verdict(a, runs),
         session_facts(a) if a.get("kind") == "session" else _engaged(runs),
     ]

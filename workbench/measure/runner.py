@@ -137,7 +137,7 @@ def preflight(configs: Sequence[RunConfig]) -> None:
     indexes: dict[str, Any] = {}
     for config in configs:
         cls = get_strategy(config.strategy)
-        cls.from_strings(dict(config.params))
+        strategy = cls.from_strings(dict(config.params))
         avail = cls.available()
         if not avail:
             raise StrategyUnavailable(config.strategy, avail.reason)
@@ -147,7 +147,7 @@ def preflight(configs: Sequence[RunConfig]) -> None:
             raise BackendUnavailable(name, avail.reason, DEVICES.entries[name].hint)
         if config.file not in indexes:
             indexes[config.file] = open_index(config.file)
-        fits = cls.supports(indexes[config.file])
+        fits = strategy.fits(indexes[config.file], name)  # format, dtypes, device (a GPU-only peer)
         if not fits:
             raise StrategyUnavailable(config.strategy, f"{config.file}: {fits.reason}")
 
@@ -237,7 +237,7 @@ class _Session:
         # The worker reports the device it opened; the parent never opens one (a CUDA context here
         # would cost memory and time on the device being measured).
         device_info = dict(first.report.device_info or {"backend": config.device})
-        environment = {**self._environment(config.file), "device": device_info}
+        environment = {**self._environment(config.file), "device": device_info, **_strategy_kind(config)}
         engine = first.report.external
         kind = "external" if config.strategy == "external" else "strategy"
         binary = {"path": engine.binary_path, "hash": engine.binary_hash} if engine and engine.binary_hash else None
@@ -327,6 +327,14 @@ class _Session:
             warning=stability_warning(stats, runs), ci_low=d.ci_low, ci_high=d.ci_high,
             verdict_reason=d.reason, ceiling_name=name, ceiling_gbps=gbps,
             ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note)
+
+
+def _strategy_kind(config: RunConfig) -> dict[str, str]:
+    """``{"strategy_kind": "peer"}`` for a reference strategy (``"strategy"`` for the workbench's own),
+    so ledgers and exports can list references as such; nothing for a name outside the registry."""
+    from workbench.strategies import STRATEGIES, strategy_kind
+
+    return {"strategy_kind": strategy_kind(config.strategy)} if config.strategy in STRATEGIES else {}
 
 
 def _load_path(runs: Sequence[RunRecord]) -> LoadPath | None:

@@ -32,10 +32,17 @@ def _attempt_row(r: AttemptResult) -> list[str]:
     s = r.stats
     n = f"{s.n}" + (f" (+{s.n_failed} failed)" if s.n_failed else "")
     return [
-        r.attempt_id[:8], r.label, r.cache if len(r.cache) <= 24 else r.cache[:23] + "…",
+        r.attempt_id[:8], _change(r), r.cache if len(r.cache) <= 24 else r.cache[:23] + "…",
         _num(s.median_s, 1e3, 1), format_spread(s.spread_pct, s.n, s.stable), n, _num(s.gbps, 1, 2),
         _num(r.ceiling_fraction, 100, 0), r.effect, r.verdict, _engaged(r),
     ]
+
+
+def _change(r: AttemptResult) -> str:
+    """The attempt's label; a reference strategy (a peer library's loader) says so."""
+    from workbench.strategies import strategy_kind
+
+    return f"{r.label} (peer)" if strategy_kind(r.config.strategy) == "peer" else r.label
 
 
 def binary_label(r: AttemptResult) -> str:

@@ -8,7 +8,7 @@ The config (a file path argument, or stdin) is ``{"file", "strategy", "params", 
 plus, from the runner, ``spawn_monotonic`` (the parent's ``time.monotonic()`` just before the spawn, so
 the interpreter start-up can be measured on the same clock). Order of work:
 
-1. open the device (device init: outside the load window);
+1. open the device and run the strategy's ``prepare`` hook (device init: outside the load window);
 2. the LOAD WINDOW: ``open_index`` (phase ``index``) + ``strategy.load``;
 3. after the window: read the device bytes back and compare them with the file (``verify``).
 
@@ -61,6 +61,10 @@ def run_load(config: Mapping[str, Any]) -> WorkerReport:
         # Device facts are part of init: strategies ask for them (eviction policy), and the first
         # ask may import importlib.metadata (binding versions) — not inside the load window.
         info = device.info().to_json()
+        # The strategy's own start-up (a peer's library and its CUDA context) is init too.
+        t_prepare = time.monotonic()
+        strategy.prepare(device)
+        prepare_s = time.monotonic() - t_prepare
         modules = set(sys.modules)
         t_window = time.monotonic()
         index = open_index(config["file"])
@@ -75,7 +79,7 @@ def run_load(config: Mapping[str, Any]) -> WorkerReport:
     timings = Timings(
         startup_s=None if spawn is None else _T_ENTRY - float(spawn), import_s=t_init - t_import,
         init_s=t_window - t_init, window_s=t_loaded - t_window, verify_s=t_verified - t_loaded,
-        total_s=time.monotonic() - _T_ENTRY, window_imports=tuple(window_imports[:50]))
+        total_s=time.monotonic() - _T_ENTRY, window_imports=tuple(window_imports[:50]), prepare_s=prepare_s)
     return WorkerReport(
         pid=os.getpid(), file=str(config["file"]), strategy=config["strategy"],
         device=config.get("device") or "host", device_info=info, load_s=t_loaded - t_window,

@@ -115,7 +115,9 @@ class VerifySummary:
 @dataclass(frozen=True)
 class Timings:
     """Where a worker process's time went, on one clock (seconds); ``window_imports`` are modules
-    still imported inside the load window (start-up cost that leaked into the measurement)."""
+    still imported inside the load window (start-up cost that leaked into the measurement).
+    ``prepare_s`` is the part of ``init_s`` the strategy's own pre-window hook took (a peer's library
+    import and CUDA context); None in reports written before the hook existed."""
 
     startup_s: float | None  # parent's spawn → the worker's first line (None without the spawn time)
     import_s: float
@@ -124,18 +126,19 @@ class Timings:
     verify_s: float
     total_s: float
     window_imports: tuple[str, ...] = ()
+    prepare_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"startup_s": self.startup_s, "import_s": self.import_s, "init_s": self.init_s,
                 "window_s": self.window_s, "verify_s": self.verify_s, "total_s": self.total_s,
-                "window_imports": list(self.window_imports)}
+                "window_imports": list(self.window_imports), "prepare_s": self.prepare_s}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Timings:
         return cls(_opt_float(data.get("startup_s")), float(data.get("import_s", 0.0)),
                    float(data.get("init_s", 0.0)), float(data.get("window_s", 0.0)),
                    float(data.get("verify_s", 0.0)), float(data.get("total_s", 0.0)),
-                   tuple(map(str, data.get("window_imports") or ())))
+                   tuple(map(str, data.get("window_imports") or ())), _opt_float(data.get("prepare_s")))
 
 
 @dataclass(frozen=True)

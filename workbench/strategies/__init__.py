@@ -4,6 +4,8 @@ from __future__ import annotations
 from workbench.registry import Registry
 from workbench.strategies.base import Engaged, LoadResult, Placement, Strategy
 
+TORCH_PEERS = "pip install torch first (CI: torch==2.13.0, the CPU build), then 'workbench[peers-torch]'"
+
 STRATEGIES: Registry[Strategy] = Registry(
     "strategy",
     {
@@ -16,8 +18,14 @@ STRATEGIES: Registry[Strategy] = Registry(
         "odirect": ("workbench.strategies.odirect:OdirectStrategy", ""),
         "experts": ("workbench.strategies.experts:ExpertsStrategy", ""),
         "ring": ("workbench.strategies.ring:RingStrategy", ""),
-        "peer-safetensors": ("workbench.strategies.peers:SafetensorsPeerStrategy",
-                             "pip install 'workbench[peers]'"),
+        # Reference strategies (kind "peer"): a stock library's loader, measured by the same runner.
+        "peer-safetensors": ("workbench.strategies.peers.safetensors_peer:SafetensorsPeerStrategy",
+                             "pip install 'workbench[peers]'", "peer"),
+        "peer-fastsafetensors": ("workbench.strategies.peers.fastsafetensors_peer:FastsafetensorsPeerStrategy",
+                                 TORCH_PEERS, "peer"),
+        "peer-runai": ("workbench.strategies.peers.runai_peer:RunaiPeerStrategy", TORCH_PEERS, "peer"),
+        "peer-instanttensor": ("workbench.strategies.peers.instanttensor_peer:InstantTensorPeerStrategy",
+                               TORCH_PEERS, "peer"),
     },
 )
 
@@ -25,6 +33,13 @@ STRATEGIES: Registry[Strategy] = Registry(
 def get_strategy(name: str) -> type[Strategy]:
     """The class registered as ``name`` (imported now)."""
     return STRATEGIES.get(name)
+
+
+def strategy_kind(name: str) -> str:
+    """``"strategy"`` or ``"peer"`` (a reference: a stock library's loader) for a registered name,
+    from the registry alone (nothing is imported)."""
+    entry = STRATEGIES.entries.get(name)
+    return (entry.kind if entry is not None else "") or "strategy"
 
 
 def heatmap_axes() -> dict[str, tuple[str, str]]:
@@ -41,4 +56,5 @@ def heatmap_axes() -> dict[str, tuple[str, str]]:
     return axes
 
 
-__all__ = ["STRATEGIES", "Engaged", "LoadResult", "Placement", "Strategy", "get_strategy", "heatmap_axes"]
+__all__ = ["STRATEGIES", "Engaged", "LoadResult", "Placement", "Strategy", "get_strategy", "heatmap_axes",
+           "strategy_kind"]

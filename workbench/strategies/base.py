@@ -94,6 +94,13 @@ class LoadContext:
         bufs = self.device.alloc_many([t.nbytes for t in tensors])
         self.placements += [Placement(t.name, b, 0, t.nbytes) for t, b in zip(tensors, bufs)]
         return bufs
+    def adopt(self, tensor: TensorInfo, ptr: int, nbytes: int, owner: Any) -> DeviceBuffer:
+        """Take memory a loader filled on the device (``owner`` keeps it allocated) as the tensor's
+        placement, without copying it; its bytes count as moved (the loader moved them in the window)."""
+        buf = self.device.adopt(ptr, nbytes, owner)
+        self.placements.append(Placement(tensor.name, buf, 0, nbytes))
+        self.count("bytes", nbytes)
+        return buf
 
     def place_group(self, members: Sequence[tuple[TensorInfo, int]], nbytes: int) -> DeviceBuffer:
         """Allocate one device buffer of ``nbytes`` holding several tensors, each at its offset (a
@@ -133,11 +140,16 @@ class LoadContext:
 
 
 class Strategy:
-    """Base of every load strategy. Subclasses: ``name``, ``Params``, ``summary``, ``_load``."""
+    """Base of every load strategy. Subclasses: ``name``, ``Params``, ``summary``, ``_load``.
+
+    ``kind`` is ``"strategy"`` for the workbench's own techniques and ``"peer"`` for reference
+    strategies that run a stock library's loader (``strategies/peers/``).
+    """
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     Params: ClassVar[type] = BaseParams
+    kind: ClassVar[str] = "strategy"
 
     def __init__(self, params: Any = None, **overrides: Any):
         base = params if params is not None else self.Params()
@@ -155,6 +167,17 @@ class Strategy:
     def supports(cls, index: TensorIndex) -> Availability:
         """Whether this strategy can load ``index``'s file (a peer loader may read one format only)."""
         return Availability(True)
+
+    def fits(self, index: TensorIndex, backend: str) -> Availability:
+        """Whether this strategy, with its parameters, can load ``index`` onto a ``backend`` device
+        (registry name: host, host-uma, cuda, hip). The runner asks before any run is recorded, and
+        :meth:`load` before its clock starts. Default: :meth:`supports`."""
+        return self.supports(index)
+
+    def prepare(self, device: Device) -> None:
+        """Start-up work the worker does during device init, before the load window opens: importing a
+        library, creating its view of the device (a framework's CUDA context). Default: nothing.
+        A load must still work without it (it then pays that cost inside its window)."""
 
     @classmethod
     def param_defaults(cls) -> dict[str, Any]:
@@ -178,7 +201,7 @@ class Strategy:
         avail = self.available()
         if not avail:
             raise StrategyUnavailable(self.name, avail.reason)
-        fits = self.supports(index)
+        fits = self.fits(index, device.info().backend)
         if not fits:
             raise StrategyUnavailable(self.name, f"{index.path}: {fits.reason}")
         evict, source = self.resolve_evict(device)

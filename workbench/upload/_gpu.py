@@ -266,6 +266,18 @@ class GpuDevice(Device):
             self._buffers[id(buf)] = buf
         return bufs
 
+    def adopt(self, ptr: int, nbytes: int, owner: Any) -> DeviceBuffer:
+        """Device memory a framework allocated on this device (a torch tensor's ``data_ptr()``) as a
+        buffer: the runtimes address it like our own allocations (one primary context per device), and
+        :meth:`free` drops ``owner`` instead of calling the runtime's free on the framework's memory."""
+        if owner is None:
+            raise ValueError(f"{self.label}: adopt needs the object that keeps the memory allocated")
+        if nbytes < 0 or (nbytes and not ptr):
+            raise ValueError(f"{self.label}: cannot adopt {nbytes} B at 0x{int(ptr or 0):x}")
+        buf = DeviceBuffer(nbytes, int(ptr or 0), owner=owner)
+        self._buffers[id(buf)] = buf
+        return buf
+
     def free(self, buf: DeviceBuffer) -> None:
         if buf.freed:
             return
@@ -275,11 +287,11 @@ class GpuDevice(Device):
             if handle.live == 0:
                 self._use()
                 self._call("free", handle.raw)
-        elif buf.ptr:
+        elif buf.ptr and not buf.adopted:  # adopted memory is its owner's to release
             self._use()
             self._call("free", handle)
         self._buffers.pop(id(buf), None)
-        buf.handle, buf.freed = None, True
+        buf.handle, buf.owner, buf.freed = None, None, True
 
     def _check_range(self, buf: DeviceBuffer, offset: int, nbytes: int, what: str) -> None:
         if buf.freed:

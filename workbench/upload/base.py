@@ -5,6 +5,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Sequence
 
+from workbench.errors import DeviceError
 from workbench.registry import Availability
 
 
@@ -25,12 +26,22 @@ class DeviceInfo:
 
 
 class DeviceBuffer:
-    """A device allocation. ``ptr`` is the device address (an int); ``host_view`` only for host."""
+    """A device allocation. ``ptr`` is the device address (an int); ``host_view`` only for host.
 
-    __slots__ = ("nbytes", "ptr", "handle", "freed")
+    ``owner`` is set on memory taken over with :meth:`Device.adopt`: the object whose lifetime keeps
+    that memory allocated (a framework's tensor). Freeing such a buffer drops the reference and never
+    calls the runtime's free: the memory belongs to the owner's allocator.
+    """
 
-    def __init__(self, nbytes: int, ptr: int, handle: Any = None):
-        self.nbytes, self.ptr, self.handle, self.freed = nbytes, ptr, handle, False
+    __slots__ = ("nbytes", "ptr", "handle", "freed", "owner")
+
+    def __init__(self, nbytes: int, ptr: int, handle: Any = None, owner: Any = None):
+        self.nbytes, self.ptr, self.handle, self.freed, self.owner = nbytes, ptr, handle, False, owner
+
+    @property
+    def adopted(self) -> bool:
+        """Whether this buffer is someone else's memory (see :meth:`Device.adopt`)."""
+        return self.owner is not None
 
     def __repr__(self) -> str:
         return f"DeviceBuffer(nbytes={self.nbytes}, ptr=0x{self.ptr:x})"
@@ -94,6 +105,16 @@ class Device(ABC):
         driver call instead of one per tensor); every buffer is still bounds-checked on its own and
         freed on its own, the memory going back when the last of them is freed."""
         return [self.alloc(n) for n in sizes]
+
+    def adopt(self, ptr: int, nbytes: int, owner: Any) -> DeviceBuffer:
+        """Take over ``nbytes`` of device memory at ``ptr`` that ``owner`` keeps allocated (a peer
+        loader's tensor), without copying it: reads, copies and verification then treat it like any
+        buffer, and :meth:`free` (or :meth:`close`) only drops the reference to ``owner``.
+
+        Backends that can address such memory override this; the default refuses.
+        """
+        raise DeviceError(getattr(self, "name", type(self).__name__), "adopt", "unsupported",
+                          "this backend cannot take over memory it did not allocate")
 
     @abstractmethod
     def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:

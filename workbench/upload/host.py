@@ -52,6 +52,7 @@ class HostDevice(Device):
     def __init__(self, ordinal: int = 0):
         self.ordinal = ordinal
         self._arrays: dict[int, np.ndarray] = {}
+        self._adopted: dict[int, DeviceBuffer] = {}  # their owners are released on close
 
     @classmethod
     def available(cls) -> Availability:
@@ -86,10 +87,27 @@ class HostDevice(Device):
             bufs.append(buf)
         return bufs
 
+    def adopt(self, ptr: int, nbytes: int, owner: Any) -> DeviceBuffer:
+        """Host memory a loader filled (a tensor's or array's buffer) as a buffer, without copying it;
+        ``owner`` keeps it allocated until :meth:`free` drops the reference."""
+        if owner is None:
+            raise ValueError("adopt needs the object that keeps the memory allocated")
+        if nbytes < 0 or (nbytes and not ptr):
+            raise ValueError(f"cannot adopt {nbytes} B at 0x{int(ptr or 0):x}")
+        if nbytes:
+            arr = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(int(ptr)))
+        else:
+            arr = np.empty(1, dtype=np.uint8)  # nothing to address; read-backs of 0 B still work
+        buf = DeviceBuffer(nbytes, int(ptr or 0), handle=arr, owner=owner)
+        self._arrays[id(buf)] = arr
+        self._adopted[id(buf)] = buf
+        return buf
+
     def free(self, buf: DeviceBuffer) -> None:
         if not buf.freed:
             self._arrays.pop(id(buf), None)
-            buf.handle, buf.freed = None, True
+            self._adopted.pop(id(buf), None)
+            buf.handle, buf.owner, buf.freed = None, None, True
 
     def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:
         data = np.frombuffer(src, dtype=np.uint8)
@@ -134,6 +152,8 @@ class HostDevice(Device):
             _munlock(*handle)
 
     def close(self) -> None:
+        for buf in list(self._adopted.values()):
+            self.free(buf)
         self._arrays.clear()
 
 
