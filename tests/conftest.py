@@ -76,3 +76,21 @@ def raw_model(tmp_path: Path) -> Callable[..., TensorIndex]:
         return write_raw_model(tmp_path / f"raw{count[0]}.bin", sizes, **kw)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def dtype_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], TensorIndex]:
+    """``dtype_model(kind)`` → index of a hand-written safetensors file: ``bf16`` (an LLM's dtype),
+    ``mixed`` / ``exotic`` / ``rare`` (many dtype codes, tensors at odd offsets); see safetensors_files.py."""
+    import safetensors_files
+    from workbench.formats import open_index
+
+    made: dict[str, TensorIndex] = {}
+
+    def make(kind: str) -> TensorIndex:
+        if kind not in made:
+            path = tmp_path_factory.mktemp("dtypes") / f"{kind}.safetensors"
+            made[kind] = open_index(str(safetensors_files.write_file(path, safetensors_files.KINDS[kind])))
+        return made[kind]
+
+    return make

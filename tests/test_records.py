@@ -25,7 +25,7 @@ def _worker_report() -> WorkerReport:
     return WorkerReport(pid=42, device_info={"backend": "host", "uma": False}, file="/m.gguf", strategy="lanes",
                         device="host", load_s=0.011, init_s=0.001, index_s=0.001, verify_s=0.002, load=load,
                         verified=True, verify=VerifySummary(True, 2, 2, 0), resident_after=1.0,
-                        timings=Timings(None, 0.2, 0.001, 0.011, 0.002, 0.3, ("gguf",)),
+                        timings=Timings(None, 0.2, 0.001, 0.011, 0.002, 0.3, ("gguf",), prepare_s=0.0004),
                         host_memory_reported_mib=0.0)
 
 

@@ -111,22 +111,6 @@ def test_every_strategy_odd_layout(name, raw_model):
     load_and_verify(name, index, **get_strategy(name).Params.small_pieces)  # tensors across pieces
 
 
-@pytest.fixture(scope="session")
-def dtype_model(tmp_path_factory):
-    """``dtype_model(kind)``: the hand-written bf16, mixed or exotic safetensors file, indexed."""
-    from workbench.formats import open_index
-
-    made = {}
-
-    def make(kind: str):
-        if kind not in made:
-            path = tmp_path_factory.mktemp("dtypes") / f"{kind}.safetensors"
-            made[kind] = open_index(str(safetensors_files.write_file(path, safetensors_files.KINDS[kind])))
-        return made[kind]
-
-    return make
-
-
 @pytest.mark.parametrize("kind", sorted(safetensors_files.KINDS))
 @pytest.mark.parametrize("name", NAMES)
 def test_every_strategy_bf16_and_mixed_dtypes(name, kind, dtype_model):

@@ -95,7 +95,7 @@ class HostDevice(Device):
         if nbytes < 0 or (nbytes and not ptr):
             raise ValueError(f"cannot adopt {nbytes} B at 0x{int(ptr or 0):x}")
         if nbytes:
-            arr = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(int(ptr)))
+            arr = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(int(ptr)), dtype=np.uint8)
         else:
             arr = np.empty(1, dtype=np.uint8)  # nothing to address; read-backs of 0 B still work
         buf = DeviceBuffer(nbytes, int(ptr or 0), handle=arr, owner=owner)

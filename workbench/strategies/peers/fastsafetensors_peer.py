@@ -16,11 +16,13 @@ a "warm" load never reads the page cache, so a reference row needs both.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import ClassVar
 
 from workbench.strategies.base import BaseParams, LoadContext, check_param
 from workbench.strategies.peers.common import INSTALL_TORCH, PeerStrategy, adopt_tensor, on_host, torch_device
+from workbench.upload.base import Device
 
 NAME = "peer-fastsafetensors"
 
@@ -67,6 +69,14 @@ class FastsafetensorsPeerStrategy(PeerStrategy):
         except ImportError:
             return None
         return frozenset(d.value for d in DType) - {"AUTO"}
+
+    def prepare(self, device: Device) -> None:
+        super().prepare(device)
+        # The loader imports its torch glue on first use: start-up for an engine, not load.
+        with contextlib.suppress(ImportError, AttributeError):
+            from fastsafetensors.frameworks import get_framework_op
+
+            get_framework_op("pytorch")
 
     def settings(self) -> dict[str, str | None]:
         direct = self.params.direct
