@@ -129,9 +129,12 @@ class Timings:
     prepare_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"startup_s": self.startup_s, "import_s": self.import_s, "init_s": self.init_s,
-                "window_s": self.window_s, "verify_s": self.verify_s, "total_s": self.total_s,
-                "window_imports": list(self.window_imports), "prepare_s": self.prepare_s}
+        out = {"startup_s": self.startup_s, "import_s": self.import_s, "init_s": self.init_s,
+               "window_s": self.window_s, "verify_s": self.verify_s, "total_s": self.total_s,
+               "window_imports": list(self.window_imports)}
+        if self.prepare_s is not None:  # absent in older reports: they read back with the keys they had
+            out["prepare_s"] = self.prepare_s
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Timings:
