@@ -4,6 +4,7 @@ tensors to the device as placements — adopted where they already are on it, co
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -37,7 +38,9 @@ def probe_modules(modules: Iterable[str], hint: str) -> Availability:
     return Availability(True)
 
 
+@functools.lru_cache(maxsize=None)
 def version_of(distribution: str) -> str:
+    """The installed version (read once: later asks inside the load window cost nothing)."""
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -227,6 +230,7 @@ class PeerStrategy(Strategy):
                 os.environ[key] = value
         if self.available() and self.needs_torch():
             start_torch_on(device)
+        self.describe()  # reads the versions the engaged note names, before the window
 
     def describe(self) -> str:
         """``library version`` (and torch's) for the engaged note."""
