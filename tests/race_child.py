@@ -40,16 +40,21 @@ def disturb(index: TensorIndex, how: str) -> None:
 
 
 def truncate_after_first_copy(device, index: TensorIndex) -> None:
-    """The writer strikes mid-load: right after the first piece reached the device."""
-    real, done = device.copy_h2d, []
+    """The writer strikes mid-load: right after the first piece reached the device — copied there by
+    the workbench, or left there by a peer library and adopted."""
+    done: list[bool] = []
 
-    def copy_then_truncate(*args, **kw):
-        real(*args, **kw)
-        if not done:
-            done.append(True)
-            os.truncate(index.path, index.data_offset + (index.size - index.data_offset) // 4)
+    def strike_after(real):
+        def call_then_truncate(*args, **kw):
+            out = real(*args, **kw)
+            if not done:
+                done.append(True)
+                os.truncate(index.path, index.data_offset + (index.size - index.data_offset) // 4)
+            return out
+        return call_then_truncate
 
-    device.copy_h2d = copy_then_truncate
+    device.copy_h2d = strike_after(device.copy_h2d)
+    device.adopt = strike_after(device.adopt)
 
 
 def main(path: str, strategy: str, params: str, how: str) -> dict:

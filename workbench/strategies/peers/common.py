@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from workbench.errors import WorkbenchError
+from workbench.errors import FormatError, WorkbenchError
+from workbench.formats.drift import changed_since_indexed, check_unchanged
 from workbench.formats.index import TensorIndex, TensorInfo
 from workbench.registry import Availability
 from workbench.strategies.base import LoadContext, Strategy
@@ -238,8 +239,18 @@ class PeerStrategy(Strategy):
         return text + (f", torch {version_of('torch')}" if self.needs_torch() else "")
 
     def _load(self, ctx: LoadContext) -> None:
+        check_unchanged(ctx.index)  # the library opens the file itself: check what it is about to read
         ctx.enter(environment(self.settings()))
-        self._read(ctx)
+        try:
+            self._read(ctx)
+        except WorkbenchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the library's own error type, whatever it is
+            changed = changed_since_indexed(ctx.index)
+            if not changed:
+                raise  # a library failure on an intact file keeps its traceback
+            raise FormatError(ctx.index.path, "file", f"changed since it was indexed ({changed}); "
+                                                      f"{self.library} failed: {first_line(exc)}") from None
         if on_host(ctx.device.info().backend):
             check_not_lazy(ctx)
         if ctx.evict:

@@ -16,9 +16,11 @@ no framework. ``framework=auto`` is pt when torch is installed, else numpy.
 from __future__ import annotations
 
 import importlib.util
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
+from workbench.errors import FormatError
 from workbench.formats.index import TensorIndex
 from workbench.registry import Availability
 from workbench.strategies.base import BaseParams, LoadContext, check_param
@@ -48,6 +50,17 @@ class SafetensorsPeerParams(BaseParams):
         check_param(NAME, "framework", self.framework in FRAMEWORKS,
                     f"one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
         check_param(NAME, "io", self.io in IOS, f"one of {', '.join(IOS)}, got {self.io!r}")
+
+
+@contextmanager
+def refusals(path: str) -> Iterator[None]:
+    """The library's own refusal of a file (truncated, malformed) as a FormatError naming the file."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except SafetensorError as exc:
+        raise FormatError(path, "safetensors", f"the safetensors library refused it: {exc}") from None
 
 
 def torch_installed() -> bool:
@@ -103,10 +116,10 @@ class SafetensorsPeerStrategy(PeerStrategy):
         # a GPU by themselves: in both cases the workbench's copy puts the bytes on the device.
         copy = (framework == "numpy" and not host) or (framework == "pt" and host and io == "mmap")
         options = {} if io == "mmap" else {"backend": io}  # before 0.8 safe_open has no backend=
-        with ctx.phase("read"):
+        with ctx.phase("read"), refusals(ctx.index.path):
             handle = ctx.enter(safe_open(ctx.index.path, framework=framework, device=target, **options))
         for info in ctx.tensors:
-            with ctx.phase("read"):
+            with ctx.phase("read"), refusals(ctx.index.path):
                 value = handle.get_tensor(info.name)
             (copy_tensor if copy else adopt_tensor)(ctx, info, value)
         from_mapping = framework == "pt" and io == "mmap"  # numpy results are private heap copies
