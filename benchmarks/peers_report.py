@@ -2,7 +2,7 @@
 
     python benchmarks/peers_report.py LEDGER.sqlite [--campaign NAME]
 
-One line per attempt: kind (strategy or peer), label, runs verified / runs, median GB/s, the pre-window
+One line per attempt: kind (strategy or peer), label, cache state, runs verified / runs, median GB/s, the pre-window
 hook's time (``prepare_s``: library import, torch's CUDA context), modules still imported inside the
 window (should be none), the load path that picked the wall (readers, copy source, O_DIRECT), and what
 engaged (the library, version, I/O mode it reported, and whether its tensors were adopted).
@@ -33,7 +33,7 @@ def attempt_lines(ledger: Ledger, campaign: str | None = None) -> list[str]:
         path = f"readers={load.path.readers} from={load.path.copy_from} direct={load.path.direct}" if load else "-"
         engaged = "; ".join(str(e) for e in load.engaged) if load else (runs[0].error if runs else "no runs")
         lines.append(
-            f"{strategy_kind(a):<8} {a['label']:<40} verified {verified}/{len(runs)}  "
+            f"{strategy_kind(a):<8} {a['label']:<40} {a['cache']:<5} verified {verified}/{len(runs)}  "
             f"{statistics.median(gbps) if gbps else float('nan'):6.2f} GB/s  "
             f"prepare {statistics.median(prepare) if prepare else float('nan'):.2f} s  "
             f"window imports {imports or 'none'}  {path}  | {engaged}")
