@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
+from workbench.formats import open_index  # noqa: E402
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
 from workbench.measure import RunConfig, measure  # noqa: E402
 from workbench.strategies import STRATEGIES  # noqa: E402
@@ -133,9 +134,12 @@ class Budget:
             self.overhead[group.cache] = statistics.median(e - x for e, x in zip(elapsed, loads))
 
 
-def peer_specs(extra: list[str]) -> tuple[list[str], list[str]]:
-    """Specs of the registered peers (``kind == "peer"``) that are available here, then ``extra``;
-    and one line for each peer that is not."""
+def peer_specs(extra: list[str], index: Any = None, backend: str = "") -> tuple[list[str], list[str]]:
+    """Specs of the registered peers (``kind == "peer"``) that are available here — and, given the
+    file's index and the backend, that can load it there (InstantTensor: CUDA only) — each at the
+    library's defaults and, where it has a ``direct`` parameter, buffered too (three of them read with
+    O_DIRECT by default, so their warm rows never touch the page cache); then ``extra``; and one line
+    for each peer that cannot run."""
     specs, missing = [], []
     for name in STRATEGIES:
         try:
@@ -146,8 +150,15 @@ def peer_specs(extra: list[str]) -> tuple[list[str], list[str]]:
         if getattr(cls, "kind", "") != "peer":
             continue
         avail = cls.available()
-        (specs.append(name) if avail else missing.append(f"{name}: {avail.reason}"))
-    return specs + list(extra), missing
+        if avail and index is not None and hasattr(cls, "fits"):
+            avail = cls().fits(index, backend)
+        if not avail:
+            missing.append(f"{name}: {avail.reason}")
+            continue
+        specs.append(name)
+        if "direct" in cls.param_defaults():
+            specs.append(f"{name} direct=0")
+    return specs + [s for s in extra if s not in specs], missing
 
 
 def workbench_specs(extra: list[str]) -> list[str]:
@@ -253,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"model {model} ({model.stat().st_size / 1e9:.2f} GB) ready in {made_s:.1f} s")
     session = load_tables.Session.start(args, model, out, made_s, say)
     budget = Budget(args.budget_s, session.nbytes, t0=t_start, walls=session.walls)
-    peers, session.unavailable = peer_specs(args.peer)
+    peers, session.unavailable = peer_specs(args.peer, open_index(str(model)), args.device.partition(":")[0])
     threads = tuple(int(t) for t in args.threads.split(","))
     wanted = tuple(args.groups.split(","))
     groups = plan(peers, args.extra, args.runs, args.scaling_runs, threads, wanted)

@@ -84,25 +84,6 @@ def _script(name: str):
     return module
 
 
-def test_bf16_model_relabels_f16_and_keeps_every_byte(tmp_path):
-    from workbench.formats import open_index
-    from workbench.formats.synth import write_synthetic
-
-    src, dst = tmp_path / "f16.safetensors", tmp_path / "bf16.safetensors"
-    write_synthetic(src, format="safetensors", layout="dense", size=1 << 20, seed=3)
-    changed = _script("bf16_model").relabel(src, dst)
-    before, after = open_index(str(src)), open_index(str(dst))
-    assert changed == sum(t.dtype == "F16" for t in before) > 0
-    assert {t.dtype for t in after} == {"BF16", "F32"}
-    shift = after.data_offset - before.data_offset
-    raw_src, raw_dst = src.read_bytes(), dst.read_bytes()
-    for a, b in zip(before.sorted_by_offset(), after.sorted_by_offset()):
-        assert (a.name, a.offset + shift, a.nbytes) == (b.name, b.offset, b.nbytes)
-        assert raw_src[a.offset:a.end] == raw_dst[b.offset:b.end]
-    ordered = after.sorted_by_offset()
-    assert all(x.end == y.offset for x, y in zip(ordered, ordered[1:]))  # back to back: InstantTensor reads it
-
-
 def test_peers_report_says_what_each_run_did(dtype_model, ledger, tmp_path):
     needs("peer-safetensors")
     path = dtype_model("bf16").path
@@ -112,3 +93,17 @@ def test_peers_report_says_what_each_run_did(dtype_model, ledger, tmp_path):
     assert strategy_line.startswith("strategy pread") and peer_line.startswith("peer     peer-safetensors")
     assert "verified 1/1" in peer_line and "window imports none" in peer_line
     assert "safe_open(framework=numpy" in peer_line
+
+
+def test_bench_load_measures_every_peer_both_ways_where_it_can_run(dtype_model, monkeypatch):
+    import importlib
+
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    monkeypatch.syspath_prepend(benchmarks)
+    bench = importlib.import_module("bench_load")
+    for name in ("peer-safetensors", "peer-fastsafetensors", "peer-runai", "peer-instanttensor"):
+        needs(name)
+    specs, missing = bench.peer_specs(["peer-runai direct=0", "peer-runai concurrency=4"], dtype_model("bf16"), "host")
+    assert specs == ["peer-safetensors", "peer-fastsafetensors", "peer-fastsafetensors direct=0", "peer-runai",
+                     "peer-runai direct=0", "peer-runai concurrency=4"]
+    assert missing == ["peer-instanttensor: instanttensor loads to CUDA devices only; the host backend has none"]
