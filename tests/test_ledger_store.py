@@ -1,6 +1,7 @@
 """Ledger storage: round trips of real records, verdict edits, path rules, crash safety, ceilings."""
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -34,7 +35,8 @@ def test_round_trip_of_runs_and_stats(tmp_path):
         assert led.attempt_stats(attempt_id) == stats
         a = led.attempt(attempt_id[:8])
         assert a["params"] == {"evict": True, "threads": 2}
-        assert a["environment"] == {"kernel": "6.8", "cores": 2}
+        runner = a["environment"].pop("runner")  # who records it: how a reader tells a dead runner
+        assert a["environment"] == {"kernel": "6.8", "cores": 2} and runner["pid"] == os.getpid()
         assert (a["campaign"], a["host"], a["label"], a["cache"]) == ("c", "rig-a", "pread evict=True threads=2", "cold")
         assert (a["file_hash"], a["file_size"], a["verdict"], a["notes"]) == ("xxh3_128:ab", NBYTES, "baseline", "first")
         frame = led.attempts("c")
@@ -111,10 +113,11 @@ def test_runs_survive_a_runner_that_dies(tmp_path):
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == 9, proc.stderr
-    with Ledger(path) as led:
+    with Ledger(path) as led:  # a reader finds the runner gone: failed (interrupted), its runs kept
         attempt_id = proc.stdout.strip()
-        assert led.attempt(attempt_id)["verdict"] == RUNNING
-        assert len(led.runs(attempt_id)) == 3
+        attempt = led.attempt(attempt_id)
+        assert attempt["verdict"] == "failed" and attempt["verdict_reason"] == "interrupted"
+        assert attempt["n"] == 3 and len(led.runs(attempt_id)) == 3
 
 
 def test_ceilings_latest_per_host_and_name(tmp_path):

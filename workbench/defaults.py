@@ -16,9 +16,13 @@ WORKBENCH_LOCK_DIR     :func:`lock_dir`              /tmp/workbench-locks
 WORKBENCH_CACHE_DIR    :func:`cache_dir`             ~/.cache/workbench
 WORKBENCH_PAGE_EVICTION :func:`page_eviction`        None: the device decides (UMA evicts)
 WORKBENCH_BATCH        :func:`batch`                 False: notebooks ask their kernel
+WORKBENCH_LEDGER_BUSY_TIMEOUT :func:`ledger_busy_timeout` 60 s: how long a ledger write waits for a lock
+WORKBENCH_TEST_FAULT   :func:`injected_fault`            unset: the worker injects no fault
 ====================== ============================= ==============================================
 
 ``WORKBENCH_TEST_DEVICE`` is the test suite's own (which backend the shared strategy suite loads on).
+``WORKBENCH_TEST_FAULT`` is the tests' too: a worker crashes, hangs or goes silent on purpose when it
+is set (see ``workbench/measure/faults.py``); nothing the workbench ships sets it.
 """
 from __future__ import annotations
 
@@ -37,8 +41,11 @@ LOCK_DIR = "WORKBENCH_LOCK_DIR"
 CACHE_DIR = "WORKBENCH_CACHE_DIR"
 PAGE_EVICTION = "WORKBENCH_PAGE_EVICTION"
 BATCH = "WORKBENCH_BATCH"
+LEDGER_BUSY_TIMEOUT = "WORKBENCH_LEDGER_BUSY_TIMEOUT"
+TEST_FAULT = "WORKBENCH_TEST_FAULT"
 
 DEFAULT_LOCK_DIR = "/tmp/workbench-locks"
+DEFAULT_LEDGER_BUSY_TIMEOUT_S = 60.0
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -195,4 +202,43 @@ def batch() -> bool:
 @contextmanager
 def set_batch(on: bool | None) -> Iterator[None]:
     with _setenv(BATCH, None if on is None else str(int(on))):
+        yield
+
+
+def ledger_busy_timeout() -> float:
+    """Seconds a ledger write waits for another writer's lock before it fails:
+    ``$WORKBENCH_LEDGER_BUSY_TIMEOUT``, else 60.
+
+    Raises
+    ------
+    ParamError
+        When it is set to anything but a positive number.
+    """
+    raw = _env(LEDGER_BUSY_TIMEOUT)
+    if not raw:
+        return DEFAULT_LEDGER_BUSY_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ParamError("environment", LEDGER_BUSY_TIMEOUT, f"expected seconds > 0, got {raw!r}")
+    return value
+
+
+@contextmanager
+def set_ledger_busy_timeout(seconds: float | None) -> Iterator[None]:
+    with _setenv(LEDGER_BUSY_TIMEOUT, None if seconds is None else repr(float(seconds))):
+        yield
+
+
+def injected_fault() -> str:
+    """``$WORKBENCH_TEST_FAULT``: the fault a test asks workers to inject ('' when unset; see
+    ``workbench.measure.faults``). Only tests set it."""
+    return _env(TEST_FAULT)
+
+
+@contextmanager
+def set_injected_fault(spec: str | None) -> Iterator[None]:
+    with _setenv(TEST_FAULT, spec):
         yield

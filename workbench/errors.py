@@ -112,6 +112,18 @@ class LedgerError(WorkbenchError):
         super().__init__(f"{self.path}: {detail}")
 
 
+class UnrecordedResults(LedgerError):
+    """A ledger write failed mid-measurement (full disk, locked past the busy timeout, read-only file
+    system). The measurement went on in memory: ``results`` holds every attempt as measured and ``dump``
+    the JSON file they were saved to (None when no file could be written anywhere)."""
+
+    def __init__(self, path: object, cause: str, results: list, dump: str | None, missing: int, total: int):
+        self.cause, self.results, self.dump, self.missing = cause, list(results), dump, missing
+        where = f"saved to {dump}" if dump else "printed as JSON (no file could be written)"
+        super().__init__(path, f"a ledger write failed mid-measurement ({cause}); {missing} of {total} "
+                               f"runs not recorded, every result {where}")
+
+
 class SweepError(WorkbenchError):
     """A sweep file that is malformed, or a sweep that cannot start."""
 

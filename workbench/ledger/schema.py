@@ -1,8 +1,9 @@
 """The ledger's SQLite schema, connection settings and transaction helper.
 
 WAL lets readers run beside one writer; ``busy_timeout`` makes a second writer wait instead of
-failing; every write is one short ``BEGIN IMMEDIATE`` transaction, so several processes (two sweeps,
-a notebook) can record at once and a crash loses at most the row being written.
+failing (for :func:`workbench.defaults.ledger_busy_timeout`, 60 s unless set); every write is one short
+``BEGIN IMMEDIATE`` transaction, so several processes (two sweeps, a notebook) can record at once and a
+crash loses at most the row being written.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from workbench import defaults
 from workbench.errors import LedgerError
 
 SCHEMA_VERSION = 2
-BUSY_TIMEOUT_MS = 60_000
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "campaigns": ("id", "name", "description", "created"),
@@ -113,13 +113,14 @@ def resolve_path(path: str | os.PathLike[str] | None) -> Path:
 
 def connect(path: Path) -> sqlite3.Connection:
     """Open (creating if missing) the ledger at ``path`` with WAL and the current schema."""
+    timeout_s = defaults.ledger_busy_timeout()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
     except (OSError, sqlite3.Error) as exc:
         raise LedgerError(path, f"cannot open the ledger: {exc}") from exc
     try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {max(1, round(timeout_s * 1000))}")
         _retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL"))
         conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across process crashes
         conn.execute("PRAGMA foreign_keys = ON")
@@ -131,11 +132,21 @@ def connect(path: Path) -> sqlite3.Connection:
             migrate(conn)
     except sqlite3.Error as exc:
         conn.close()
-        raise LedgerError(path, f"not a usable ledger: {exc}") from exc
+        raise LedgerError(path, f"not a usable ledger: {exc}{_unwritable(path)}") from exc
     except LedgerError:
         conn.close()
         raise
     return conn
+
+
+def _unwritable(path: Path) -> str:
+    """Why SQLite cannot write there, when the reason is the file system rather than the file."""
+    for place in (path.parent, path):
+        if place.exists() and not os.access(place, os.W_OK):
+            what = "directory" if place.is_dir() else "file"
+            return (f" (the ledger's {what} {place} is read-only; the ledger needs to write itself and "
+                    "its -wal and -shm files beside it)")
+    return ""
 
 
 def check_version(conn: sqlite3.Connection, path: Path, schema: str = "main") -> None:
@@ -179,7 +190,8 @@ def transaction(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connec
     try:
         _retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
     except sqlite3.Error as exc:
-        raise LedgerError(path, f"cannot start a write: {exc}") from exc
+        waited = " (waited out the busy timeout)" if "locked" in str(exc) else ""
+        raise LedgerError(path, f"cannot start a write: {exc}{waited}") from exc
     try:
         yield conn
         conn.execute("COMMIT")
@@ -193,14 +205,17 @@ def transaction(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connec
 
 def _retry_locked(call: Any, attempts: int = 20) -> Any:
     # busy_timeout covers ordinary lock waits; a WAL switch racing another opener can still report
-    # "locked" at once, so retry briefly rather than fail the whole run.
+    # "locked" at once, so retry briefly rather than fail the whole run — but never past the busy
+    # timeout in all: a lock held longer than that is an error the caller must see.
+    deadline = time.monotonic() + defaults.ledger_busy_timeout()
     for i in range(attempts):
         try:
             return call()
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or i == attempts - 1:
+            pause = 0.05 * (i + 1)
+            if "locked" not in str(exc) or i == attempts - 1 or time.monotonic() + pause > deadline:
                 raise
-            time.sleep(0.05 * (i + 1))
+            time.sleep(pause)
 
 
 def new_id() -> str:

@@ -1,7 +1,9 @@
 """The attempt ledger: campaigns, attempts, runs, ceilings and verdict edits in one SQLite file.
 
 Every write is its own short transaction and runs are written one by one as they finish, so a runner
-that dies half-way leaves every finished run recorded (its attempt stays ``running``).
+that dies half-way leaves every finished run recorded. Its attempt stays ``running`` until a reader
+finds the process that recorded it gone (:mod:`workbench.ledger.owner`): reading attempts marks such
+an attempt failed (interrupted), keeping its runs.
 """
 from __future__ import annotations
 
@@ -13,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 from workbench.defaults import host_id
 from workbench.errors import LedgerError
 from workbench.ledger import schema
+from workbench.ledger.owner import RUNNING, current_owner, reap_abandoned
 from workbench.ledger.schema import ATTEMPT_KINDS, decode, encode, new_id, now, transaction, tristate
 from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
 
 if TYPE_CHECKING:
     import pandas as pd
 
-RUNNING = "running"  # verdict of an attempt whose runner has not finished it (yet, or ever)
 MIN_PREFIX = 6
 
 _ATTEMPT_SELECT = "SELECT c.name AS campaign, a.* FROM attempts a JOIN campaigns c ON c.id = a.campaign_id"
@@ -81,7 +83,8 @@ class Ledger:
         """Record a new attempt (verdict ``running``) before its first run; returns its id.
 
         ``kind`` is what is measured (:data:`ATTEMPT_KINDS`); ``binary`` the identity (``path``,
-        ``hash``) of the executable an external engine ran."""
+        ``hash``) of the executable an external engine ran. The calling process is recorded as the
+        attempt's owner (``environment.runner``), so a reader can tell when it died unfinished."""
         if kind not in ATTEMPT_KINDS:
             raise LedgerError(self.path, f"unknown attempt kind '{kind}'; known: {', '.join(ATTEMPT_KINDS)}")
         campaign_id = self.ensure_campaign(campaign or "default")
@@ -94,7 +97,7 @@ class Ledger:
             "device_info": encode(dict(device_info) if device_info is not None else None),
             "file_path": ident.get("path", config.file), "file_size": ident.get("size"),
             "file_hash": ident.get("hash"), "cache": cache,
-            "environment": encode(dict(environment) if environment is not None else None),
+            "environment": encode({**(environment or {}), "runner": current_owner().to_json()}),
             "verdict": RUNNING, "notes": "", "created": now(), "kind": kind,
             "binary_path": (binary or {}).get("path"), "binary_hash": (binary or {}).get("hash"),
         }
@@ -179,6 +182,17 @@ class Ledger:
         self._insert("ceilings", row)
         return row["id"]
 
+    def reap_abandoned(self) -> list[str]:
+        """Mark failed (interrupted) every ``running`` attempt whose recording process is gone; its runs
+        stay. Returns their ids. An owner on another host, or none recorded, is left alone."""
+        return reap_abandoned(self._conn, self.path)
+
+    def _reap_quietly(self) -> None:
+        try:  # a reader must still read a ledger it cannot write (locked, full disk)
+            self.reap_abandoned()
+        except LedgerError:
+            pass
+
     def merge(self, other_path: str | os.PathLike[str]) -> dict[str, int]:
         """Import another ledger (another machine's); returns rows added per table. Idempotent."""
         from workbench.ledger.merge import merge_into
@@ -202,10 +216,13 @@ class Ledger:
     def attempt(self, attempt_id: str) -> dict[str, Any]:
         """One attempt as a dict (JSON columns decoded, campaign by name); accepts an id prefix."""
         full = self.resolve_id(attempt_id)
+        self._reap_quietly()
         return _decode_attempt(self._query(f"{_ATTEMPT_SELECT} WHERE a.id = ?", (full,))[0])
 
     def attempts(self, campaign: str | None = None) -> pd.DataFrame:
-        """All attempts (of one campaign), oldest first, with ``ceiling_fraction`` = gbps / ceiling."""
+        """All attempts (of one campaign), oldest first, with ``ceiling_fraction`` = gbps / ceiling;
+        attempts whose runner died unfinished read as failed (interrupted), see :meth:`reap_abandoned`."""
+        self._reap_quietly()
         where, args = ("WHERE c.name = ?", (campaign,)) if campaign else ("", ())
         rows = self._query(f"{_ATTEMPT_SELECT} {where} ORDER BY a.created, a.id", args)
         frame = _frame([_decode_attempt(r) for r in rows], ("campaign",) + schema.COLUMNS["attempts"])

@@ -36,6 +36,7 @@ class AttemptResult:
     label: str = ""
     cache_requested: str = ""
     notes: str = ""
+    recorded: str = "all"  # what the ledger holds of it: all, part (some runs), none (a write failed)
 
     @property
     def effect(self) -> str:
@@ -58,7 +59,7 @@ class AttemptResult:
             "speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high,
             "verdict_reason": self.verdict_reason, "warning": self.warning, "ceiling_name": self.ceiling_name,
             "ceiling_gbps": self.ceiling_gbps, "ceiling_fraction": self.ceiling_fraction,
-            "notes": self.notes,
+            "notes": self.notes, "recorded": self.recorded,
         }
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import uuid
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from workbench.errors import CacheStateError, MeasurementInterrupted, WorkbenchError, WorkerFailed
+from workbench.errors import (
+    CacheStateError, LedgerError, MeasurementInterrupted, UnrecordedResults, WorkbenchError, WorkerFailed,
+)
 from workbench.measure.attempt import (
     AttemptResult, cache_label, decide, effective_state,
 )
@@ -120,7 +123,10 @@ def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[in
         if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, MeasurementInterrupted):
             raise MeasurementInterrupted(done, len(sequence), ids) from exc
         raise
-    return session.finish(baseline, base_runs)
+    results = session.finish(baseline, base_runs)
+    if session.lost is not None:  # every number was kept in memory: save them, then say so
+        raise session.unrecorded(results)
+    return results
 
 
 def preflight(configs: Sequence[RunConfig]) -> None:
@@ -220,15 +226,40 @@ class _Session:
         self.labels = list(labels) if labels is not None else [c.display for c in configs]
         self.runs: list[list[RunRecord]] = [[] for _ in configs]
         self.ids: list[str | None] = [None for _ in configs]
+        self.recorded = [0 for _ in configs]  # runs the ledger holds, per attempt
+        self.finished: set[int] = set()  # attempts the ledger holds finished, with every run
+        self.lost: LedgerError | None = None  # the first ledger write that failed
         self._env: dict[str, dict[str, Any]] = {}
         ledger.ensure_campaign(campaign)
 
     def add(self, i: int, record: RunRecord) -> None:
-        """Record a run now, opening its attempt first (with the device facts the worker reported)."""
+        """Keep a run, and record it now, opening its attempt first (with the device facts the worker
+        reported) — unless a ledger write already failed: then the runs go on in memory only."""
+        self.runs[i].append(record)
+        self._write(self._record_run, i, record)
+
+    def _record_run(self, i: int, record: RunRecord) -> None:
         if self.ids[i] is None:
             self.ids[i] = self._start(i, record)
-        self.runs[i].append(record)
         self.ledger.add_run(self.ids[i], record)
+        self.recorded[i] += 1
+
+    def _write(self, write: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        # After one failed write, none: a gap in the middle of an attempt's runs would read as a
+        # complete attempt. What the ledger lacks goes into the dump instead (see unrecorded()).
+        if self.lost is None:
+            try:
+                write(*args, **kwargs)
+            except LedgerError as exc:
+                self.lost = exc
+
+    def unrecorded(self, results: list[AttemptResult]) -> UnrecordedResults:
+        """Save every result to a JSON file, close the attempts the ledger opened (if it takes writes
+        again) and describe it all as one error."""
+        from workbench.measure.unrecorded import give_up
+
+        return give_up(self.ledger, self.lost, results, [
+            (self.ids[i], i in self.finished, self.recorded[i], _summarize(runs)) for i, runs in enumerate(self.runs)])
 
     def _start(self, i: int, first: RunRecord) -> str:
         from workbench.defaults import host_id
@@ -280,8 +311,10 @@ class _Session:
 
         stats = [_summarize(r) for r in self.runs]
         self.baseline_note = ""
+        # an attempt the ledger never opened (its writes failed) still needs an id in the results
+        self.result_ids = [known or uuid.uuid4().hex for known in self.ids]
         if baseline is None:
-            base_runs, baseline_id, self.paired = self.runs[0], self.ids[0], True
+            base_runs, baseline_id, self.paired = self.runs[0], self.result_ids[0], True
         else:
             baseline_id, self.paired = baseline, False
             self.baseline_note = self._baseline_mismatch(baseline)
@@ -305,7 +338,7 @@ class _Session:
         from workbench.measure.stats import stability_warning
 
         runs, config = tuple(self.runs[i]), self.configs[i]
-        is_base = baseline_id == self.ids[i]
+        is_base = baseline_id == self.result_ids[i]
         decision = decide(runs, base_runs, is_baseline=is_base, paired=self.paired, min_effect=self.min_effect)
         note = decision.note
         label = cache_label(self.cache, runs)
@@ -317,16 +350,19 @@ class _Session:
         name, gbps = wall if wall else (None, None)
         fraction = stats.gbps / gbps if gbps and stats.gbps else None
         d = decision
-        self.ledger.finish_attempt(self.ids[i], stats, baseline_id=None if is_base else baseline_id,
-                                   speedup=d.speedup, verdict=d.verdict, ceiling_name=name,
-                                   ceiling_gbps=gbps, notes=note, cache=label, ci=(d.ci_low, d.ci_high),
-                                   verdict_reason=d.reason)
+        if self.ids[i] is not None:
+            self._write(self.ledger.finish_attempt, self.ids[i], stats, baseline_id=None if is_base else baseline_id,
+                        speedup=d.speedup, verdict=d.verdict, ceiling_name=name, ceiling_gbps=gbps, notes=note,
+                        cache=label, ci=(d.ci_low, d.ci_high), verdict_reason=d.reason)
+            if self.lost is None:  # that write, and every one before it, went through
+                self.finished.add(i)
         return AttemptResult(
-            attempt_id=self.ids[i], config=config, cache=label, runs=runs, stats=stats,
+            attempt_id=self.result_ids[i], config=config, cache=label, runs=runs, stats=stats,
             baseline_id=None if is_base else baseline_id, speedup=d.speedup, verdict=d.verdict,
             warning=stability_warning(stats, runs), ci_low=d.ci_low, ci_high=d.ci_high,
             verdict_reason=d.reason, ceiling_name=name, ceiling_gbps=gbps,
-            ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note)
+            ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note,
+            recorded="all" if i in self.finished else ("part" if self.ids[i] is not None else "none"))
 
 
 def _strategy_kind(config: RunConfig) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """Run one fresh worker process and turn what it said (or how it died) into an :class:`Outcome`."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from workbench.errors import WorkerFailed
 from workbench.records import RunConfig, WorkerReport
 
 STDERR_TAIL = 2000  # characters of a failed worker's stderr kept in the run record
+DUMP_GRACE_S = 0.5  # how long a worker past its timeout gets to print its threads' stacks (SIGUSR1)
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,8 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
     try:
         out, err = proc.communicate(json.dumps(payload), timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, err = proc.communicate()
-        raise WorkerFailed(cmd, None, err, f"worker timed out after {timeout_s:g} s; stderr: {_tail(err)}",
+        err = _stacks_then_kill(proc)
+        raise WorkerFailed(cmd, None, err, f"worker timed out after {timeout_s:g} s (killed); stderr: {_tail(err)}",
                            pid=proc.pid, wall_s=time.perf_counter() - t0) from None
     except BaseException:  # Ctrl-C: the worker has its own session, so it must be killed here
         kill_group(proc)
@@ -70,8 +71,23 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
     try:
         return outcome_from_json(_last_json(out), proc.pid, wall)
     except (ValueError, KeyError, TypeError) as exc:
-        raise WorkerFailed(cmd, 0, err, f"worker printed no JSON result ({exc}); stderr: {_tail(err)}",
-                           pid=proc.pid, wall_s=wall) from None
+        raise WorkerFailed(cmd, 0, err, f"worker exit 0 without a result: printed no JSON result ({exc}); "
+                                        f"stderr: {_tail(err)}", pid=proc.pid, wall_s=wall) from None
+
+
+def _stacks_then_kill(proc: subprocess.Popen) -> str:
+    """Ask a worker past its timeout for its threads' stacks (SIGUSR1, see the worker), then kill its
+    process group; returns all of its stderr (communicate() keeps what it read before a timeout)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGUSR1)
+    try:
+        _, err = proc.communicate(timeout=DUMP_GRACE_S)  # it may have died of the signal: done
+        kill_group(proc)  # whatever it started dies with it
+        return err
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+    _, err = proc.communicate()
+    return err
 
 
 def outcome_from_json(data: Mapping[str, Any], pid: int, wall_s: float) -> Outcome:
@@ -93,7 +109,7 @@ def _describe_exit(returncode: int, stderr: str) -> str:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
-        return f"worker killed by {name}; stderr: {_tail(stderr)}"
+        return f"worker killed by {name} (exit status {returncode}); stderr: {_tail(stderr)}"
     return f"worker exit {returncode}: {_tail(stderr)}"
 
 

@@ -14,6 +14,9 @@ the interpreter start-up can be measured on the same clock). Order of work:
 
 stdout carries exactly one JSON object; anything a strategy prints goes to stderr instead. A
 :class:`WorkbenchError` is one line on stderr and exit 2; anything else keeps its traceback, exit 1.
+A crash (SIGSEGV, SIGABRT, SIGBUS …) prints every thread's Python stack to stderr (faulthandler), and
+SIGUSR1 prints them without stopping: the runner sends it to a worker past its timeout before killing
+it, so the run's stderr tail says where the worker hung.
 """
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ _T_ENTRY = time.monotonic()  # before the workbench imports, to separate interpr
 
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
+import faulthandler  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
 from typing import Any, Mapping  # noqa: E402
@@ -47,10 +52,13 @@ def read_config(argv: list[str]) -> dict[str, Any]:
     return config
 
 
-def run_load(config: Mapping[str, Any]) -> WorkerReport:
-    """Open the device, time index + load, then verify; what happened as one :class:`WorkerReport`."""
+def run_load(config: Mapping[str, Any], stdout: Any = None) -> WorkerReport:
+    """Open the device, time index + load, then verify; what happened as one :class:`WorkerReport`.
+
+    ``stdout`` is where the report will go (a test's injected ``garbage`` fault writes there)."""
     t_import = time.monotonic()
     from workbench.formats import open_index
+    from workbench.measure.faults import arm
     from workbench.strategies import get_strategy
     from workbench.upload import open_device
 
@@ -65,6 +73,7 @@ def run_load(config: Mapping[str, Any]) -> WorkerReport:
         t_prepare = time.monotonic()
         strategy.prepare(device)
         prepare_s = time.monotonic() - t_prepare
+        arm(device, config, stdout or sys.stdout)  # tests only: WORKBENCH_TEST_FAULT
         modules = set(sys.modules)
         t_window = time.monotonic()
         index = open_index(config["file"])
@@ -123,10 +132,12 @@ def _resident_after(path: str) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (0 ok, 2 WorkbenchError, 1 anything else)."""
     out = sys.stdout
+    faulthandler.enable(all_threads=True)
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     try:
         config = read_config(sys.argv[1:] if argv is None else argv)
         with contextlib.redirect_stdout(sys.stderr):  # a chatty strategy must not corrupt the JSON
-            report = run_load(config)
+            report = run_load(config, out)
     except WorkbenchError as exc:
         print(f"workbench.measure.worker: error: {exc}", file=sys.stderr)
         return 2

@@ -105,8 +105,18 @@ def failure_reason(n_runs: int, errors: Sequence[str], n_wrong: int) -> str:
         return "no runs recorded"
     reasons = []
     if errors:
-        lines = str(errors[0]).strip().splitlines()
-        reasons.append(f"{len(errors)}/{n_runs} runs failed: {(lines[-1] if lines else 'error')[:100]}")
+        reasons.append(f"{len(errors)}/{n_runs} runs failed: {_summary_line(str(errors[0]))[:100]}")
     if n_wrong:
         reasons.append(f"{n_wrong}/{n_runs} runs read back wrong bytes")
     return "; ".join(reasons)
+
+
+def _summary_line(error: str) -> str:
+    """The line of an error that says what happened: the last line (a traceback's exception), except
+    for a worker that died, timed out or said nothing with a stderr of several lines (``worker killed
+    by SIGSEGV …; stderr: <faulthandler's dump>``): there the part before its stderr tail."""
+    lines = error.strip().splitlines()
+    if not lines:
+        return "error"
+    head, sep, _ = lines[0].partition("; stderr:")
+    return head if sep and len(lines) > 1 else lines[-1]

@@ -1,10 +1,11 @@
 """``workbench run | compare | external | ceilings``: measure, print a table, record in the ledger."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import click
 
@@ -136,7 +137,9 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
     ledger = open_ledger(ledger_path)
     results: list[Any] = []
     interrupted = None
-    with _progress(len(configs) * runs * len(caches), as_json) as progress:
+    single = len(strategies) == 1 and len(caches) == 1
+    with _unrecorded_printed(ledger, as_json, single, results), \
+            _progress(len(configs) * runs * len(caches), as_json) as progress:
         try:
             for cache in caches:  # one attempt per config per state, interleaved within the state
                 results += measure(configs, runs=runs, cache=cache, order=order, seed=seed, ledger=ledger,
@@ -147,7 +150,7 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
             interrupted = exc
     if interrupted is not None:  # after the bar is gone, so the line stands on its own
         _interrupted(interrupted, results, caches, len(configs) * runs * len(caches))
-    _report(results, ledger, as_json, single=len(strategies) == 1 and len(caches) == 1)
+    _report(results, ledger, as_json, single=single)
 
 
 def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple[str, ...], total: int) -> None:
@@ -236,7 +239,7 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
         if not as_json:
             click.echo(f"device: {device} (the best available here; --device names the engine's)", err=True)
     ledger = open_ledger(ledger_path)
-    with _progress(n * runs, as_json) as progress:
+    with _unrecorded_printed(ledger, as_json, n == 1, []), _progress(n * runs, as_json) as progress:
         results = measure_engines(engines, file, runs=runs, cache=cache, order=order, seed=seed,
                                   timeout_s=timeout_s, device=device, baseline=baseline, ledger=ledger,
                                   campaign=campaign, hypothesis=hypothesis, progress=progress,
@@ -314,7 +317,23 @@ class _progress:
             self.bar.close()
 
 
-def _report(results: list[Any], ledger: Any, as_json: bool, single: bool) -> None:
+@contextlib.contextmanager
+def _unrecorded_printed(ledger: Any, as_json: bool, single: bool, earlier: list[Any]) -> Iterator[None]:
+    """When the ledger failed mid-measurement, print the numbers anyway — ``earlier`` attempts (recorded)
+    and the unrecorded ones, as a table or JSON; the JSON on stdout too when no dump file could be
+    written — then let the one-line error through (exit 2)."""
+    from workbench.errors import UnrecordedResults
+
+    try:
+        yield
+    except UnrecordedResults as exc:
+        _report([*earlier, *exc.results], ledger, as_json, single, recorded=False)
+        if exc.dump is None and not as_json:
+            click.echo(json.dumps([r.to_json() for r in exc.results], indent=2, default=str))
+        raise
+
+
+def _report(results: list[Any], ledger: Any, as_json: bool, single: bool, recorded: bool = True) -> None:
     from workbench.measure.tables import attempts_table, phases_table
 
     for r in results:  # loud, on stderr, in every mode: an unstable number must not pass unseen
@@ -336,4 +355,4 @@ def _report(results: list[Any], ledger: Any, as_json: bool, single: bool) -> Non
     phases = phases_table(results)
     if phases:
         click.echo(phases)
-    click.echo(f"ledger: {ledger.path}")
+    click.echo(f"ledger: {ledger.path}" + ("" if recorded else " — NOT all recorded, see the error below"))

@@ -1,0 +1,133 @@
+"""Which process records an attempt, so a later reader can tell a live ``running`` attempt from one
+whose runner died (SIGKILL, OOM, power cut) and will never finish it.
+
+A pid alone is not enough: pids are reused, and a process in another container or after a reboot may
+carry the same number. The identity is the host, the kernel's boot id, the pid namespace, the pid and
+the process's start time in clock ticks since boot; a reader judges only an owner on its own host, boot
+and pid namespace, and calls it gone when no process with that pid and start time exists. Anything
+else (another machine, an older ledger without an owner) stays ``unknown``: never reaped on a guess.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from workbench.defaults import host_id
+from workbench.ledger.schema import decode, now, transaction
+
+RUNNING = "running"  # verdict of an attempt whose runner has not finished it (yet, or ever)
+_OK_RUN = "error IS NULL AND load_s IS NOT NULL"
+
+ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process recording an attempt (stored as ``environment.runner`` with the attempt)."""
+
+    host: str
+    boot_id: str
+    pid_ns: str
+    pid: int
+    start_ticks: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Owner | None:
+        """The owner recorded with an attempt, or None when there is none (or it is malformed)."""
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            return cls(str(data["host"]), str(data["boot_id"]), str(data["pid_ns"]), int(data["pid"]),
+                       int(data["start_ticks"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def current_owner() -> Owner:
+    """This process, as :class:`Owner`."""
+    pid = os.getpid()
+    return Owner(host_id(), _boot_id(), _pid_ns("self"), pid, _start_ticks(pid) or 0)
+
+
+def owner_state(owner: Owner | None, here: Owner | None = None) -> str:
+    """``alive``, ``gone`` or ``unknown`` (another host, boot or pid namespace; no owner recorded)."""
+    if owner is None or not owner.boot_id:
+        return UNKNOWN
+    here = here or current_owner()
+    if (owner.host, owner.pid_ns) != (here.host, here.pid_ns) or not here.boot_id:
+        return UNKNOWN
+    if owner.boot_id != here.boot_id:
+        return GONE  # this machine rebooted since: every process of that boot is gone
+    ticks = _start_ticks(owner.pid)
+    if ticks is None or ticks != owner.start_ticks:
+        return GONE  # no such pid, or a new process that reused it
+    return ALIVE
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _pid_ns(pid: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks since boot); None if no such process.
+
+    A zombie still has its entry: it has stopped running, so it counts as gone once its parent reaps
+    it, which for a dead runner is at once (its parent is init or a shell)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    try:
+        if fields[0] == "Z":
+            return None
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def reap_abandoned(conn: sqlite3.Connection, path: Path) -> list[str]:
+    """Mark failed (interrupted) every ``running`` attempt whose owner is gone; returns their ids."""
+    here, gone = current_owner(), []
+    for attempt_id, text in conn.execute("SELECT id, environment FROM attempts WHERE verdict = ?", (RUNNING,)).fetchall():
+        try:
+            env = decode(text)
+        except ValueError:
+            continue
+        owner = Owner.from_json(env.get("runner") if isinstance(env, dict) else None)
+        if owner_state(owner, here) == GONE and _mark_interrupted(conn, path, attempt_id, owner):
+            gone.append(attempt_id)
+    return gone
+
+
+def _mark_interrupted(conn: sqlite3.Connection, path: Path, attempt_id: str, owner: Owner) -> bool:
+    """Close one abandoned attempt as failed, counting the runs it kept (unless another reader did)."""
+    note = (f"interrupted: its runner (pid {owner.pid} on {owner.host}) is gone, killed or crashed "
+            "before it finished; the runs it recorded are kept")
+    with transaction(conn, path) as c:
+        cur = c.execute(
+            "UPDATE attempts SET verdict = 'failed', auto_verdict = 'failed', finished = ?,"
+            " verdict_reason = 'interrupted',"
+            f" n = (SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id AND {_OK_RUN}),"
+            f" n_failed = (SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id AND NOT ({_OK_RUN})),"
+            " notes = CASE WHEN notes = '' THEN ? ELSE notes || char(10) || ? END"
+            " WHERE id = ? AND verdict = ?", (now(), note, note, attempt_id, RUNNING))
+        return cur.rowcount == 1
