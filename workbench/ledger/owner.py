@@ -20,6 +20,7 @@ from workbench.ledger.schema import decode, now, transaction
 
 RUNNING = "running"  # verdict of an attempt whose runner has not finished it (yet, or ever)
 _OK_RUN = "error IS NULL AND load_s IS NOT NULL"
+_MISSED = "(SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id AND cache_reached = 0)"
 
 ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
 
@@ -128,6 +129,10 @@ def _mark_interrupted(conn: sqlite3.Connection, path: Path, attempt_id: str, own
             " verdict_reason = 'interrupted',"
             f" n = (SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id AND {_OK_RUN}),"
             f" n_failed = (SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id AND NOT ({_OK_RUN})),"
-            " notes = CASE WHEN notes = '' THEN ? ELSE notes || char(10) || ? END"
+            " notes = CASE WHEN notes = '' THEN ? ELSE notes || char(10) || ? END,"
+            # a state some recorded run missed must not stay labelled as reached
+            f" cache = CASE WHEN cache IN ('cold', 'warm') AND {_MISSED} > 0 THEN 'asis(unreachable: ' || cache"
+            f" || ', ' || {_MISSED} || '/' || (SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id)"
+            " || ' runs)' ELSE cache END"
             " WHERE id = ? AND verdict = ?", (now(), note, note, attempt_id, RUNNING))
         return cur.rowcount == 1

@@ -145,6 +145,12 @@ class Ledger:
             if cache is not None:
                 c.execute("UPDATE attempts SET cache=? WHERE id=?", (cache, attempt_id))
 
+    def relabel_cache(self, attempt_id: str, cache: str) -> None:
+        """Replace an attempt's cache label while it runs: a state a later run missed must not stay
+        labelled as reached until the attempt finishes (or forever, if its runner dies)."""
+        with transaction(self._conn, self.path) as c:
+            c.execute("UPDATE attempts SET cache = ? WHERE id = ?", (cache, attempt_id))
+
     def add_turn(self, attempt_id: str, turn: Mapping[str, Any]) -> str:
         """Record one turn of a long session (``kind='session'``): the columns of the ``turns`` table
         from ``turn``'s keys, everything else kept in ``extra`` as JSON; returns the row's id."""

@@ -241,6 +241,9 @@ class _Session:
     def _record_run(self, i: int, record: RunRecord) -> None:
         if self.ids[i] is None:
             self.ids[i] = self._start(i, record)
+        elif not record.cache_reached and all(r.cache_reached for r in self.runs[i][:-1]):
+            # the first run that missed the state: the label says so from now on
+            self.ledger.relabel_cache(self.ids[i], cache_label(self.cache, self.runs[i]))
         self.ledger.add_run(self.ids[i], record)
         self.recorded[i] += 1
 

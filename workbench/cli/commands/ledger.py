@@ -94,7 +94,7 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     click.echo(f"\nruns ({len(runs)}):")
     rows = [
         (_int(r["position"]), _int(r["pid"]), _ms(r["load_s"]), _ms(r["wall_s"]), _frac(r["resident_before"]),
-         r["cache_state"], r["verified"], ", ".join(r["engaged"]), (r["error"] or "")[:80])
+         _cache_of(r), r["verified"], ", ".join(r["engaged"]), (r["error"] or "")[:80])
         for r in runs.to_dict("records")
     ]
     _echo_table(("pos", "pid", "load", "wall", "resident", "cache", "verified", "engaged", "error"), rows)
@@ -179,6 +179,13 @@ def _echo_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _cache_of(run: dict[str, Any]) -> str:
+    """The state a run asked for, and plainly whether it got it (never the asked state alone)."""
+    if run["cache_reached"] is False and run["cache_state"] in ("cold", "warm"):
+        return f"{run['cache_state']} NOT reached"
+    return run["cache_state"] or ""
 
 
 def _missing(value: Any) -> bool:
