@@ -28,6 +28,8 @@ class LanesParams(BaseParams):
 
     heatmap_axes: ClassVar[tuple[str, str] | None] = ("threads", "chunk_mib")
     small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType({"chunk_mib": 1, "threads": 3})
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
+        MappingProxyType({"upload": "pinned", "chunk_mib": 1, "threads": 3}),)
 
     threads: int = 4
     chunk_mib: int = 16

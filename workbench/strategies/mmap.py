@@ -10,7 +10,8 @@ H200 against 9.4 pageable); registering faults in and pins every page, one stall
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 from workbench.strategies.toolkit import (FileMapping, eviction_reason, open_mapping, pread_upload,
                                           probe_resident, upload_borrowed)
@@ -20,6 +21,9 @@ from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_p
 @dataclass(frozen=True)
 class MmapParams(BaseParams):
     """``gate``: use borrowed slices only when at least this fraction is resident (None: always)."""
+
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
+        MappingProxyType({"register": True}), MappingProxyType({"gate": 1.0}))  # gate 1.0: pread on a cold file
 
     gate: float | None = None
     register: bool = False

@@ -52,11 +52,14 @@ class BaseParams:
     - ``heatmap_axes``: (rows, columns), two numeric parameters whose grid the campaign figures draw
       as a heat map of GB/s (``warmer`` and ``lanes``: threads × chunk_mib);
     - ``small_pieces``: parameter overrides that cut even a small file into several pieces, so the
-      shared test suite exercises the piecewise path (chunk boundaries inside a tensor).
+      shared test suite exercises the piecewise path (chunk boundaries inside a tensor);
+    - ``variants``: parameter sets that take another path through the load (another upload mode, a
+      pinned mapping, lane threads), so suites that check every strategy check every path.
     """
 
     heatmap_axes: ClassVar[tuple[str, str] | None] = None
     small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = ()
 
     evict: bool | None = None
 

@@ -14,7 +14,8 @@ asynchronous and each slot fenced before it is refilled — the staging pipeline
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_p
 class PreadParams(BaseParams):
     """``evict``: DONTNEED after each read; ``upload``: pageable | registered | pinned;
     ``staging_mib``: size of each of the two pinned staging buffers."""
+
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
+        MappingProxyType({"upload": "registered"}), MappingProxyType({"upload": "pinned", "staging_mib": 1}))
 
     upload: str = "pageable"
     staging_mib: int = 16

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from workbench.errors import BackendUnavailable
 from workbench.registry import Availability, Registry
-from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, HostStaging
+from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, DeviceUsage, HostStaging
 
 DEVICES: Registry[Device] = Registry(
     "device",
@@ -43,5 +43,5 @@ def best_device() -> str:
     return "host"
 
 
-__all__ = ["DEVICES", "Device", "DeviceBuffer", "DeviceInfo", "HostStaging", "best_device",
+__all__ = ["DEVICES", "Device", "DeviceBuffer", "DeviceInfo", "DeviceUsage", "HostStaging", "best_device",
            "device_availability", "open_device"]

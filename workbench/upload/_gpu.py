@@ -19,7 +19,7 @@ import numpy as np
 
 from workbench.errors import BackendUnavailable, DeviceError
 from workbench.registry import Availability
-from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, Fence, HostStaging, carve
+from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, DeviceUsage, Fence, HostStaging, carve
 
 _ROLES = {  # role → function name after the prefix; the two that differ are passed as overrides
     "device_count": "GetDeviceCount", "set_device": "SetDevice", "properties": "GetDeviceProperties",
@@ -28,7 +28,7 @@ _ROLES = {  # role → function name after the prefix; the two that differ are p
     "memcpy_async": "MemcpyAsync", "stream_create": "StreamCreate", "stream_destroy": "StreamDestroy",
     "device_sync": "DeviceSynchronize", "event_create": "EventCreate", "event_record": "EventRecord",
     "event_sync": "EventSynchronize", "event_destroy": "EventDestroy", "host_register": "HostRegister",
-    "host_unregister": "HostUnregister",
+    "host_unregister": "HostUnregister", "mem_info": "MemGetInfo",
 }
 
 
@@ -313,8 +313,12 @@ class GpuDevice(Device):
             self._call("memcpy", dst.ptr + dst_offset, addr, nbytes, kind)
 
     def synchronize(self) -> None:
+        """Wait for every copy; the events recorded so far have all passed then, so they are destroyed
+        (a pipeline's last fences are never waited on one by one)."""
         self._use()
         self._call("device_sync")
+        for key in list(self._events):
+            self._call("event_destroy", self._events.pop(key).handle)
 
     def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
         self._check_range(buf, offset, nbytes, "read-back")
@@ -416,6 +420,20 @@ class GpuDevice(Device):
             return
         self._use()
         self._call("host_unregister", handle.addr)
+
+    def memory_free(self) -> int:
+        """Bytes of device memory free now (cudaMemGetInfo / hipMemGetInfo), for leak checks."""
+        self._use()
+        free, _total = self._call("mem_info")
+        return int(free)
+
+    def usage(self) -> DeviceUsage:
+        return DeviceUsage(
+            buffers=len(self._buffers), buffer_bytes=sum(b.nbytes for b in self._buffers.values()),
+            pinned=len(self._pinned), pinned_bytes=sum(s.nbytes for s in self._pinned.values()),
+            registered=len(self._registered),
+            registered_bytes=sum(r.nbytes for r in self._registered.values()), events=len(self._events),
+            fences=len(self._fences))
 
     def close(self) -> None:
         """Free what is still allocated, then destroy the stream; raises the first failure at the end."""

@@ -25,6 +25,21 @@ class DeviceInfo:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class DeviceUsage:
+    """What a device holds for its callers right now: live allocations, page-locked host memory and
+    events. A load that ends, or fails half-way, must leave these where they were before it."""
+
+    buffers: int = 0
+    buffer_bytes: int = 0
+    pinned: int = 0
+    pinned_bytes: int = 0
+    registered: int = 0
+    registered_bytes: int = 0
+    events: int = 0
+    fences: int = 0
+
+
 class DeviceBuffer:
     """A device allocation. ``ptr`` is the device address (an int); ``host_view`` only for host.
 
@@ -178,6 +193,10 @@ class Device(ABC):
 
     @abstractmethod
     def unregister_host(self, handle: Any) -> None: ...
+
+    def usage(self) -> DeviceUsage | None:
+        """Live allocations, pinned and registered host memory and events (None: not counted here)."""
+        return None
 
     def close(self) -> None:
         """Release the device context; buffers still alive are freed."""

@@ -6,6 +6,7 @@ mmap slice soft-faults page-cache pages exactly as a DMA from that mapping would
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import mmap
@@ -16,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from workbench.registry import Availability
-from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, HostStaging, carve
+from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, DeviceUsage, HostStaging, carve
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
@@ -53,6 +54,9 @@ class HostDevice(Device):
         self.ordinal = ordinal
         self._arrays: dict[int, np.ndarray] = {}
         self._adopted: dict[int, DeviceBuffer] = {}  # their owners are released on close
+        # what cudaHostAlloc / cudaHostRegister would hold: counted so a leak shows (usage())
+        self._pinned: dict[int, HostStaging] = {}
+        self._registered: dict[int, tuple[int, int]] = {}
 
     @classmethod
     def available(cls) -> Availability:
@@ -134,24 +138,46 @@ class HostDevice(Device):
         m = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         addr, n = _address(m)
         locked = _mlock(addr, n)  # page-locked like cudaHostAlloc; may fail under RLIMIT_MEMLOCK
-        return HostStaging(nbytes, memoryview(m)[:nbytes], handle=(m, addr, n), locked=locked)
+        staging = HostStaging(nbytes, memoryview(m)[:nbytes], handle=(m, addr, n), locked=locked)
+        self._pinned[id(staging)] = staging
+        return staging
 
     def free_pinned(self, staging: HostStaging) -> None:
+        if staging.handle is None:
+            return
         m, addr, n = staging.handle
+        staging.view.release()  # BufferError while something still views it, like the GPU backends
         if staging.locked:
             _munlock(addr, n)
-        staging.view.release()
         m.close()
+        self._pinned.pop(id(staging), None)
+        staging.handle, staging.locked = None, False
 
     def register_host(self, view: memoryview) -> Any:
         addr, n = _address(view)
-        return (addr, n) if _mlock(addr, n) else None
+        if not _mlock(addr, n):
+            return None
+        handle = (addr, n)
+        self._registered[id(handle)] = handle
+        return handle
 
     def unregister_host(self, handle: Any) -> None:
-        if handle is not None:
+        if handle is not None and self._registered.pop(id(handle), None) is not None:
             _munlock(*handle)
 
+    def usage(self) -> DeviceUsage:
+        return DeviceUsage(
+            buffers=len(self._arrays), buffer_bytes=sum(a.nbytes for a in self._arrays.values()),
+            pinned=len(self._pinned), pinned_bytes=sum(s.nbytes for s in self._pinned.values()),
+            registered=len(self._registered), registered_bytes=sum(n for _, n in self._registered.values()))
+
     def close(self) -> None:
+        """Free what the caller left: buffers, pinned staging (unless still viewed) and registrations."""
+        for staging in list(self._pinned.values()):
+            with contextlib.suppress(BufferError):  # still exported: leave it counted in usage()
+                self.free_pinned(staging)
+        for handle in list(self._registered.values()):
+            self.unregister_host(handle)
         for buf in list(self._adopted.values()):
             self.free(buf)
         self._arrays.clear()

@@ -1,0 +1,263 @@
+"""Resource hygiene, one suite over every registered strategy and its declared variants: after a load —
+one that finishes and one that fails half-way (a device that refuses its n-th copy) — no thread is left,
+the open file descriptors are back to their count, the model file is mapped nowhere, no anonymous
+region the load made is left, and the device holds no buffer, pinned or registered host memory or
+event more than before.
+
+Runs on ``host`` everywhere and on the shared GPU backend driven by the fake CUDA runtime of
+test_upload_devices.py (``fake-cuda``); ``WORKBENCH_TEST_DEVICE=cuda`` runs it on a real GPU, where
+the device's free memory must come back to its baseline too (within :data:`CUDA_SLACK`).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pytest
+
+from workbench.measure.verify import verify_placements
+from workbench.strategies import STRATEGIES, get_strategy
+from workbench.strategies.base import free_placements
+from workbench.upload import Device, DeviceUsage, open_device
+from workbench.upload.base import DeviceBuffer, DeviceInfo, HostStaging
+
+DEVICE = os.environ.get("WORKBENCH_TEST_DEVICE", "host")
+DEVICES = [DEVICE] if DEVICE != "host" else ["host", "fake-cuda"]
+ANON_SLACK = 256 << 10  # anonymous memory mapped after a load beyond what was before: a leak
+RSS_SLACK = 1 << 20  # resident anonymous memory: Python's own heap moves by some 100 KiB between loads
+MMAP_THRESHOLD = 64 << 10  # glibc: M_MMAP_THRESHOLD below which malloc serves from its arenas
+CUDA_SLACK = 4 << 20  # the runtime's own bookkeeping may move device free memory by a few pages
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+M_MMAP_THRESHOLD = -3  # mallopt parameter (malloc.h)
+
+
+def strategy_variants() -> Iterator[Any]:
+    """(strategy, params, device) for every registered strategy: its defaults, its small pieces and each
+    declared variant, each also under the eviction policy (the fallback paths) — that one on the real
+    device only: the fake runtime checks the GPU backend's bookkeeping, which eviction does not touch."""
+    for name in STRATEGIES.names():
+        params = get_strategy(name).Params
+        seen: list[tuple[dict[str, Any], str]] = []
+        for variant in ({}, dict(params.small_pieces), *map(dict, params.variants)):
+            for device in DEVICES:
+                for chosen in (variant, {**variant, "evict": True})[: 1 if device == "fake-cuda" else 2]:
+                    if (chosen, device) not in seen:
+                        seen.append((chosen, device))
+                        label = ",".join(f"{k}={v}" for k, v in chosen.items()) or "defaults"
+                        yield pytest.param(name, chosen, device, id=f"{name}[{label}]-{device}")
+
+
+class InjectedCopyFailure(RuntimeError):
+    """The failure a :class:`FailingCopies` device raises (a DMA error, a device that fell off the bus)."""
+
+
+class FailingCopies(Device):
+    """Any device, whose ``fail_at``-th copy raises :class:`InjectedCopyFailure` (None: never)."""
+
+    name = "failing-copies"
+
+    def __init__(self, inner: Device, fail_at: int | None):
+        self.inner, self.fail_at, self.copies = inner, fail_at, 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def available(cls) -> Any:
+        raise NotImplementedError
+
+    def copy_h2d(self, dst: DeviceBuffer, dst_offset: int, src: Any, *, asynchronous: bool = False) -> None:
+        with self._lock:
+            self.copies += 1
+            n = self.copies
+        if n == self.fail_at:
+            raise InjectedCopyFailure(f"copy {n} refused on purpose")
+        self.inner.copy_h2d(dst, dst_offset, src, asynchronous=asynchronous)
+
+    def info(self) -> DeviceInfo:
+        return self.inner.info()
+
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        return self.inner.alloc(nbytes)
+
+    def free(self, buf: DeviceBuffer) -> None:
+        self.inner.free(buf)
+
+    def synchronize(self) -> None:
+        self.inner.synchronize()
+
+    def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
+        return self.inner.read_back(buf, offset, nbytes)
+
+    def read_back_into(self, buf: DeviceBuffer, offset: int, dest: memoryview) -> None:
+        self.inner.read_back_into(buf, offset, dest)
+
+    def record_event(self) -> Any:
+        return self.inner.record_event()
+
+    def wait_event(self, event: Any) -> None:
+        self.inner.wait_event(event)
+
+    def alloc_pinned(self, nbytes: int) -> HostStaging:
+        return self.inner.alloc_pinned(nbytes)
+
+    def free_pinned(self, staging: HostStaging) -> None:
+        self.inner.free_pinned(staging)
+
+    def register_host(self, view: memoryview) -> Any:
+        return self.inner.register_host(view)
+
+    def unregister_host(self, handle: Any) -> None:
+        self.inner.unregister_host(handle)
+
+    def usage(self) -> DeviceUsage | None:
+        return self.inner.usage()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the process and the device hold at one moment."""
+
+    threads: tuple[str, ...]
+    tasks: int
+    fds: dict[int, str]
+    file_maps: tuple[str, ...]
+    anon: int  # bytes of writable anonymous mappings (heap and stacks aside)
+    rss_anon: int  # resident anonymous bytes (RssAnon)
+    usage: DeviceUsage | None
+    device_free: int | None
+
+
+def take_snapshot(device: Device, model: str) -> Snapshot:
+    _libc.malloc_trim(0)  # free memory at the top of the main heap goes back first
+    st = os.stat(model)
+    file_maps: list[str] = []
+    anon = 0
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if fields[4] == str(st.st_ino) and len(fields) > 5 and os.path.basename(fields[5]) == os.path.basename(model):
+                file_maps.append(line.strip())
+            elif fields[4] == "0" and (len(fields) == 5 or fields[5].startswith("[anon")) and "w" in fields[1]:
+                anon += hi - lo
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the descriptor listdir itself used, closed since
+            pass
+    inner = getattr(device, "inner", device)
+    free = inner.memory_free() if DEVICE == "cuda" else None
+    return Snapshot(tuple(sorted(t.name for t in threading.enumerate())), len(os.listdir("/proc/self/task")),
+                    fds, tuple(file_maps), anon, _rss_anon(), device.usage(), free)
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) << 10
+    return 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _malloc_unmaps_what_is_freed() -> Iterator[None]:
+    """glibc raises its mmap threshold each time a big block is freed, after which 16 MiB reader
+    buffers come from per-thread arenas that keep the memory once freed — the allocator's cache, not a
+    leak, but indistinguishable from one in /proc/self/maps. A fixed threshold turns that off: every
+    block of 64 KiB or more is its own mapping, gone when freed."""
+    _libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    yield
+    _libc.mallopt(M_MMAP_THRESHOLD, 128 << 10)  # glibc's default value (it stays fixed from now on)
+
+
+def settled_snapshot(device: Device, model: str, before: Snapshot | None = None) -> Snapshot:
+    """A snapshot once joined threads are gone from /proc too (join() returns as a thread's Python side
+    ends, a moment before its kernel task exits): the task count no longer falls (and, given
+    ``before``, is down to its count), or 2 s have passed."""
+    deadline = time.monotonic() + 2.0
+    snap = take_snapshot(device, model)
+    while time.monotonic() < deadline:
+        time.sleep(0.005)
+        again = take_snapshot(device, model)
+        if again.tasks == snap.tasks and (before is None or again.tasks <= before.tasks):
+            return again
+        snap = again
+    return snap
+
+
+def check_clean(before: Snapshot, after: Snapshot, what: str) -> None:
+    assert after.threads == before.threads, f"{what}: threads left: {set(after.threads) - set(before.threads)}"
+    assert after.tasks == before.tasks, f"{what}: {after.tasks - before.tasks} native threads left"
+    extra = {fd: target for fd, target in after.fds.items() if fd not in before.fds}
+    assert not extra and len(after.fds) == len(before.fds), f"{what}: descriptors left open: {extra}"
+    assert after.file_maps == () , f"{what}: the model file is still mapped: {after.file_maps}"
+    grown = after.anon - before.anon
+    assert grown <= ANON_SLACK, f"{what}: {grown >> 10} KiB more anonymous memory mapped than before"
+    grown = after.rss_anon - before.rss_anon
+    assert grown <= RSS_SLACK, f"{what}: {grown >> 10} KiB more anonymous memory resident than before"
+    assert after.usage == before.usage, f"{what}: device usage {before.usage} → {after.usage}"
+    if before.device_free is not None:
+        assert before.device_free - after.device_free <= CUDA_SLACK, \
+            f"{what}: device free memory down {(before.device_free - after.device_free) >> 20} MiB"
+
+
+def open_test_device(name: str) -> Device:
+    if name != "fake-cuda":
+        return open_device(name)
+    from test_upload_devices import FakeRuntime
+
+    from workbench.upload.cuda import CudaDevice
+
+    return CudaDevice(0, module=FakeRuntime("cuda"))
+
+
+def prepare_cold(path: str) -> None:
+    from workbench.errors import CacheStateError
+    from workbench.io.pagecache import prepare
+
+    try:  # cold where the file system allows: the warmer's threads and mmap's gate then engage
+        prepare(path, "cold")
+    except CacheStateError:
+        pass
+
+
+def load(name: str, params: dict[str, Any], index: Any, device: Device) -> Any:
+    prepare_cold(index.path)
+    return get_strategy(name)(**params).load(index, device)
+
+
+@pytest.fixture(autouse=True)
+def _cache(isolated_cache):
+    return isolated_cache
+
+
+@pytest.mark.parametrize("name, params, device_name", list(strategy_variants()))
+def test_a_load_leaves_nothing_behind_finished_or_failed_half_way(name, params, device_name, synth_model):
+    index = synth_model("safetensors", "moe")  # many tensors: every strategy can load it
+    with open_test_device(device_name) as real:
+        counting = FailingCopies(real, None)
+        result = load(name, params, index, counting)  # warm-up: lazy imports, caches, thread stacks
+        assert verify_placements(index, real, result.placements).ok
+        free_placements(counting, result)
+        copies, result = counting.copies, None
+        assert copies >= 2, f"{name} made {copies} copies: nothing to fail half-way"
+
+        before = settled_snapshot(real, index.path)
+        result = load(name, params, index, real)
+        report = verify_placements(index, real, result.placements)
+        assert report.ok, report.detail
+        free_placements(real, result)
+        result = report = None
+        check_clean(before, settled_snapshot(real, index.path, before), f"{name} {params} after a load")
+
+        failing = FailingCopies(real, copies // 2 + 1)
+        with pytest.raises(InjectedCopyFailure, match="refused on purpose") as raised:
+            load(name, params, index, failing)
+        raised = None  # the traceback holds the load's frames; a real caller drops it too
+        check_clean(before, settled_snapshot(real, index.path, before),
+                    f"{name} {params} after a load failed half-way")
