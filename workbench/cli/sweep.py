@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from workbench import defaults
+from workbench.cli.sweep_params import check_files_exist, check_types, resolve_paths
 from workbench.cli.sweep_plan import RunWatch, notebook_defaults, plan_point
 from workbench.errors import SweepError, WorkbenchError
 
@@ -131,7 +132,9 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     if both:
         raise SweepError(path, f"{', '.join(both)} both fixed and in the grid; pick one")
     notebook = find_notebook(doc["notebook"], path)
-    return Sweep(path, notebook, doc["campaign"].strip(), dict(parameters), dict(grid),
+    parameters = resolve_paths(path, parameters)
+    grid = {k: [resolve_paths(path, {k: v})[k] for v in values] for k, values in grid.items()}
+    return Sweep(path, notebook, doc["campaign"].strip(), parameters, grid,
                  str(doc.get("description") or ""), str(doc.get("hypothesis") or ""))
 
 
@@ -268,8 +271,10 @@ def _total_runs(point: SweepPoint, defaults: Mapping[str, Any]) -> int | None:
 
 def check_parameters(sweep: Sweep) -> set[str]:
     """The notebook's declared parameters, after refusing sweep keys it does not declare (a typo
-    would otherwise run the notebook's defaults and look like a result) and keys the sweep sets itself."""
-    declared = _declared_parameters(sweep.notebook)
+    would otherwise run the notebook's defaults and look like a result), keys the sweep sets itself,
+    values of another type than the notebook's parameter takes, and model files that do not exist."""
+    specs = _declared_parameters(sweep.notebook)
+    declared = set(specs)
     keys = set(sweep.parameters) | set(sweep.grid)
     unknown = sorted(keys - declared)
     if unknown:
@@ -279,6 +284,8 @@ def check_parameters(sweep: Sweep) -> set[str]:
     if owned:
         raise SweepError(sweep.path, f"{', '.join(owned)} are set by the sweep itself (top-level "
                                      "'campaign'/'hypothesis', and --ledger), not as parameters")
+    check_types(sweep.path, sweep.notebook, specs, sweep.parameters, sweep.grid)
+    check_files_exist(sweep.path, sweep.parameters, sweep.grid)
     return declared
 
 
@@ -290,11 +297,11 @@ def ledger_identity(path: Path) -> str:
         return ledger.ledger_id
 
 
-def _declared_parameters(notebook: Path) -> set[str]:
+def _declared_parameters(notebook: Path) -> dict[str, Any]:
     import papermill
 
     try:
-        return set(papermill.inspect_notebook(str(notebook)))
+        return dict(papermill.inspect_notebook(str(notebook)))
     except Exception as exc:  # a notebook papermill cannot read: say which one
         raise SweepError(notebook, f"papermill cannot read the notebook's parameters: {exc}") from exc
 

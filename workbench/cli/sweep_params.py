@@ -1,0 +1,120 @@
+"""A sweep's values checked against the notebook's parameters, and its paths resolved, before any point runs.
+
+papermill reads a notebook's ``parameters`` cell: each name, its default as source text, and its type
+when the cell annotates one (``runs: int = 3``). A value is checked against the annotation if there is
+one, else against the default's own type — ``runs = 3`` takes an integer, ``caches = ["cold"]`` a list of
+strings, ``autorun = None`` anything — so a typo'd ``runs: "5"`` fails in one line instead of deep inside
+the first point. A parameter named ``file``, ``files`` or ``*_file``, ``*_path``, ``*_dir`` is a path: a
+relative one is resolved inside the data root (never outside it), an absolute one is kept.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from workbench import defaults
+from workbench.errors import SweepError
+
+_SCALARS: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
+                                         "list": (list, tuple), "dict": (dict,)}
+
+
+@dataclass(frozen=True)
+class ParamType:
+    """What a notebook parameter takes: ``kind`` (bool, int, float, str, list, dict, or any) and, for a
+    list whose default holds one scalar type, the type of its items."""
+
+    kind: str
+    item: str | None = None
+
+    def accepts(self, value: Any) -> bool:
+        if self.kind == "any":
+            return True
+        if isinstance(value, bool) and self.kind != "bool":
+            return False  # YAML's true is no number
+        if not isinstance(value, _SCALARS[self.kind]):
+            return False
+        return self.item is None or all(ParamType(self.item).accepts(v) for v in value)
+
+    def __str__(self) -> str:
+        return f"a list of {self.item}" if self.item else {"any": "anything", "int": "an integer"}.get(
+            self.kind, f"a {self.kind}")
+
+
+def param_type(spec: Mapping[str, Any]) -> ParamType:
+    """The type of one parameter from papermill's description of it (annotation, else default)."""
+    annotated = str(spec.get("inferred_type_name") or "None")
+    head = annotated.split("[")[0].strip().lower()
+    if head in _SCALARS:
+        return ParamType(head)
+    try:
+        default = ast.literal_eval(str(spec.get("default")))
+    except (ValueError, SyntaxError):  # an expression (a call, a name): nothing to check against
+        return ParamType("any")
+    return type_of(default)
+
+
+def type_of(default: Any) -> ParamType:
+    """What a parameter whose default is ``default`` takes."""
+    kind = {bool: "bool", int: "int", float: "float", str: "str", dict: "dict"}.get(type(default))
+    if kind is not None:
+        return ParamType(kind)
+    if isinstance(default, (list, tuple)):
+        items = {type_of(v).kind for v in default}
+        scalar = items.pop() if len(items) == 1 else None
+        return ParamType("list", scalar if scalar in ("bool", "int", "float", "str") else None)
+    return ParamType("any")
+
+
+def check_types(sweep_path: Path, notebook: Path, declared: Mapping[str, Mapping[str, Any]],
+                parameters: Mapping[str, Any], grid: Mapping[str, list[Any]]) -> None:
+    """Raise SweepError naming the first value the notebook's parameter does not take."""
+    checks = [(name, value, "") for name, value in parameters.items()]
+    checks += [(name, value, f" (grid value {i + 1})") for name, values in grid.items()
+               for i, value in enumerate(values)]
+    for name, value, where in checks:
+        wanted = param_type(declared[name])
+        if not wanted.accepts(value):
+            raise SweepError(sweep_path, f"parameter '{name}'{where} = {value!r}: {notebook.name} takes {wanted} "
+                                         f"(its default is {declared[name].get('default')})")
+
+
+def is_path_parameter(name: str) -> bool:
+    """Whether a parameter holds a path, by the naming rule the notebooks follow."""
+    return name in ("file", "files") or name.endswith(("_file", "_path", "_dir"))
+
+
+def resolve_path_value(sweep_path: Path, name: str, value: Any) -> Any:
+    """``value`` with every path in it resolved: relative → inside the data root; absolute → kept;
+    an empty string keeps meaning "the notebook's default"."""
+    if isinstance(value, (list, tuple)):
+        return [resolve_path_value(sweep_path, name, v) for v in value]
+    if not isinstance(value, str) or not value.strip():
+        return value
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    root = defaults.data_root().resolve()
+    resolved = (root / path).resolve()
+    if resolved != root and root not in resolved.parents:
+        raise SweepError(sweep_path, f"parameter '{name}' = {value!r} leaves the data root {root}; "
+                                     "give an absolute path to use a file elsewhere")
+    return str(resolved)
+
+
+def resolve_paths(sweep_path: Path, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters with their path values resolved (others untouched)."""
+    return {k: resolve_path_value(sweep_path, k, v) if is_path_parameter(k) else v for k, v in values.items()}
+
+
+def check_files_exist(sweep_path: Path, parameters: Mapping[str, Any], grid: Mapping[str, list[Any]]) -> None:
+    """The model files a sweep names (``file``/``files`` and ``*_file``) must exist before it starts."""
+    values = [(k, v) for k, v in parameters.items()] + [(k, v) for k, vs in grid.items() for v in vs]
+    for name, value in values:
+        if name in ("file", "files") or name.endswith("_file"):
+            for one in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(one, str) and one and not os.path.isfile(one):
+                    raise SweepError(sweep_path, f"parameter '{name}': {one}: no such file")
