@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ SCRIPT = Path(__file__).parent.parent / "benchmarks" / "soak_ledger.py"
 def soak_module():
     spec = importlib.util.spec_from_file_location("soak_ledger", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["soak_ledger"] = module  # its dataclasses look themselves up there
     spec.loader.exec_module(module)
-    return module
+    yield module
+    sys.modules.pop("soak_ledger", None)
 
 
 def test_concurrent_runners_lose_no_row_and_hold_nothing_more(soak_module, tmp_path):
