@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import pytest
 
@@ -24,7 +24,7 @@ from workbench.measure.verify import verify_placements
 from workbench.strategies import STRATEGIES, get_strategy
 from workbench.strategies.base import free_placements
 from workbench.upload import Device, DeviceUsage, open_device
-from workbench.upload.base import DeviceBuffer, DeviceInfo, HostStaging
+from workbench.upload.base import DeviceBuffer, DeviceInfo, Fence, HostStaging
 
 DEVICE = os.environ.get("WORKBENCH_TEST_DEVICE", "host")
 DEVICES = [DEVICE] if DEVICE != "host" else ["host", "fake-cuda"]
@@ -83,6 +83,9 @@ class FailingCopies(Device):
     def alloc(self, nbytes: int) -> DeviceBuffer:
         return self.inner.alloc(nbytes)
 
+    def alloc_many(self, sizes: Sequence[int], align: int = 256) -> list[DeviceBuffer]:
+        return self.inner.alloc_many(sizes, align)
+
     def free(self, buf: DeviceBuffer) -> None:
         self.inner.free(buf)
 
@@ -100,6 +103,18 @@ class FailingCopies(Device):
 
     def wait_event(self, event: Any) -> None:
         self.inner.wait_event(event)
+
+    def create_fence(self) -> Fence:
+        return self.inner.create_fence()
+
+    def record_fence(self, fence: Fence) -> None:
+        self.inner.record_fence(fence)
+
+    def wait_fence(self, fence: Fence) -> None:
+        self.inner.wait_fence(fence)
+
+    def destroy_fence(self, fence: Fence) -> None:
+        self.inner.destroy_fence(fence)
 
     def alloc_pinned(self, nbytes: int) -> HostStaging:
         return self.inner.alloc_pinned(nbytes)

@@ -43,6 +43,9 @@ class RingParams(BaseParams):
     heatmap_axes: ClassVar[tuple[str, str] | None] = ("threads", "slot_mib")
     small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType(
         {"slot_mib": 1, "cold_mib": 1, "threads": 3, "cold_threads": 2})
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (  # the warm path (gate 0), each staging source
+        MappingProxyType({**small_pieces, "gate": 0.0}), MappingProxyType({**small_pieces, "staging": "alloc"}),
+        MappingProxyType({**small_pieces, "staging": "anon"}), MappingProxyType({**small_pieces, "arena": False}))
 
     threads: int = 16
     cold_threads: int = 8
