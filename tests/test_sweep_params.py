@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from workbench import defaults
 from workbench.cli import main
-from workbench.cli.sweep import check_parameters, expand_grid, load_sweep
+from workbench.cli.sweep import check_parameters, expand_grid, load_sweep, run_sweep
 from workbench.errors import SweepError
 
 PARAMS = ('runs = 3\ngate = 0.5\nverify = True\nname = "x"\ncaches = ["cold", "warm"]\nsizes = [1, 8]\n'
@@ -92,7 +92,9 @@ def test_relative_paths_resolve_inside_the_data_root(space):
 def test_paths_outside_the_data_root_or_missing_are_refused(space, value, needle):
     path = sweep_file(space, {"file": value})
     with pytest.raises(SweepError, match=needle):
-        check_parameters(load_sweep(path))
+        run_sweep(load_sweep(path), ledger_path=space["root"] / "l.sqlite", out_dir=space["root"] / "runs",
+                  progress=False)
+    assert not (space["root"] / "runs").exists()  # refused before anything was made
 
 
 def test_the_shipped_sweeps_type_check_against_the_shipped_notebooks(tmp_path):

@@ -229,10 +229,11 @@ def run_sweep(
 
     from workbench.ledger.schema import resolve_path
 
+    declared = check_parameters(sweep)
+    check_files_exist(sweep.path, sweep.parameters, sweep.grid)  # a dry run may plan for files still to come
     out = Path(out_dir) if out_dir is not None else default_out_dir(sweep.campaign)
     out.mkdir(parents=True, exist_ok=True)
     ledger = resolve_path(ledger_path).resolve()
-    declared = check_parameters(sweep)
     ledger_id = ledger_identity(ledger)
     points = expand_grid(sweep)
     outcomes = {p.index: PointOutcome(p, "skipped", p.output(out))
@@ -272,7 +273,7 @@ def _total_runs(point: SweepPoint, defaults: Mapping[str, Any]) -> int | None:
 def check_parameters(sweep: Sweep) -> set[str]:
     """The notebook's declared parameters, after refusing sweep keys it does not declare (a typo
     would otherwise run the notebook's defaults and look like a result), keys the sweep sets itself,
-    values of another type than the notebook's parameter takes, and model files that do not exist."""
+    and values of another type than the notebook's parameter takes."""
     specs = _declared_parameters(sweep.notebook)
     declared = set(specs)
     keys = set(sweep.parameters) | set(sweep.grid)
@@ -285,7 +286,6 @@ def check_parameters(sweep: Sweep) -> set[str]:
         raise SweepError(sweep.path, f"{', '.join(owned)} are set by the sweep itself (top-level "
                                      "'campaign'/'hypothesis', and --ledger), not as parameters")
     check_types(sweep.path, sweep.notebook, specs, sweep.parameters, sweep.grid)
-    check_files_exist(sweep.path, sweep.parameters, sweep.grid)
     return declared
 
 
