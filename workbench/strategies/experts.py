@@ -40,6 +40,9 @@ class ExpertsParams(BaseParams):
     ``chunk_mib``: the lanes for everything else; ``upload``: pageable | registered | pinned."""
 
     small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType({"chunk_mib": 1, "threads": 2})
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (  # borrowed slices for every blob, each upload mode
+        MappingProxyType({"gate": 0.0}), MappingProxyType({"upload": "registered", "chunk_mib": 1, "threads": 2}),
+        MappingProxyType({"upload": "pinned", "chunk_mib": 1, "threads": 2}))
 
     gate: float = 0.9
     threads: int = 4

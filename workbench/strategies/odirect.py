@@ -36,6 +36,7 @@ class OdirectParams(BaseParams):
     in the buffered fallback."""
 
     small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType({"bounce_mib": 1, "threads": 2})
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"mode": "inplace"}),)
 
     threads: int = 1
     bounce_mib: int = 16

@@ -31,7 +31,8 @@ class PreadParams(BaseParams):
     ``staging_mib``: size of each of the two pinned staging buffers."""
 
     variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
-        MappingProxyType({"upload": "registered"}), MappingProxyType({"upload": "pinned", "staging_mib": 1}))
+        MappingProxyType({"upload": "registered"}), MappingProxyType({"upload": "pinned", "staging_mib": 1}),
+        MappingProxyType({"granularity": "expert"}))
 
     upload: str = "pageable"
     staging_mib: int = 16
