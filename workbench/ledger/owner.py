@@ -108,7 +108,8 @@ def _start_ticks(pid: int) -> int | None:
 def reap_abandoned(conn: sqlite3.Connection, path: Path) -> list[str]:
     """Mark failed (interrupted) every ``running`` attempt whose owner is gone; returns their ids."""
     here, gone = current_owner(), []
-    for attempt_id, text in conn.execute("SELECT id, environment FROM attempts WHERE verdict = ?", (RUNNING,)).fetchall():
+    rows = conn.execute("SELECT id, environment FROM attempts WHERE verdict = ?", (RUNNING,)).fetchall()
+    for attempt_id, text in rows:
         try:
             env = decode(text)
         except ValueError:

@@ -196,7 +196,7 @@ class Ledger:
     def _reap_quietly(self) -> None:
         try:  # a reader must still read a ledger it cannot write (locked, full disk)
             self.reap_abandoned()
-        except LedgerError:
+        except (LedgerError, sqlite3.Error):
             pass
 
     def merge(self, other_path: str | os.PathLike[str]) -> dict[str, int]:
