@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import ClassVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 from workbench.strategies.base import BaseParams, LoadContext, check_param
 from workbench.strategies.peers.common import INSTALL_TORCH, PeerStrategy, adopt_tensor, on_host, torch_device
@@ -31,6 +32,9 @@ NAME = "peer-fastsafetensors"
 class FastsafetensorsPeerParams(BaseParams):
     """``direct``: None = the library's policy (O_DIRECT on a local file system); the rest are its
     constructor's own defaults."""
+
+    # buffered reads instead of O_DIRECT
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"direct": False}),)
 
     direct: bool | None = None
     max_threads: int = 16

@@ -14,7 +14,8 @@ backends explicitly. The backend it picked and its I/O depth are read back from 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 from workbench.formats.index import TensorIndex
 from workbench.registry import Availability
@@ -28,6 +29,9 @@ BUFFERED_BACKENDS = ("URING_BUFFERED", "AIO_BUFFERED", "MMAP")
 @dataclass(frozen=True)
 class InstantTensorPeerParams(BaseParams):
     """``direct``: None = the library's backend list (O_DIRECT on disk files)."""
+
+    # buffered reads instead of O_DIRECT
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"direct": False}),)
 
     direct: bool | None = None
 

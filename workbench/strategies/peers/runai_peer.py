@@ -22,7 +22,8 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from typing import ClassVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 from workbench.strategies.base import BaseParams, LoadContext, check_param
 from workbench.strategies.peers.common import INSTALL_TORCH, PeerStrategy, adopt_tensor, timed, torch_device
@@ -36,6 +37,9 @@ _STRATEGY_LINE = re.compile(r"Filesystem strategy: (\S+)")
 @dataclass(frozen=True)
 class RunaiPeerParams(BaseParams):
     """``direct``: None = the library's list (O_DIRECT first); ``concurrency``: None = its 16."""
+
+    # buffered reads instead of O_DIRECT
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"direct": False}),)
 
     direct: bool | None = None
     concurrency: int | None = None

@@ -18,7 +18,8 @@ from __future__ import annotations
 import importlib.util
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from types import MappingProxyType
+from typing import Any, ClassVar, Iterator, Mapping
 
 from workbench.errors import FormatError
 from workbench.formats.index import TensorIndex
@@ -42,6 +43,10 @@ NO_FRAMEWORK_CODES = frozenset({"F6_E2M3", "F6_E3M2"})  # safetensors indexes th
 @dataclass(frozen=True)
 class SafetensorsPeerParams(BaseParams):
     """``framework``: auto (pt with torch, else numpy), pt or numpy; ``io``: safe_open's backend."""
+
+    variants: ClassVar[tuple[Mapping[str, Any], ...]] = (  # numpy arrays, and the library's pread backend
+        MappingProxyType({"framework": "numpy"}), MappingProxyType({"io": "pread"}),
+    )
 
     framework: str = "auto"
     io: str = "mmap"
