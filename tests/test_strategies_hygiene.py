@@ -30,6 +30,10 @@ from workbench.upload.base import DeviceBuffer, DeviceInfo, Fence, HostStaging
 DEVICE = os.environ.get("WORKBENCH_TEST_DEVICE", "host")
 DEVICES = [DEVICE] if DEVICE != "host" else ["host", "fake-cuda"]
 ANON_SLACK = 256 << 10  # anonymous memory mapped after a load beyond what was before: a leak
+# A peer library keeps pools of its own that no call of ours releases (InstantTensor kept 340–512 KiB
+# more mapped after a load that failed half-way, on the H200, 2026-12-01): held to a looser bound, so
+# a real leak (a tensor's worth of memory) still fails while the library's bookkeeping does not.
+PEER_ANON_SLACK = 1 << 20
 RSS_SLACK = 1 << 20  # resident anonymous memory: Python's own heap moves by some 100 KiB between loads
 MMAP_THRESHOLD = 64 << 10  # glibc: M_MMAP_THRESHOLD below which malloc serves from its arenas
 CUDA_SLACK = 4 << 20  # the runtime's own bookkeeping may move device free memory by a few pages
@@ -223,7 +227,8 @@ def check_clean(before: Snapshot, after: Snapshot, what: str) -> None:
     assert not extra, f"{what}: descriptors left open: {extra}"
     assert after.file_maps == () , f"{what}: the model file is still mapped: {after.file_maps}"
     grown = after.anon - before.anon
-    assert grown <= ANON_SLACK, f"{what}: {grown >> 10} KiB more anonymous memory mapped than before"
+    slack = PEER_ANON_SLACK if what.startswith("peer-") else ANON_SLACK
+    assert grown <= slack, f"{what}: {grown >> 10} KiB more anonymous memory mapped than before"
     grown = after.rss_anon - before.rss_anon
     assert grown <= RSS_SLACK, f"{what}: {grown >> 10} KiB more anonymous memory resident than before"
     assert after.usage == before.usage, f"{what}: device usage {before.usage} → {after.usage}"
