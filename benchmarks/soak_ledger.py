@@ -85,7 +85,11 @@ def _rss_kib() -> int:
 
 def run_one_runner(ledger_path: str, models: list[str], attempts: int, runs: int, campaign: str,
                    lock_dir: str, samples: str) -> None:
-    """One runner: ``attempts`` measurements into the shared ledger, one sample line after each."""
+    """One runner: ``attempts`` measurements into the shared ledger, one sample line after each.
+
+    Every registered strategy takes its turn on every file it can load on the host backend (one a peer's
+    library is missing for, or that loads to GPUs only, sits out); a measurement that fails after its
+    attempt opened is counted and kept, and the soak goes on."""
     from workbench.errors import WorkbenchError
     from workbench.formats import open_index
     from workbench.ledger import Ledger
@@ -93,8 +97,7 @@ def run_one_runner(ledger_path: str, models: list[str], attempts: int, runs: int
     from workbench.strategies import STRATEGIES
 
     indexes = [open_index(m) for m in models]
-    pairs = [(ix.path, name) for name in STRATEGIES for ix in indexes
-             if STRATEGIES.get(name).available() and STRATEGIES.get(name).supports(ix)]
+    pairs = [(ix.path, name) for name in STRATEGIES for ix in indexes if _loads_here(STRATEGIES.get(name)(), ix)]
     with Ledger(ledger_path) as ledger, open(samples, "w", encoding="utf-8") as out:
         for k in range(attempts):
             path, name = pairs[k % len(pairs)]
@@ -102,12 +105,16 @@ def run_one_runner(ledger_path: str, models: list[str], attempts: int, runs: int
             try:
                 measure([RunConfig(path, name)], runs=runs, cache="asis", ledger=ledger, campaign=campaign,
                         lock_dir=lock_dir)
-            except WorkbenchError as exc:  # counted and kept: the soak goes on, the summary says it
+            except WorkbenchError as exc:
                 error = str(exc)
             sample = {"k": k, "t": time.time(), "rss_kib": _rss_kib(), "fds": len(os.listdir("/proc/self/fd")),
                       "strategy": name, "error": error}
             out.write(json.dumps(sample) + "\n")
             out.flush()
+
+
+def _loads_here(strategy: Any, index: Any) -> bool:
+    return bool(strategy.available()) and bool(strategy.fits(index, "host"))
 
 
 def soak(runners: int, attempts: int, workdir: Path, *, runs: int = 1, lock: str = "shared",
@@ -187,7 +194,8 @@ def summary(result: SoakResult, load_before: tuple[float, ...]) -> str:
     ]
     for r in result.runners:
         lines.append(f"| {r.runner} | {r.started} | {len(r.errors)} | {r.rss_kib_at_10 / 1024:.1f} MiB | "
-                     f"{r.rss_kib_last / 1024:.1f} MiB | {r.fds_first} → {r.fds_last} ({r.fds_max}) | {r.seconds:.0f} |")
+                     f"{r.rss_kib_last / 1024:.1f} MiB | {r.fds_first} → {r.fds_last} ({r.fds_max}) | "
+                     f"{r.seconds:.0f} |")
     return "\n".join(lines)
 
 

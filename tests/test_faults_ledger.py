@@ -123,7 +123,8 @@ def test_a_full_disk_mid_measurement_keeps_every_number(model, tmp_path, isolate
 
 
 @contextlib.contextmanager
-def cli_compare(model: str, ledger: Path, locks: Path, gate: Path, *extra_env: tuple[str, str]) -> Iterator[subprocess.Popen]:
+def cli_compare(model: str, ledger: Path, locks: Path, gate: Path,
+                *extra_env: tuple[str, str]) -> Iterator[subprocess.Popen]:
     """``workbench compare`` of a (pread) and b (mmap), 2 runs each: b's first run pauses at ``gate``."""
     env = {**os.environ, defaults.TEST_FAULT: json.dumps({"b": {"fault": "pause", "until": str(gate)}}),
            defaults.LOCK_DIR: str(locks), **dict(extra_env)}

@@ -23,7 +23,8 @@ CRASHES = {
     "abrt": ("abort", "worker killed by SIGABRT (exit status -6)"),
     "kill": ("sigkill", "worker killed by SIGKILL (exit status -9)"),
     "silent": ("silent", "worker exit 0 without a result: printed no JSON result (empty stdout)"),
-    "garbage": ("garbage", "worker exit 0 without a result: printed no JSON result (the JSON object is no worker report"),
+    "garbage": ("garbage",
+                "worker exit 0 without a result: printed no JSON result (the JSON object is no worker report"),
 }
 
 

@@ -168,7 +168,8 @@ def take_snapshot(device: Device, model: str) -> Snapshot:
         for line in fh:
             fields = line.split()
             lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if fields[4] == str(st.st_ino) and len(fields) > 5 and os.path.basename(fields[5]) == os.path.basename(model):
+            named = len(fields) > 5 and os.path.basename(fields[5]) == os.path.basename(model)
+            if fields[4] == str(st.st_ino) and named:
                 file_maps.append(line.strip())
             elif fields[4] == "0" and (len(fields) == 5 or fields[5].startswith("[anon")) and "w" in fields[1]:
                 anon += hi - lo

@@ -50,7 +50,8 @@ def sweep_file(space: dict[str, Path], parameters: dict | None = None, grid: dic
     ({"name": 7}, None, "takes a str"),
     ({"params": [1]}, None, "takes a dict"),
     ({"annotated": "1"}, None, "takes an integer"),  # the annotation wins over the None default
-    (None, {"caches": [["cold"], "warm"]}, "parameter 'caches' (grid value 2) = 'warm': typed.ipynb takes a list of str"),
+    (None, {"caches": [["cold"], "warm"]},
+     "parameter 'caches' (grid value 2) = 'warm': typed.ipynb takes a list of str"),
     (None, {"caches": [["cold", 1]]}, "takes a list of str"),
     (None, {"sizes": [[1, 8], [64, "256"]]}, "parameter 'sizes' (grid value 2)"),
 ])

@@ -261,8 +261,9 @@ class _Session:
         again) and describe it all as one error."""
         from workbench.measure.unrecorded import give_up
 
-        return give_up(self.ledger, self.lost, results, [
-            (self.ids[i], i in self.finished, self.recorded[i], _summarize(runs)) for i, runs in enumerate(self.runs)])
+        kept = [(self.ids[i], i in self.finished, self.recorded[i], _summarize(runs))
+                for i, runs in enumerate(self.runs)]
+        return give_up(self.ledger, self.lost, results, kept)
 
     def _start(self, i: int, first: RunRecord) -> str:
         from workbench.defaults import host_id
@@ -354,9 +355,10 @@ class _Session:
         fraction = stats.gbps / gbps if gbps and stats.gbps else None
         d = decision
         if self.ids[i] is not None:
-            self._write(self.ledger.finish_attempt, self.ids[i], stats, baseline_id=None if is_base else baseline_id,
-                        speedup=d.speedup, verdict=d.verdict, ceiling_name=name, ceiling_gbps=gbps, notes=note,
-                        cache=label, ci=(d.ci_low, d.ci_high), verdict_reason=d.reason)
+            self._write(self.ledger.finish_attempt, self.ids[i], stats,
+                        baseline_id=None if is_base else baseline_id, speedup=d.speedup, verdict=d.verdict,
+                        ceiling_name=name, ceiling_gbps=gbps, notes=note, cache=label,
+                        ci=(d.ci_low, d.ci_high), verdict_reason=d.reason)
             if self.lost is None:  # that write, and every one before it, went through
                 self.finished.add(i)
         return AttemptResult(
