@@ -50,7 +50,7 @@ from load_tables import kind_of  # noqa: E402
 # paths and the ring's slot sizes (they tell the default: GIL-held Python per window against pinned
 # memory provisioned per load); then every other strategy.
 CORE = ("ring", "PEERS")
-MORE_WARM = ("mmap register=1", "ring slot_mib=8", "ring slot_mib=2", "lanes upload=pinned threads=8")
+MORE_WARM = ("mmap register=1", "ring slot_mib=4", "ring slot_mib=2", "lanes upload=pinned threads=8")
 MORE_COLD = ("mmap register=1", "lanes upload=pinned threads=8")
 VARIANTS = ("pread upload=pinned", "mmap gate=0.9")
 THREADS = (1, 2, 4, 8, 16)
