@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.intermediate}, vocab {args.vocab}: `{model}` ({model.stat().st_size / 1e9:.2f} GB, one file), "
             f"written by this script (no network).", "",
             f"**Command** `python benchmarks/bench_engine_ab.py {' '.join(argv if argv is not None else sys.argv[1:])}`"
-            f" — {args.runs} fresh-process runs per command and cache state, interleaved A B A B, load window "
+            f" — {args.runs} fresh-process runs per command and cache state, interleaved A B B A (the default order, abba), load window "
             "`load start` → `model loaded` (the engine's own lines), process group killed at the marker."]
     sections: list[str] = []
     for cache in (("warm", "cold") if args.cache == "both" else (args.cache,)):

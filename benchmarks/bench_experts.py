@@ -180,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
              if "ceilings" in parts else None)
     lines = [f"# MoE expert benchmark — {args.device}, {model.name} ({model.stat().st_size / 2**30:.2f} GiB)", "",
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. File: `{model}`: {_shape(model)}.",
-             f"Loads: {args.runs} fresh worker processes per configuration and cache state, the four configurations "
-             f"interleaved, device bytes verified after every run. Sessions: {args.turns} turns × {args.tokens} tokens, "
-             f"k = {args.experts_per_token}, cache {args.cache_mib:g} MiB, placement inplace, order off, on, on, off. "
-             f"Ledger: `{ledger.path}`."]
+             (f"Loads: {args.runs} fresh worker processes per configuration and cache state, the four configurations "
+              f"interleaved, device bytes verified after every run. " if "loads" in parts else "")
+             + (f"Sessions: {args.turns} turns × {args.tokens} tokens, k = {args.experts_per_token}, cache "
+                f"{args.cache_mib:g} MiB, placement inplace, order off, on, on, off. " if "session" in parts else "")
+             + f"Ledger: `{ledger.path}`."]
     if walls is not None:
         lines += ["", "## Ceilings (this machine, measured first)", "", *_ceiling_lines(walls)]
     _emit(args.out, lines)
