@@ -241,18 +241,7 @@ class Ledger:
 
     def turns(self, attempt_id: str | None = None, campaign: str | None = None) -> pd.DataFrame:
         """Turns of one session attempt (id prefix ok), of one campaign, or all; in turn order."""
-        clauses, args = [], []
-        if attempt_id:
-            clauses.append("t.attempt_id = ?")
-            args.append(self.resolve_id(attempt_id))
-        if campaign:
-            clauses.append("c.name = ?")
-            args.append(campaign)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._query(
-            "SELECT t.* FROM turns t JOIN attempts a ON a.id = t.attempt_id JOIN campaigns c ON c.id = a.campaign_id"
-            f" {where} ORDER BY a.created, a.id, t.turn", tuple(args),
-        )
+        rows = self._rows_of_attempts("turns", "t", attempt_id, campaign, "t.turn")
         for row in rows:
             row["extra"] = decode(row["extra"]) or {}
         return _frame(rows, schema.COLUMNS["turns"])
@@ -320,19 +309,23 @@ class Ledger:
             raise LedgerError(self.path, f"read failed: {exc}") from exc
 
     def _run_rows(self, attempt_id: str | None, campaign: str | None = None) -> list[dict[str, Any]]:
+        rows = self._rows_of_attempts("runs", "r", attempt_id, campaign, "r.position, r.created")
+        return [_decode_run(r) for r in rows]
+
+    def _rows_of_attempts(self, table: str, alias: str, attempt_id: str | None, campaign: str | None,
+                          order: str) -> list[dict[str, Any]]:
+        """Rows of a per-attempt table (runs, turns) of one attempt, one campaign or all, in attempt order."""
         clauses, args = [], []
         if attempt_id:
-            clauses.append("r.attempt_id = ?")
+            clauses.append(f"{alias}.attempt_id = ?")
             args.append(self.resolve_id(attempt_id))
         if campaign:
             clauses.append("c.name = ?")
             args.append(campaign)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._query(
-            "SELECT r.* FROM runs r JOIN attempts a ON a.id = r.attempt_id JOIN campaigns c ON c.id = a.campaign_id"
-            f" {where} ORDER BY a.created, a.id, r.position, r.created", tuple(args),
-        )
-        return [_decode_run(r) for r in rows]
+        return self._query(
+            f"SELECT {alias}.* FROM {table} {alias} JOIN attempts a ON a.id = {alias}.attempt_id"
+            f" JOIN campaigns c ON c.id = a.campaign_id {where} ORDER BY a.created, a.id, {order}", tuple(args))
 
     def _require_attempt(self, attempt_id: str) -> None:
         if not self._query("SELECT 1 FROM attempts WHERE id = ?", (attempt_id,)):
