@@ -68,7 +68,13 @@ class Group:
 
 
 class OverBudget(Exception):
-    """Raised from the progress callback once the budget is spent: the group in flight stops."""
+    """Raised from the progress callback once the budget is spent: the group in flight stops.
+    ``run_group`` fills in what had finished by then: ``done`` of ``total`` runs, and per config
+    (the group's order) the result of its runs so far, or None where none ran."""
+
+    done: int = 0
+    total: int = 0
+    results: tuple[Any, ...] | list[Any] = ()
 
 
 @dataclass
@@ -214,22 +220,53 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
 def run_group(group: Group, model: Path, device: str, ledger: Any, budget: Budget,
               say: Callable[[str], None]) -> tuple[list[Any], list[float]]:
     """Measure one group; the results and each run's elapsed seconds (preparation included).
-    Raises OverBudget (after the run in flight) once the budget is spent."""
+    Raises OverBudget (after the run in flight) once the budget is spent, with each config's result
+    from the runs that finished (``partial_result``)."""
     configs = [RunConfig(str(model), *parse_spec(spec), device=device, label=spec) for spec in group.specs]
     marks = [time.perf_counter()]
+    finished: list[list[Any]] = [[] for _ in configs]  # each config's runs so far, for a stop mid-way
+    count = [0, 0]  # done, total
 
     def progress(done: int, total: int, config: RunConfig, run: Any) -> None:
         marks.append(time.perf_counter())
+        finished[next(i for i, c in enumerate(configs) if c is config)].append(run)
+        count[:] = [done, total]
         last = str(run.error).strip().splitlines()[-1][:100] if run.error else ""
         took = f"FAILED {last}" if run.error else f"{run.load_s * 1e3:.0f} ms"
         say(f"{group.name} {done}/{total} {config.display}: {took} (resident before {run.resident_before})")
         if done < total:
             budget.check()
 
-    results = measure(configs, runs=group.runs, cache=group.cache, ledger=ledger, labels=list(group.specs),
-                      campaign=f"load-{group.name}", hypothesis="issue 11: the fast warm path and peers",
-                      progress=progress, timeout_s=90.0)
+    try:
+        results = measure(configs, runs=group.runs, cache=group.cache, ledger=ledger, labels=list(group.specs),
+                          campaign=f"load-{group.name}", hypothesis="issue 11: the fast warm path and peers",
+                          progress=progress, timeout_s=90.0)
+    except OverBudget as exc:  # the runner closed the attempts as interrupted, their runs kept
+        exc.done, exc.total = count
+        exc.results = [partial_result(c, runs, group.cache, ledger) if runs else None
+                       for c, runs in zip(configs, finished)]
+        raise
     return results, [b - a for a, b in zip(marks, marks[1:])]
+
+
+def partial_result(config: RunConfig, runs: list[Any], cache: str, ledger: Any) -> Any:
+    """What ``measure`` returns for a config, from the runs it finished before the group stopped:
+    the same statistics and bounding wall; the verdict the ledger holds (failed: interrupted)."""
+    from workbench.measure.attempt import AttemptResult, cache_label, effective_state
+    from workbench.measure.bounds import bounding_ceiling, host_ceilings
+    from workbench.measure.stats import summarize
+
+    stats = summarize(runs, max((r.bytes for r in runs if r.ok), default=0))
+    label = cache_label(cache, runs)
+    first = next((r for r in runs if r.ok), None)
+    path = first.report.load.path if first is not None and first.report.load is not None else None
+    wall = bounding_ceiling(host_ceilings(ledger), effective_state(label, runs), config.device, path)
+    name, gbps = wall if wall else (None, None)
+    return AttemptResult(attempt_id="", config=config, cache=label, runs=tuple(runs), stats=stats,
+                         baseline_id=None, speedup=None, verdict="failed", verdict_reason="interrupted",
+                         ceiling_name=name, ceiling_gbps=gbps,
+                         ceiling_fraction=stats.gbps / gbps if gbps and stats.gbps else None,
+                         label=config.label, cache_requested=cache)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -290,8 +327,13 @@ def _measure_group(group: Group, model: Path, device: str, session: Any, budget:
         f"(~{budget.estimate(fitted):.0f} s, {budget.left():.0f} s left)")
     try:
         results, elapsed = run_group(fitted, model, device, session.ledger, budget, say)
-    except OverBudget as exc:
-        session.cut.append(f"{group.name}: stopped mid-way, {exc} (its runs so far are in the ledger export)")
+    except OverBudget as exc:  # the runs that finished still make the group's table, marked as stopped
+        ran = [(spec, res) for spec, res in zip(fitted.specs, exc.results) if res is not None]
+        session.add(replace(fitted, specs=tuple(spec for spec, _ in ran)), [res for _, res in ran])
+        none = [spec for spec, res in zip(fitted.specs, exc.results) if res is None]
+        session.cut.append(f"{group.name}: stopped mid-way after {exc.done}/{exc.total} runs, {exc} (its table "
+                           f"shows the runs that finished; the ledger holds its attempts as interrupted)"
+                           + (f"; no run of {', '.join(none)}" if none else ""))
         return False
     budget.learn(fitted, results, elapsed)
     session.add(fitted, results)

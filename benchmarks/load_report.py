@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.strategies.ring import RingParams
+
 GOAL_WARM_GBPS = 40.0
 GOAL_PEER_RATIO = 5.0
 GOAL_COLD_FRACTION = 0.95
@@ -10,6 +12,11 @@ GOAL_COLD_FRACTION = 0.95
 
 def _f(value: float | None, fmt: str = "{:.2f}", none: str = "—") -> str:
     return none if value is None else fmt.format(value)
+
+
+def _stopped(row: Any, fmt: str = " — {}") -> str:
+    """`` — stopped at its budget: 4/5 runs`` for a row whose group stopped before its last run."""
+    return fmt.format(row.stopped) if row.stopped else ""
 
 
 def _best(walls: dict[str, float], prefix: str) -> tuple[str, float] | None:
@@ -47,9 +54,12 @@ def prediction(s: Any) -> list[str]:
     lines = ["## Prediction from the walls", ""]
     if cache and pinned:
         floor = min(cache, pinned)
+        defaults = RingParams()  # the default ring: one slot per reader plus the spares
+        ring_mib = (defaults.threads + defaults.spare) * defaults.slot_mib
+        lo, hi = (ring_mib / 1024 * r * 1e3 for r in (0.2, 0.4))
         lines.append(f"- warm, 16 readers into pinned staging: min(page cache @16 {cache:.1f}, pinned H2D {pinned:.1f}) "
                      f"= {floor:.1f} GB/s → {s.nbytes / floor / 1e6:.0f} ms for the file, plus staging "
-                     f"(~0.2–0.4 s/GiB of fresh pinned memory: ~10–30 ms for the ring's 80 MiB)")
+                     f"(~0.2–0.4 s/GiB of fresh pinned memory: ~{lo:.0f}–{hi:.0f} ms for the ring's {ring_mib} MiB)")
     if cold:
         lines.append(f"- cold: the whole-file read, {cold[0]} {cold[1]:.2f} GB/s → {s.nbytes / cold[1] / 1e6:.0f} ms")
     return lines + [""]
@@ -62,15 +72,15 @@ def goals(s: Any) -> list[str]:
     if warm:
         top = max(warm, key=lambda r: r.gbps)
         miss = "met" if top.gbps >= GOAL_WARM_GBPS else f"missed by {GOAL_WARM_GBPS - top.gbps:.1f} GB/s"
-        lines.append(f"- best warm: `{top.spec}` {top.gbps:.1f} GB/s ({top.median_ms:.0f} ms), {_f(top.fraction, '{:.0%}')} "
-                     f"of {top.wall} — goal ≥ {GOAL_WARM_GBPS:.0f} GB/s: **{miss}**; vs the best peer {top.vs_peer} "
+        lines.append(f"- best warm: `{top.spec}`{_stopped(top, ' ({})')} {top.gbps:.1f} GB/s ({top.median_ms:.0f} ms), "
+                     f"{_f(top.fraction, '{:.0%}')} of {top.wall} — goal ≥ {GOAL_WARM_GBPS:.0f} GB/s: **{miss}**; vs the best peer {top.vs_peer} "
                      f"(goal ≥ {GOAL_PEER_RATIO:.0f}×)")
     if cold:
         top = max(cold, key=lambda r: r.gbps)
         whole, region = _best(s.walls, "cold_read_file_"), _best(s.walls, "cold_read_buffered_")
         vs = lambda w: "—" if not w else f"{top.gbps / w[1]:.2f} × {w[0]} ({w[1]:.2f})"  # noqa: E731
-        lines.append(f"- best cold: `{top.spec}` {top.gbps:.2f} GB/s — {vs(whole)} (goal ≥ {GOAL_COLD_FRACTION}); "
-                     f"{vs(region)}; vs the best peer cold {top.vs_peer}")
+        lines.append(f"- best cold: `{top.spec}`{_stopped(top, ' ({})')} {top.gbps:.2f} GB/s — {vs(whole)} "
+                     f"(goal ≥ {GOAL_COLD_FRACTION}); {vs(region)}; vs the best peer cold {top.vs_peer}")
     return lines + [""]
 
 
@@ -84,8 +94,8 @@ def state_table(s: Any, cache: str) -> list[str]:
     for r in rows:
         med = "—" if r.median_ms is None else f"{r.median_ms:,.0f} ({r.min_ms:,.0f}–{r.max_ms:,.0f})"
         wall = "—" if r.wall is None else f"{r.wall} ({r.wall_gbps:.2f})"
-        lines.append(f"| `{r.spec}` | {r.kind} | {len(r.times)}/{r.n_runs} ({r.n_verified}) | {med} | "
-                     f"{_f(r.spread_pct, '{:.0f} %')} | {_f(r.gbps)} | {wall} | {_f(r.fraction, '{:.0%}')} | "
+        lines.append(f"| `{r.spec}` | {r.kind} | {len(r.times)}/{r.n_runs} ({r.n_verified}){_stopped(r)} | "
+                     f"{med} | {_f(r.spread_pct, '{:.0f} %')} | {_f(r.gbps)} | {wall} | {_f(r.fraction, '{:.0%}')} | "
                      f"{r.vs_peer} | {r.engaged or '—'} |")
     errors = [f"- `{r.spec}` {cache}: {len(r.errors)} failed runs, first: {r.errors[0]}" for r in rows if r.errors]
     return lines + [""] + (errors + [""] if errors else [])
@@ -125,7 +135,7 @@ def threads_table(s: Any) -> list[str]:
         med = "—" if r.median_ms is None else f"{r.median_ms:,.0f} ({r.min_ms:,.0f}–{r.max_ms:,.0f})"
         scale = f"{r.gbps / base:.2f}" if r.gbps and base else "—"
         frac = f"{r.gbps / wall:.0%}" if r.gbps and wall else "—"
-        lines.append(f"| {t} | {len(r.times)} | {med} | {_f(r.gbps)} | {scale} | {_f(wall)} | {frac} |")
+        lines.append(f"| {t} | {len(r.times)}{_stopped(r)} | {med} | {_f(r.gbps)} | {scale} | {_f(wall)} | {frac} |")
     return lines + [""]
 
 

@@ -2,7 +2,8 @@
 
 One row per configuration and cache state: runs that finished with verified bytes, the median load
 (min–max), spread, GB/s, the wall the runner bounds it by and the fraction of it, and the ratio to the
-best peer of the same state with its bootstrap interval (``records.format_effect``).
+best peer of the same state with its bootstrap interval (``records.format_effect``). A group stopped
+at the budget keeps its rows, from the runs that finished, each marked with how many of its runs ran.
 """
 from __future__ import annotations
 
@@ -48,10 +49,16 @@ class Row:
     errors: list[str] = field(default_factory=list)
     phases_ms: dict[str, float] = field(default_factory=dict)  # median per phase (loading thread)
     per_reader_ms: dict[str, float] = field(default_factory=dict)  # median thread time per reader (ring)
+    planned: int = 0  # runs the plan gave it; more than n_runs when its group stopped at the budget
 
     @property
     def fraction(self) -> float | None:
         return self.gbps / self.wall_gbps if self.gbps and self.wall_gbps else None
+
+    @property
+    def stopped(self) -> str:
+        """``stopped at its budget: 4/5 runs`` when its group stopped before its last run, else ''."""
+        return f"stopped at its budget: {self.n_runs}/{self.planned} runs" if self.n_runs < self.planned else ""
 
 
 def kind_of(spec: str) -> str:
@@ -73,7 +80,8 @@ def make_row(group: Any, spec: str, res: Any) -> Row:
                min_ms=ms(s.min_s), max_ms=ms(s.max_s), spread_pct=s.spread_pct, wall=res.ceiling_name,
                wall_gbps=res.ceiling_gbps, engaged="; ".join(first.engaged) if first else "",
                errors=[str(r.error).strip().splitlines()[-1][:120] for r in res.runs if r.error],
-               phases_ms=_median_ms([dict(r.phases) for r in usable]), per_reader_ms=_per_reader(usable))
+               phases_ms=_median_ms([dict(r.phases) for r in usable]), per_reader_ms=_per_reader(usable),
+               planned=group.runs)
 
 
 def _median_ms(samples: list[dict[str, float]], scale: float = 1e3) -> dict[str, float]:

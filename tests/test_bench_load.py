@@ -89,6 +89,41 @@ def test_a_small_run_end_to_end(bench, tmp_path, monkeypatch, isolated_cache):
     assert {"ledger.sqlite", "attempts.csv", "runs.csv", "bench.md", "bench.json"} == names  # no WAL left: 5 files
 
 
+@pytest.mark.timeout(300)
+def test_a_group_stopped_at_its_budget_keeps_its_table(bench, tmp_path, monkeypatch, isolated_cache):
+    """The budget runs out after 7 of the cold group's 8 runs (abba: ring has run 3 times, the peer 4):
+    the table still shows both rows from the runs that finished, the ring's marked as stopped, with the
+    finished group's columns; the ledger keeps the attempts as interrupted."""
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(bench, "peer_specs", lambda *a, **k: (["peer-safetensors"], []))
+    checks = []
+
+    def check(self):  # the real check goes by the clock; this one stops after the 7th run, every time
+        checks.append(1)
+        if len(checks) == 7:
+            raise bench.OverBudget(f"budget of {self.seconds:.0f} s spent")
+
+    monkeypatch.setattr(bench.Budget, "check", check)
+    out = tmp_path / "out"
+    code = bench.main(["--device", "host", "--dir", str(tmp_path), "--size", "2MiB", "--shape", "none",
+                       "--runs", "4", "--ceiling-size", "4MiB", "--file-threads", "2", "--budget-s", "600",
+                       "--groups", "cold", "--out", str(out)])
+    assert code == 0 and len(checks) == 7
+    rows = {r["spec"]: r for r in json.loads((out / "bench.json").read_text())["rows"]}
+    assert (rows["ring"]["n_runs"], rows["ring"]["planned"], rows["peer-safetensors"]["n_runs"]) == (3, 4, 4)
+    text = (out / "bench.md").read_text()
+    assert "## cold" in text
+    lines = {spec: next(x for x in text.splitlines() if x.startswith(f"| `{spec}` |")) for spec in rows}
+    ring, peer = (lines[s].split(" | ") for s in ("ring", "peer-safetensors"))
+    assert ring[2] == "3/3 (3) — stopped at its budget: 3/4 runs" and peer[2] == "4/4 (4)"
+    assert ring[3].count("–") == 1 and ring[4].endswith("%") and float(ring[5]) > 0  # median (min–max), spread, GB/s
+    assert ring[6].startswith("cold_read_") and ring[7].endswith("%")  # the bounding wall, % of it
+    assert peer[8] == "best peer" and "× [" in ring[8]  # the ratio with its interval, as for a finished group
+    assert "- cut: cold: stopped mid-way after 7/8 runs, budget of 600 s spent" in text
+    attempts = (out / "attempts.csv").read_text()
+    assert attempts.count("interrupted after 7/8 runs") == 2
+
+
 def test_specs_parse_like_the_command_line(bench):
     assert bench.parse_spec("lanes upload=pinned threads=8") == ("lanes", {"upload": "pinned", "threads": "8"})
     assert bench.parse_spec("ring") == ("ring", {})
