@@ -50,6 +50,7 @@ from load_tables import kind_of  # noqa: E402
 # paths and the ring's slot sizes (they tell the default: GIL-held Python per window against pinned
 # memory provisioned per load); then every other strategy.
 CORE = ("ring", "PEERS")
+WARM_ONLY = {"ring": ("ring provision=background",)}  # rows the warm group runs right after a core row
 MORE_WARM = ("mmap register=1", "ring slot_mib=4", "ring slot_mib=2", "lanes upload=pinned threads=8")
 MORE_COLD = ("mmap register=1", "lanes upload=pinned threads=8")
 VARIANTS = ("pread upload=pinned", "mmap gate=0.9")
@@ -189,7 +190,8 @@ def plan(peers: list[str], extra: list[str], runs: int, scaling_runs: int, threa
     core = tuple(s for c in CORE for s in (peers if c == "PEERS" else [c]))
     seen = set(core) | set(MORE_WARM)
     rest = tuple(s for s in workbench_specs(extra) if s not in seen)
-    groups = [Group("warm", "warm", core, runs),
+    warm = tuple(x for s in core for x in (s, *WARM_ONLY.get(s, ())))
+    groups = [Group("warm", "warm", warm, runs),
               Group("threads", "warm", tuple(f"ring threads={t}" for t in threads), scaling_runs),
               Group("cold", "cold", core, runs), Group("warm-more", "warm", MORE_WARM, runs),
               Group("cold-more", "cold", MORE_COLD, runs), Group("warm-rest", "warm", rest, runs),

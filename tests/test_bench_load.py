@@ -26,7 +26,8 @@ def test_plan_runs_the_goal_rows_first_and_every_strategy_after(bench):
     assert [g.name for g in groups] == ["warm", "threads", "cold", "warm-more", "cold-more", "warm-rest",
                                         "cold-rest"]
     warm, threads, cold, warm_more, cold_more, warm_rest, cold_rest = groups
-    assert warm.specs == cold.specs == ("ring", "peer-a", "peer-b x=1") and cold.cache == "cold"
+    assert warm.specs == ("ring", "ring provision=background", "peer-a", "peer-b x=1")  # side by side
+    assert cold.specs == ("ring", "peer-a", "peer-b x=1") and cold.cache == "cold"
     assert threads.specs == ("ring threads=1", "ring threads=16") and threads.runs == 3
     assert "mmap register=1" in warm_more.specs and "mmap register=1" in cold_more.specs
     from workbench.strategies import STRATEGIES

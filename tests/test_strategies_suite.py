@@ -85,6 +85,17 @@ def test_every_strategy_loads_byte_exact(name, fmt, layout, cache, synth_model):
     assert result.evict is False and result.evict_source == "device-discrete"
 
 
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+@pytest.mark.parametrize("layout", ["dense", "moe"])
+@pytest.mark.parametrize("fmt", ["gguf", "safetensors"])
+@pytest.mark.parametrize("staging", ["auto", "alloc"])
+def test_ring_with_background_provisioning_loads_byte_exact(staging, fmt, layout, cache, synth_model):
+    index = synth_model(fmt, layout)
+    set_cache(index.path, cache)
+    result = load_and_verify("ring", index, provision="background", staging=staging)
+    assert "in the background" in result.engaged_by("pinned_staging").note
+
+
 @pytest.mark.parametrize("fmt", ["gguf", "safetensors"])
 @pytest.mark.parametrize("name", NAMES)
 def test_every_strategy_under_uma_policy(name, fmt, synth_model):

@@ -145,6 +145,37 @@ def test_a_failing_reader_stops_the_load_and_releases_everything(raw_model, monk
 def test_params_are_checked():
     from workbench.errors import ParamError
 
-    for bad in ({"threads": 0}, {"slot_mib": 0}, {"spare": -1}, {"gate": 1.5}, {"staging": "tmpfs"}):
+    for bad in ({"threads": 0}, {"slot_mib": 0}, {"spare": -1}, {"gate": 1.5}, {"staging": "tmpfs"},
+                {"provision": "lazy"}):
         with pytest.raises(ParamError):
             get_strategy("ring")(**bad)
+
+
+def test_background_provisioning_on_the_deferred_copy_device(raw_model):
+    # every slot refilled only after its copies ran, with slots arriving while the readers run
+    index = raw_model([(4 << 20) + 1, 7, (3 << 20) + 5, 4097])
+    dev = DeferredCopyDevice()
+    result = load(index, dev, threads=3, slot_mib=1, gate=0.0, provision="background")
+    staging = result.engaged_by("pinned_staging")
+    assert "one by one in the background (first slot after" in staging.note
+    assert 1 <= staging.total <= 3 + 4 and dev.in_flight == 0 and dev.usage().registered == 0
+
+
+def test_a_background_provisioning_failure_fails_the_load_and_releases_everything(raw_model, monkeypatch):
+    from workbench.errors import DeviceError
+
+    index = raw_model([(4 << 20) + 1, 7, (3 << 20) + 5])
+    dev = DeferredCopyDevice()
+    real, calls = dev.register_host, []
+
+    def failing(view):
+        calls.append(len(view))
+        if len(calls) == 1:  # the first slot: no reader can finish the load without one
+            raise DeviceError("test:0", "register_host", "ErrorInjected", "first slot refused")
+        return real(view)
+
+    monkeypatch.setattr(dev, "register_host", failing)
+    with pytest.raises(DeviceError, match="first slot refused"):
+        get_strategy("ring")(threads=2, slot_mib=1, gate=0.0, spare=2, provision="background").load(index, dev)
+    assert dev.in_flight == 0 and not dev._arrays
+    assert dev.usage().registered == 0 and dev.usage().pinned == 0

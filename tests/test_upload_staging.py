@@ -7,12 +7,15 @@ copy finished); ``cuda`` / ``hip`` on a real device (marked ``gpu``, skipped wit
 """
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from typing import Any
 
 import numpy as np
 import pytest
 
+from workbench.errors import DeviceError
 from workbench.upload import DEVICES, device_availability, open_device
 from workbench.upload._gpu import GpuDevice
 from workbench.upload.staging import HUGE_PAGE, StagingRing
@@ -273,3 +276,148 @@ def test_a_deferred_copy_reads_its_source_when_it_runs() -> None:
     src[:] = ord("b")
     dev.synchronize()
     assert dev.read_back(dst, 0, 64) == b"b" * 64
+
+
+# --- background provisioning: slots registered one by one while the ring is already in use ------------
+
+
+def inject(monkeypatch: pytest.MonkeyPatch, device: Any, *, fail_at: int = 0, delay: float = 0.0,
+           gate: threading.Event | None = None) -> None:
+    """The device's register_host / alloc_pinned (one of them per slot with source anon or alloc) wait
+    ``delay`` seconds each, and the ``fail_at``-th call (1-based; 0: none) raises instead, once ``gate``
+    is set (when given)."""
+    calls = [0]
+    for name in ("register_host", "alloc_pinned"):
+        real = getattr(device, name)
+
+        def wrapped(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls[0] += 1
+            if delay:
+                time.sleep(delay)
+            if calls[0] == fail_at:
+                if gate is not None:
+                    gate.wait(5)
+                raise DeviceError("test:0", _name, "ErrorInjected", f"call {calls[0]} refused on purpose")
+            return _real(*args)
+
+        monkeypatch.setattr(device, name, wrapped)
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_background_ring_lands_exact_bytes_and_gives_everything_back(device: Any, threads: int) -> None:
+    before = device.usage()
+    data = pattern(40 * 4096 + 123, seed=threads)
+    ring = StagingRing(device, 3, 8192 + 5, provision="background")
+    dst = push_through_ring(device, ring, data, 8192 + 5, threads)
+    ring.close()
+    device.synchronize()
+    assert device.read_back(dst, 0, len(data)) == data
+    device.free(dst)
+    assert device.usage() == before  # every slot's block and fence released
+    assert not ring._thread.is_alive() and ring.block is None
+    assert ring.how in ("registered", "pinned", "unlocked") and ring.release_s > 0
+    assert ring.first_slot_s is not None and "in the background (first slot after" in ring.describe()
+
+
+def test_background_ring_provides_every_slot_each_its_own_memory(device: Any) -> None:
+    before = device.usage()
+    ring = StagingRing(device, 5, 4096 + 3, provision="background")
+    held = [ring.acquire() for _ in range(5)]  # returns only once each slot has been provisioned
+    assert sorted(s.index for s in held) == list(range(5)) and all(s.nbytes == 4096 + 3 for s in held)
+    for k, slot in enumerate(held):
+        slot.view[:] = bytes([k + 1]) * slot.nbytes
+    assert [bytes(s.view) for s in held] == [bytes([k + 1]) * (4096 + 3) for k in range(5)]  # no overlap
+    for slot in held:
+        ring.release(slot)
+    ring._thread.join(5)
+    assert ring.provisioned_s is not None and ring.provisioned_s >= ring.first_slot_s
+    assert ring.nbytes == 5 * (4096 + 3) and ring.locked == (ring.how != "unlocked")
+    ring.close()
+    assert len(ring.slots) == 5 and device.usage() == before
+    assert ring.describe().startswith("5 x ") and "all after" in ring.describe()
+
+
+def test_the_first_background_slot_comes_before_the_rest_and_close_stops_the_thread(
+        device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = device.usage()
+    inject(monkeypatch, device, delay=0.02)
+    ring = StagingRing(device, 50, 4096, source="alloc", provision="background")  # ~1 s to provision all
+    assert ring.provision_s < 0.02  # the constructor did not wait for a slot
+    slot = ring.acquire()
+    assert len(ring.slots) < 50
+    ring.release(slot)
+    ring.close()
+    assert not ring._thread.is_alive() and 1 <= len(ring.slots) < 50
+    assert ring.provisioned_s is None and "of 50 x" in ring.describe() and "stopped at close" in ring.describe()
+    assert device.usage() == before
+
+
+@pytest.mark.parametrize("source", ["alloc", "anon"])
+def test_a_background_provisioning_failure_is_raised_by_acquire_and_close_frees_the_rest(
+        device: Any, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    before = device.usage()
+    gate = threading.Event()
+    inject(monkeypatch, device, fail_at=3, gate=gate)
+    ring = StagingRing(device, 5, 4096, source=source, provision="background")
+    first, second = ring.acquire(), ring.acquire()  # held by readers when the third slot fails
+    gate.set()
+    with pytest.raises(DeviceError, match="refused on purpose") as err:
+        ring.acquire()  # would wait forever for a third slot
+    if sys.version_info >= (3, 11):  # exception notes
+        assert any("provisioning slot 3 of 5" in note for note in err.value.__notes__)
+    with pytest.raises(DeviceError):
+        ring.acquire(threading.Event())  # every later waiter too, also the polling kind
+    ring.release(first)
+    ring.release(second)
+    with pytest.raises(DeviceError):
+        ring.acquire()  # a released slot does not hide the failure
+    ring.close()
+    assert len(ring.slots) == 2 and "failed: DeviceError: test:0: " in ring.describe()
+    assert device.usage() == before
+
+
+def test_a_background_failure_wakes_a_thread_already_waiting(device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = threading.Event()
+    inject(monkeypatch, device, fail_at=2, gate=gate)
+    ring = StagingRing(device, 3, 4096, source="alloc", provision="background")
+    held = ring.acquire()
+    got: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            ring.acquire()
+        except DeviceError as exc:
+            got.append(exc)
+
+    waiters = [threading.Thread(target=wait) for _ in range(3)]
+    for w in waiters:
+        w.start()
+    time.sleep(0.05)  # all three waiting for the second slot
+    gate.set()
+    for w in waiters:
+        w.join(5)
+    assert len(got) == 3 and not any(w.is_alive() for w in waiters)
+    ring.release(held)
+    ring.close(strict=False)  # the error path
+    assert len(ring.slots) == 1
+
+
+@pytest.mark.parametrize("prefix", ["cuda", "hip"])
+def test_background_ring_registers_one_block_per_slot_and_releases_each(prefix: str) -> None:
+    dev, fake = open_fake(prefix)
+    fake.calls.clear()
+    ring = StagingRing(dev, 4, 3 << 20, provision="background")
+    held = [ring.acquire() for _ in range(4)]
+    for slot in held:
+        ring.release(slot)
+    ring.close()
+    registered = [args for name, args in fake.calls if name.endswith("HostRegister")]
+    assert len(registered) == 4 and all(a % HUGE_PAGE == 0 and n == 3 << 20 for a, n, _ in registered)
+    names = fake.names()
+    assert names.count("HostUnregister") == 4 and names.count("EventCreate") == names.count("EventDestroy") == 4
+    assert not fake.registered and not fake.events and not fake.host_mem and ring.how == "registered"
+
+
+def test_ring_rejects_an_unknown_provision(device: Any) -> None:
+    with pytest.raises(ValueError, match="staging provision"):
+        StagingRing(device, 2, 4096, provision="lazy")

@@ -168,7 +168,7 @@ def _pinned(dev: Device, dst: DeviceBuffer, size: int, scratch: str, stack: cont
                     dev.copy_h2d(dst, off, view, asynchronous=True)
         finally:
             os.close(fd)
-    note = f"staging ring: 2 × {chunk / MiB:g} MiB, {ring.how}" + ("" if ring.block.locked else " (not page-locked)")
+    note = f"staging ring: 2 × {chunk / MiB:g} MiB, {ring.how}" + ("" if ring.locked else " (not page-locked)")
     return (lambda: _timed(once, dev)), note, ""
 
 

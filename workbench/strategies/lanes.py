@@ -207,7 +207,7 @@ def run_lanes(ctx: LoadContext, fd: int, jobs: list[Job], bufs: Sequence[Any], t
     ctx.engage("lanes", n, threads, unit="threads", note=f"{len(jobs)} pieces, uploads from the main thread")
     if staging.ring is not None:
         ring = staging.ring
-        ctx.engage("pinned_staging", len(ring.slots) if ring.block.locked else 0, len(ring.slots),
+        ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots),
                    unit="buffers", note=f"{ring.describe()}, async copies")
     return n
 

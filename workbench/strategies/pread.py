@@ -127,7 +127,7 @@ def _upload_pinned(ctx: LoadContext, fd: int, staging: int) -> None:
         evictor.finish()
     with ctx.phase("staging"):
         ring.close()
-    ctx.engage("pinned_staging", 2 if ring.block.locked else 0, 2, unit="buffers",
+    ctx.engage("pinned_staging", 2 if ring.locked else 0, 2, unit="buffers",
                note=f"{k} pieces through {ring.describe()}")
 
 
