@@ -124,6 +124,15 @@ class UnrecordedResults(LedgerError):
                                f"runs not recorded, every result {where}")
 
 
+class UnrecordedDumpError(WorkbenchError):
+    """A file given to ``workbench ledger import-unrecorded`` that is not an unrecorded-results dump
+    (not JSON, a key missing, a value of the wrong type): names the file and what is wrong."""
+
+    def __init__(self, path: object, detail: str):
+        self.path, self.detail = str(path), detail
+        super().__init__(f"{self.path}: not a workbench unrecorded-results dump: {detail}")
+
+
 class SweepError(WorkbenchError):
     """A sweep file that is malformed, or a sweep that cannot start."""
 

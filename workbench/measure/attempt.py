@@ -1,11 +1,22 @@
 """An attempt's outcome as the runner returns it, and how its verdict is reached."""
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from workbench.records import AttemptStats, Effect, RunConfig, RunRecord, failure_reason, format_effect
+from workbench.records import (
+    AttemptStats,
+    Effect,
+    ExternalRun,
+    RunConfig,
+    RunRecord,
+    Timings,
+    WorkerReport,
+    failure_reason,
+    format_effect,
+)
 
 # The keys of ``--json`` output the issue fixes, in order; extras follow them.
 ATTEMPT_KEYS = ("attempt_id", "strategy", "params", "device", "cache", "n", "median_s", "min_s",
@@ -75,6 +86,19 @@ def run_to_json(run: RunRecord) -> dict[str, Any]:
     if run.report.external is not None:  # an engine's run: its markers, phase lines and build
         out["external"] = run.report.external.to_json()
     return out
+
+
+def run_from_json(data: Mapping[str, Any]) -> RunRecord:
+    """A run back from :func:`run_to_json` (or from an unrecorded dump, whose runs also carry the whole
+    report under ``result``). Without ``result`` the report is what ``run_to_json`` kept of it: the
+    worker's timings, the cache error and an engine's run."""
+    if "result" in data:
+        return RunRecord.from_json(data)
+    timings, external = data.get("timings"), data.get("external")
+    report = WorkerReport(timings=Timings.from_json(timings) if timings else None,
+                          external=None if external is None else ExternalRun.from_json(external),
+                          cache_error=data.get("cache_error"))
+    return dataclasses.replace(RunRecord.from_json(data), report=report)
 
 
 def run_overhead(run: RunRecord) -> float | None:

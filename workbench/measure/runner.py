@@ -263,7 +263,7 @@ class _Session:
 
         kept = [(self.ids[i], i in self.finished, self.recorded[i], _summarize(runs))
                 for i, runs in enumerate(self.runs)]
-        return give_up(self.ledger, self.lost, results, kept)
+        return give_up(self.ledger, self.lost, results, kept, campaign=self.campaign, hypothesis=self.hypothesis)
 
     def _start(self, i: int, first: RunRecord) -> str:
         from workbench.defaults import host_id

@@ -3,7 +3,9 @@
 The ledger's own directory comes first (it is where one would look), then the temporary directory,
 then the working directory: a full disk or a read-only file system under the ledger usually leaves
 one of the others writable. The file holds every attempt as ``--json`` prints it, each marked with
-whether the ledger has all of it.
+whether the ledger has all of it, each run with its whole report (``result``), and the campaign and
+hypothesis they were measured for: ``workbench ledger import-unrecorded`` records it all later
+(:mod:`workbench.measure.unrecorded_import`).
 """
 from __future__ import annotations
 
@@ -27,12 +29,13 @@ Kept = tuple[str | None, bool, int, AttemptStats]
 
 
 def give_up(ledger: Ledger, lost: LedgerError | None, results: Sequence[AttemptResult],
-            kept: Sequence[Kept]) -> UnrecordedResults:
+            kept: Sequence[Kept], *, campaign: str | None = None, hypothesis: str = "") -> UnrecordedResults:
     """After a failed ledger write: save every result, close the attempts the ledger opened but could
     not finish as failed (when it takes writes again; else a reader reaps them once this process is
     gone), and return the one error that says where everything is."""
     cause = lost.detail if lost is not None else "unknown"
-    dump = save_unrecorded(ledger.path, unrecorded_payload(ledger.path, cause, results))
+    payload = unrecorded_payload(ledger.path, cause, results, campaign=campaign, hypothesis=hypothesis)
+    dump = save_unrecorded(ledger.path, payload)
     where = f"; every run saved in {dump}" if dump else ""
     for attempt_id, finished, _, stats in kept:
         if attempt_id is not None and not finished:
@@ -46,13 +49,26 @@ def give_up(ledger: Ledger, lost: LedgerError | None, results: Sequence[AttemptR
                              missing, total)
 
 
-def unrecorded_payload(ledger_path: Path, cause: str, results: Sequence[AttemptResult]) -> dict[str, Any]:
-    """The dump's content: which ledger refused what, and every attempt with its runs."""
+def unrecorded_payload(ledger_path: Path, cause: str, results: Sequence[AttemptResult], *,
+                       campaign: str | None = None, hypothesis: str = "") -> dict[str, Any]:
+    """The dump's content: which ledger refused what, and every attempt with its runs (each run's whole
+    report under ``result``, so that importing the dump records the run as the runner would have)."""
     from workbench.defaults import host_id
 
-    return {"ledger": str(ledger_path), "error": cause, "host": host_id(), "pid": os.getpid(),
-            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "attempts": [r.to_json() for r in results]}
+    payload: dict[str, Any] = {
+        "ledger": str(ledger_path), "error": cause, "host": host_id(), "pid": os.getpid(),
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "attempts": [_attempt_json(r) for r in results]}
+    if campaign is not None:
+        payload.update(campaign=campaign, hypothesis=hypothesis)
+    return payload
+
+
+def _attempt_json(result: AttemptResult) -> dict[str, Any]:
+    out = result.to_json()
+    for run_json, run in zip(out["runs"], result.runs):
+        run_json["result"] = run.report.to_json()
+    return out
 
 
 def save_unrecorded(ledger_path: Path, payload: dict[str, Any]) -> Path | None:

@@ -38,6 +38,12 @@ class RunConfig:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "params": dict(self.params)}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunConfig:
+        """A configuration back from :meth:`to_json` (keys it does not know are ignored)."""
+        return cls(file=str(data["file"]), strategy=str(data["strategy"]), params=dict(data.get("params") or {}),
+                   device=str(data.get("device") or "host"), label=str(data.get("label") or ""))
+
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -95,6 +101,17 @@ class AttemptStats:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AttemptStats:
+        """Statistics back from :meth:`to_json` (or an attempt's ``--json``; other keys are ignored)."""
+        def opt(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+
+        return cls(n=int(data.get("n") or 0), n_failed=int(data.get("n_failed") or 0), median_s=opt("median_s"),
+                   min_s=opt("min_s"), max_s=opt("max_s"), spread_pct=opt("spread_pct"), gbps=opt("gbps"),
+                   stable=bool(data.get("stable")))
 
 
 def failure_reason(n_runs: int, errors: Sequence[str], n_wrong: int) -> str:

@@ -1,4 +1,5 @@
-"""``workbench ledger``: list, show, edit verdicts, export and merge the attempt ledger.
+"""``workbench ledger``: list, show, edit verdicts, export and merge the attempt ledger, and import
+what a failed ledger write left in an unrecorded-results dump.
 
 ``--ledger PATH`` is accepted before the subcommand and after it. Reading a ledger that does not
 exist (a mistyped path) is one line and exit 2; only ``merge``, which records, creates one.
@@ -172,6 +173,29 @@ def merge(ctx: click.Context, other: str, sub_ledger: str | None) -> None:
         raise LedgerError(other, "no such ledger file")
     counts = _opened(ctx, sub_ledger, create=True).merge(other)
     click.echo(", ".join(f"{table}: +{count}" for table, count in counts.items()))
+
+
+@ledger.command("import-unrecorded")
+@click.argument("dump", type=click.Path(dir_okay=False))
+@click.option("--campaign", default=None,
+              help="Campaign for a dump that does not name one (older dumps); default: 'default'.")
+@_ledger_option
+@click.pass_context
+def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_ledger: str | None) -> None:
+    """Record what a failed ledger write left in a workbench-unrecorded-*.json dump (idempotent:
+    importing twice adds nothing)."""
+    from workbench.measure.unrecorded_import import import_unrecorded as record, read_dump
+
+    read_dump(dump)  # a file that is no dump is one line before the ledger is opened (or created)
+    done = record(_opened(ctx, sub_ledger, create=True), dump, campaign=campaign)
+    words = {"imported": "imported", "completed": "completed", "present": "already present"}
+    for item in done:
+        runs = f" (+{item.runs_added} runs)" if item.status != "present" else ""
+        click.echo(f"{item.ledger_id[:8]}  {item.label}: {words[item.status]}{runs}")
+    count = {status: sum(i.status == status for i in done) for status in words}
+    click.echo(f"{len(done)} attempts in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
+               f"completed, {count['present']} already present; "
+               f"{sum(i.runs_added for i in done)} runs added")
 
 
 def _echo_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
