@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The GPU measurements of docs/benchmarks/*-h200.md and docs/hardening/README.md, in the order and with
+# the limits they were recorded with (the lent H200, 2026-12-01), one step or several per call:
+#
+#     bash benchmarks/gpu_session.sh OUT STEP [STEP ...]
+#
+# STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session
+# Each step writes its report, log and ledger export under OUT and is cut by `timeout` at its limit, so a
+# slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
+# runai-model-streamer, instanttensor, plotly for python 3.12) are installed from ./.whl when it exists;
+# the checkout goes on PYTHONPATH (spawned workers inherit it). Model files go to /tmp/bench and are reused.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: gpu_session.sh OUT STEP [STEP ...]}
+shift
+mkdir -p "$out" /tmp/bench
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+else
+    export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1
+{ date -u; uname -a; nproc; free -g; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -V
+  python3 -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|safetensors|cuda|fastsafe|runai|instant|gguf) '
+} > "$out/machine.txt" 2>&1
+
+step() {  # name, limit in seconds, command...
+    local name=$1 limit=$2 t0
+    shift 2
+    t0=$(date +%s)
+    timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    echo "$name: rc=$? after $(( $(date +%s) - t0 )) s (limit $limit s)"
+}
+
+for s in "$@"; do
+    case $s in
+    tests)
+        WORKBENCH_TEST_DEVICE=cuda step gpu-tests 170 python3 -m pytest -q -p no:cacheprovider -o addopts= \
+            tests/test_strategies_suite.py tests/test_upload_devices.py tests/test_upload_staging.py \
+            tests/test_upload_adopt.py tests/test_strategies_hygiene.py tests/test_strategies_peers_gpu.py \
+            tests/test_strategies_experts.py --junitxml="$out/gpu-tests.xml" ;;
+    experts-loads)
+        step experts-loads 240 python3 benchmarks/bench_experts.py --device cuda --dir /tmp/bench --size 2GiB \
+            --experts 64 --runs 6 --parts ceilings,loads --ledger /tmp/bench/experts.sqlite --out "$out/experts-loads.md" ;;
+    experts-session)
+        step experts-session 220 python3 benchmarks/bench_experts.py --device cuda --dir /tmp/bench --size 2GiB \
+            --experts 64 --turns 20 --tokens 2 --cache-mib 128 --parts session --ledger /tmp/bench/experts.sqlite \
+            --out "$out/experts-session.md"
+        python3 -m workbench.cli ledger --ledger /tmp/bench/experts.sqlite export --csv "$out/experts" \
+            --markdown "$out/experts/attempts.md" ;;
+    engine-ab)
+        step engine-ab 160 python3 benchmarks/bench_engine_ab.py --device cuda --dir /tmp/engine-ab --runs 5 \
+            --out "$out/engine-ab.md" --export "$out/engine-ab" ;;
+    load-warm)
+        step load-warm 560 python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups warm,threads \
+            --budget-s 530 --out "$out/load-warm" ;;
+    load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
+        step load-cold 440 python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups cold \
+            --budget-s 390 --out "$out/load-cold" ;;
+    *)
+        echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session)" >&2
+        exit 2 ;;
+    esac
+done
