@@ -278,7 +278,7 @@ class _Session:
         binary = {"path": engine.binary_path, "hash": engine.binary_hash} if engine and engine.binary_hash else None
         return self.ledger.start_attempt(
             campaign=self.campaign, config=config, cache=cache_label(self.cache, [first]),
-            hypothesis=self.hypothesis, label=self.labels[i], file_identity=_identity(config.file),
+            hypothesis=self.hypothesis, label=self.labels[i], file_identity=recorded_identity(config.file),
             environment=environment, device_info=device_info, host=host_id(), kind=kind, binary=binary)
 
     def _environment(self, path: str) -> dict[str, Any]:
@@ -331,7 +331,7 @@ class _Session:
         a verdict against a baseline taken on another file or cache state compares two different things."""
         base = self.ledger.attempt(baseline)
         config = self.configs[0]
-        ours = {"file": _identity(config.file).get("hash"), "cache": self.cache, "device": config.device}
+        ours = {"file": recorded_identity(config.file).get("hash"), "cache": self.cache, "device": config.device}
         theirs = {"file": base.get("file_hash"), "cache": base.get("cache"), "device": base.get("device")}
         diff = [f"{k} {theirs[k]!r} vs {ours[k]!r}" for k in ours if theirs[k] and ours[k] and theirs[k] != ours[k]]
         return f"baseline {baseline[:8]} differs: {', '.join(diff)}" if diff else ""
@@ -393,12 +393,14 @@ def _summarize(runs: Sequence[RunRecord]) -> AttemptStats:
     return summarize(runs, nbytes)
 
 
-def _identity(path: str) -> dict[str, Any]:
+def recorded_identity(path: str) -> dict[str, Any]:
+    """The model file's identity as an attempt records it; the path and the error when it cannot be
+    read (a missing file is a failed attempt, still recorded)."""
     from dataclasses import asdict
 
     from workbench.io.identity import file_identity
 
     try:
         return asdict(file_identity(path))
-    except (OSError, WorkbenchError) as exc:  # a missing file is a failed attempt, still recorded
+    except (OSError, WorkbenchError) as exc:
         return {"path": str(path), "error": str(exc)}

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from workbench.errors import UnrecordedDumpError, WorkbenchError
 from workbench.measure.attempt import run_from_json
+from workbench.measure.runner import recorded_identity
 from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
 
 if TYPE_CHECKING:
@@ -141,10 +142,8 @@ def _parse_attempt(path: Path, a: Mapping[str, Any], where: str) -> DumpAttempt:
             runs.append(run_from_json(r))
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise UnrecordedDumpError(path, f"{rwhere[:-1]}: {exc}") from exc
-    config = RunConfig(file=a["file"], strategy=a["strategy"], params=dict(a["params"]), device=a["device"],
-                       label=a["label"])
     return DumpAttempt(
-        dump_id=a["attempt_id"], config=config, label=a["label"], cache=a["cache"], runs=tuple(runs),
+        dump_id=a["attempt_id"], config=RunConfig.from_json(a), label=a["label"], cache=a["cache"], runs=tuple(runs),
         stats=AttemptStats.from_json(a), verdict=a["verdict"], baseline_id=a.get("baseline_id"),
         speedup=a.get("speedup"), ci=(a.get("ci_low"), a.get("ci_high")),
         verdict_reason=a.get("verdict_reason") or "", ceiling_name=a.get("ceiling_name"),
@@ -202,8 +201,7 @@ def _match(ledger: Ledger, known: list[dict[str, Any]], attempt: DumpAttempt, ca
     keys = {_run_key(r) for r in attempt.runs if r.pid is not None}
     for row in known:
         if row["campaign"] == campaign and row["label"] == attempt.label and keys:
-            held = {(_int(r["pid"]), int(r["position"])) for r in ledger.runs(row["id"]).to_dict("records")}
-            if keys & held:
+            if keys & _held(ledger, row["id"]):
                 return row
     return None
 
@@ -214,7 +212,7 @@ def _record(ledger: Ledger, dump: Dump, attempt: DumpAttempt, campaign: str, mat
         ledger_id, held, status = _start(ledger, dump, attempt, campaign), set(), "imported"
     else:
         ledger_id, status = match["id"], "completed"
-        held = {(_int(r["pid"]), int(r["position"])) for r in ledger.runs(ledger_id).to_dict("records")}
+        held = _held(ledger, ledger_id)
     missing = [r for r in attempt.runs if _run_key(r) not in held]
     if match is not None and not missing and match["auto_verdict"] == attempt.verdict \
             and _str(match["verdict_reason"]) == attempt.verdict_reason:
@@ -242,7 +240,7 @@ def _start(ledger: Ledger, dump: Dump, attempt: DumpAttempt, campaign: str) -> s
                    "imported_from": {"dump": str(dump.path), "attempt_id": attempt.dump_id}}
     return ledger.start_attempt(
         campaign=campaign, config=config, cache=attempt.cache, hypothesis=dump.hypothesis, label=attempt.label,
-        file_identity=_identity(config.file), environment=environment, device_info=device_info,
+        file_identity=recorded_identity(config.file), environment=environment, device_info=device_info,
         host=dump.host, kind="external" if config.strategy == "external" else "strategy", binary=binary)
 
 
@@ -259,17 +257,9 @@ def _baseline(ledger: Ledger, attempt: DumpAttempt, ids: Mapping[str, str]) -> s
         return None
 
 
-def _identity(path: str) -> dict[str, Any]:
-    """The model file's identity as the runner records it, taken now (the dump does not hold it):
-    path only when the file is gone."""
-    from dataclasses import asdict
-
-    from workbench.io.identity import file_identity
-
-    try:
-        return asdict(file_identity(path))
-    except (OSError, WorkbenchError) as exc:
-        return {"path": str(path), "error": str(exc)}
+def _held(ledger: Ledger, attempt_id: str) -> set[tuple[int | None, int]]:
+    """The (pid, position) of every run the ledger holds for an attempt."""
+    return {(_int(r["pid"]), int(r["position"])) for r in ledger.runs(attempt_id).to_dict("records")}
 
 
 def _run_key(run: RunRecord) -> tuple[int | None, int]:
