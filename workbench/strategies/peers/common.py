@@ -147,11 +147,16 @@ def file_mappings() -> list[tuple[int, int, str]]:
     return ranges
 
 
+def model_paths(ctx: LoadContext) -> list[str]:
+    """The model's files as the library is given them, in the model's order (one for a one-file model)."""
+    return [f.path for f in ctx.files]
+
+
 def check_not_lazy(ctx: LoadContext) -> None:
-    """Refuse a load whose adopted host memory lies in a mapping of the model file: such tensors are
-    lazy views, nothing was read in the window, and the numbers would be fiction."""
-    path = os.path.realpath(ctx.index.path)
-    mapped = [(lo, hi) for lo, hi, name in file_mappings() if name == path]
+    """Refuse a load whose adopted host memory lies in a mapping of any of the model's files: such
+    tensors are lazy views, nothing was read in the window, and the numbers would be fiction."""
+    paths = {os.path.realpath(p) for p in model_paths(ctx)}
+    mapped = [(lo, hi) for lo, hi, name in file_mappings() if name in paths]
     for p in ctx.placements:
         buf = p.buffer
         if buf.adopted and buf.nbytes and any(lo <= buf.ptr < hi for lo, hi in mapped):
@@ -190,7 +195,9 @@ class PeerStrategy(Strategy):
     @classmethod
     def supports(cls, index: TensorIndex) -> Availability:
         if index.format != "safetensors":
-            return Availability(False, f"reads safetensors files only, this one is {index.format}")
+            what = f"this model is a {index.format} set of {len(index.files)} files" if index.sharded \
+                else f"this one is {index.format}"
+            return Availability(False, f"reads safetensors files only, {what}")
         return Availability(True)
 
     def fits(self, index: TensorIndex, backend: str) -> Availability:
@@ -260,5 +267,6 @@ class PeerStrategy(Strategy):
         raise NotImplementedError
 
     def engage(self, ctx: LoadContext, how: str) -> None:
-        n = len(ctx.tensors)
-        ctx.engage("peer", len(ctx.placements), n, note=f"{self.describe()}: {how}")
+        n, files = len(ctx.tensors), len(ctx.files)
+        over = f" ({files} files)" if files > 1 else ""
+        ctx.engage("peer", len(ctx.placements), n, note=f"{self.describe()}: {how}{over}")

@@ -6,6 +6,10 @@ way its documentation loads a file onto a device::
     files = loader.copy_files_to_device()   # every byte read here, into one device buffer per file
     tensor = files.get_tensor(name)         # a zero-copy view of that buffer
 
+A sharded checkpoint goes in whole, as its documentation registers several files: ``add_filenames``
+takes a dict rank → files, and this one process (rank 0 of a ``SingleGroup``) is given every shard;
+one ``copy_files_to_device`` then reads them all.
+
 Reader threads ``pread`` into pinned bounce buffers and copy them to the device on their own streams.
 The tensors keep the file's buffer alive past ``close`` (owning mode, the default), so they are adopted
 as the placements. On the host backend the loader reads to ``"cpu"``: one host buffer, adopted alike.
@@ -22,7 +26,9 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Mapping
 
 from workbench.strategies.base import BaseParams, LoadContext, check_param
-from workbench.strategies.peers.common import INSTALL_TORCH, PeerStrategy, adopt_tensor, on_host, torch_device
+from workbench.strategies.peers.common import (
+    INSTALL_TORCH, PeerStrategy, adopt_tensor, model_paths, on_host, torch_device,
+)
 from workbench.upload.base import Device
 
 NAME = "peer-fastsafetensors"
@@ -94,14 +100,14 @@ class FastsafetensorsPeerStrategy(PeerStrategy):
             loader = SafeTensorsFileLoader(SingleGroup(), target, nogds=True, max_threads=p.max_threads,
                                            bbuf_size_kb=p.bbuf_size_kb)
             ctx.cleanup(loader.close)
-            loader.add_filenames({0: [ctx.index.path]})
+            loader.add_filenames({0: model_paths(ctx)})  # rank 0 (this process) reads every shard
             files = loader.copy_files_to_device()
             ctx.cleanup(files.close)  # the tensors keep the buffer: owning mode
         for info in ctx.tensors:
             with ctx.phase("read"):
                 tensor = files.get_tensor(info.name)
             adopt_tensor(ctx, info, tensor)
-        direct = odirect_policy(ctx.index.path)
+        direct = odirect_policy(ctx.files[0].path)  # one directory: one file system for every shard
         copy_from = "pageable" if on_host(ctx.device.info().backend) else "pinned"  # its bounce buffers
         ctx.set_path(readers=p.max_threads, copy_from=copy_from, direct=bool(direct))
         io = {None: "I/O mode not reported", True: "O_DIRECT", False: "buffered"}[direct]

@@ -4,6 +4,10 @@
         for name, tensor in f.tensors():                    # copy=True: each tensor owns its CUDA memory
             ...
 
+A sharded checkpoint is one ``safe_open`` over the list of its files: the library's documentation
+says a list of paths "has better performance than calling safe_open multiple times" (it sorts them
+and pipelines reads across files).
+
 CUDA devices only (it refuses any other device before reading), so on the host backend the strategy is
 unavailable. It also refuses files whose tensors are not back to back, and a file without tensors.
 
@@ -20,7 +24,7 @@ from typing import Any, ClassVar, Mapping
 from workbench.formats.index import TensorIndex
 from workbench.registry import Availability
 from workbench.strategies.base import BaseParams, LoadContext
-from workbench.strategies.peers.common import INSTALL_TORCH, PeerStrategy, adopt_tensor, timed
+from workbench.strategies.peers.common import INSTALL_TORCH, PeerStrategy, adopt_tensor, model_paths, timed
 
 NAME = "peer-instanttensor"
 BUFFERED_BACKENDS = ("URING_BUFFERED", "AIO_BUFFERED", "MMAP")
@@ -72,12 +76,13 @@ class InstantTensorPeerStrategy(PeerStrategy):
         fit = super().fits_file(index, backend)
         if not fit:
             return fit
-        tensors = index.sorted_by_offset()
-        if not tensors:
-            return Availability(False, "instanttensor cannot open a file without tensors")
-        gaps = [a.name for a, b in zip(tensors, tensors[1:]) if a.offset + a.nbytes != b.offset]
-        if gaps:
-            return Availability(False, f"instanttensor needs back-to-back tensors; a gap follows {gaps[0]}")
+        for file, tensors in index.by_file():  # the library checks each file of a set on its own
+            if not tensors:
+                return Availability(False, f"instanttensor cannot open a file without tensors ({file.name})")
+            gaps = [a.name for a, b in zip(tensors, tensors[1:]) if a.offset + a.nbytes != b.offset]
+            if gaps:
+                return Availability(False, f"instanttensor needs back-to-back tensors; a gap follows {gaps[0]}"
+                                           + (f" in {file.name}" if index.sharded else ""))
         return Availability(True)
 
     def settings(self) -> dict[str, str | None]:
@@ -87,9 +92,10 @@ class InstantTensorPeerStrategy(PeerStrategy):
         from instanttensor import safe_open
 
         ordinal, by_name = getattr(ctx.device, "ordinal", 0), {t.name: t for t in ctx.tensors}
+        paths = model_paths(ctx)
         with ctx.phase("read"):
-            handle = ctx.enter(safe_open(ctx.index.path, framework="pt", device=ordinal,
-                                         backend=backend_arg(self.params.direct)))
+            handle = ctx.enter(safe_open(paths[0] if len(paths) == 1 else paths, framework="pt",
+                                         device=ordinal, backend=backend_arg(self.params.direct)))
         for name, tensor in timed(ctx, handle.tensors()):
             adopt_tensor(ctx, by_name[name], tensor)
         chosen = getattr(getattr(handle, "backend", None), "name", None)

@@ -1,10 +1,12 @@
 """``peer-runai``: Run:ai Model Streamer, the way its README loads a model onto a GPU::
 
     with SafetensorsStreamer() as streamer:
-        streamer.stream_file(path)                   # C++ readers fill a CPU ring of buffers
+        streamer.stream_files(paths)                 # C++ readers fill a CPU ring of buffers
         for name, tensor in streamer.get_tensors():
             gpu_tensor = tensor.to("cuda:0")         # torch's copy from that pageable ring
 
+``paths`` is the model's files: one, or every shard of a sharded checkpoint in one request (the
+README's multi-file form; ``stream_file(path)`` is ``stream_files([path])``).
 The GPU copy is the README's ``.to()``, timed as ``upload`` and adopted; on the host backend the yielded
 CPU tensors (owned by the caller, the default) are adopted as they are — ``.to("cpu")`` is no copy.
 
@@ -26,7 +28,9 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Mapping
 
 from workbench.strategies.base import BaseParams, LoadContext, check_param
-from workbench.strategies.peers.common import INSTALL_TORCH, PeerStrategy, adopt_tensor, timed, torch_device
+from workbench.strategies.peers.common import (
+    INSTALL_TORCH, PeerStrategy, adopt_tensor, model_paths, timed, torch_device,
+)
 
 NAME = "peer-runai"
 FS_STRATEGIES = {None: None, True: "io_uring_direct,libaio_direct", False: "io_uring_buffered,sync_buffered"}
@@ -102,7 +106,7 @@ class RunaiPeerStrategy(PeerStrategy):
         ctx.cleanup(_discard, self.log_path())
         with ctx.phase("read"):
             streamer = ctx.enter(SafetensorsStreamer())
-            streamer.stream_file(ctx.index.path)
+            streamer.stream_files(model_paths(ctx))  # every shard in one request, as its README does
         for name, tensor in timed(ctx, streamer.get_tensors()):
             if target != "cpu":
                 with ctx.phase("upload"):

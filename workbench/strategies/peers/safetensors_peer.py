@@ -1,6 +1,9 @@
 """``peer-safetensors``: the safetensors package's own reader, ``safe_open`` then ``get_tensor`` for
 every tensor in file order.
 
+A sharded checkpoint is read as transformers reads one: each shard opened on its own, in the model's
+order, its tensors taken, the shard closed before the next.
+
 ``framework=pt`` is the README way onto a GPU: ``safe_open(path, framework="pt", device="cuda:N")``,
 each ``get_tensor`` a fresh CUDA allocation filled from the file mapping, adopted as the placement. On
 the host backend (``device="cpu"``) the ``mmap`` backend's tensors are lazy views of the file mapping
@@ -121,12 +124,14 @@ class SafetensorsPeerStrategy(PeerStrategy):
         # a GPU by themselves: in both cases the workbench's copy puts the bytes on the device.
         copy = (framework == "numpy" and not host) or (framework == "pt" and host and io == "mmap")
         options = {} if io == "mmap" else {"backend": io}  # before 0.8 safe_open has no backend=
-        with ctx.phase("read"), refusals(ctx.index.path):
-            handle = ctx.enter(safe_open(ctx.index.path, framework=framework, device=target, **options))
-        for info in ctx.tensors:
-            with ctx.phase("read"), refusals(ctx.index.path):
-                value = handle.get_tensor(info.name)
-            (copy_tensor if copy else adopt_tensor)(ctx, info, value)
+        for file, tensors in ctx.by_file():  # a sharded checkpoint: one safe_open per shard, in order
+            with ctx.phase("read"), refusals(file.path):
+                handle = safe_open(file.path, framework=framework, device=target, **options)
+            with handle:
+                for info in tensors:
+                    with ctx.phase("read"), refusals(file.path):
+                        value = handle.get_tensor(info.name)
+                    (copy_tensor if copy else adopt_tensor)(ctx, info, value)
         from_mapping = framework == "pt" and io == "mmap"  # numpy results are private heap copies
         ctx.set_path(readers=1, copy_from="mmap" if from_mapping else "pageable", direct=False)
         placed = "copied onto the device by the workbench" if copy else "the library's tensors adopted"
