@@ -2,17 +2,21 @@
 
 A path may be a model file, a shard of a set (``model-00002-of-00004.safetensors``,
 ``…-00001-of-00003.gguf``), a safetensors index (``model.safetensors.index.json``) or a directory.
-Resolution only looks at names, the index's JSON and stat results; no model file is opened here, so an
-index that points outside the model's directory is refused before anything of it is read.
+Resolution only reads the index's JSON and stat results; no model file is opened here, so a set that
+reaches outside the model's directory is refused before anything of it is read, and a member that
+is missing, or not a regular file (a FIFO, a device), is refused by its stat, before it is opened.
 
-The confinement rule: every member lies in the model's directory (after resolving ``..`` and links).
-One kind of link may leave it: the Hugging Face hub cache's, where ``<repo>/snapshots/<rev>/<file>``
-links to ``<repo>/blobs/<sha>``.
+The confinement rule: every member that resolution *finds* (a sibling shard, a ``weight_map`` entry,
+a file of a named directory, the directory's index) lies in the model's directory, after resolving
+``..`` and links; the path the user named is theirs to point anywhere. One kind of link may leave
+the directory: the Hugging Face hub cache's, where ``<repo>/snapshots/<rev>/[<sub>/]<file>`` links
+to ``<repo>/blobs/<sha>`` (``<repo>`` named ``models--<org>--<name>`` and the like).
 """
 from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import re
 import stat
@@ -22,6 +26,7 @@ from workbench.errors import FormatError
 
 ST_INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 64 << 20  # a weight_map for 100k tensors is a few MB
+HUB_REPO_PREFIXES = ("models--", "datasets--", "spaces--")  # the hub cache's repo folders
 SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.[A-Za-z0-9]+)$")
 
 
@@ -56,11 +61,12 @@ def resolve_model(path: str | os.PathLike[str]) -> ModelSpec:
     if m and m.group("ext") == ".safetensors":
         sibling_index = os.path.join(os.path.dirname(path), ST_INDEX)
         if os.path.isfile(sibling_index):
-            spec = read_st_index(sibling_index)
+            spec = read_st_index(confine(os.path.dirname(path), sibling_index))
             if path in spec.files or os.path.realpath(path) in map(os.path.realpath, spec.files):
                 return spec
-        return _numbered_set(path, m, "safetensors-shards")
-    return ModelSpec(path, (path,))  # a GGUF split is found by its keys, when indexed (sets.py)
+    if m and m.group("ext") in (".safetensors", ".gguf") and int(m.group("count")) > 1:
+        return _numbered_set(path, m, named=path)
+    return ModelSpec(path, (path,))  # a GGUF split not named as one is found by its keys (sets.py)
 
 
 def _stat(path: str) -> os.stat_result:
@@ -76,17 +82,17 @@ def _resolve_dir(directory: str) -> ModelSpec:
     """A directory: its safetensors index, else every ``*.safetensors``, else its GGUF (split) files."""
     index = os.path.join(directory, ST_INDEX)
     if os.path.isfile(index):
-        return read_st_index(index)
+        return read_st_index(confine(directory, index))
     others = sorted(glob.glob(os.path.join(glob.escape(directory), "*.safetensors.index.json")))
     if len(others) == 1:
-        return read_st_index(others[0])
+        return read_st_index(confine(directory, others[0]))
     if others:
         raise FormatError(directory, "path", f"{len(others)} safetensors index files "
                           f"({', '.join(os.path.basename(o) for o in others[:3])}): name one of them")
     for ext in (".safetensors", ".gguf"):
         found = sorted(f for f in glob.glob(os.path.join(glob.escape(directory), "*" + ext)) if os.path.isfile(f))
         if len(found) == 1:
-            return ModelSpec(found[0], (found[0],))
+            return ModelSpec(found[0], (confine(directory, found[0]),))
         if found:
             return _many_files(directory, found, ext)
     raise FormatError(directory, "path", "is a directory with no model in it (no model.safetensors.index.json, "
@@ -95,29 +101,41 @@ def _resolve_dir(directory: str) -> ModelSpec:
 
 def _many_files(directory: str, found: list[str], ext: str) -> ModelSpec:
     """Several files of one extension: one numbered set, or (safetensors) every file as the set."""
-    sets = {m.group("prefix", "count") for m in (SHARD_RE.match(os.path.basename(f)) for f in found) if m}
-    if len(sets) == 1 and all(SHARD_RE.match(os.path.basename(f)) for f in found):
-        first = found[0]
-        return _numbered_set(first, SHARD_RE.match(os.path.basename(first)),
-                             "safetensors-shards" if ext == ".safetensors" else "gguf-split")
+    matches = [SHARD_RE.match(os.path.basename(f)) for f in found]
+    if all(matches) and len({m.group("prefix", "count") for m in matches}) == 1:
+        return _numbered_set(found[0], matches[0], named="")
     if ext == ".gguf":
         raise FormatError(directory, "path", f"{len(found)} GGUF files that are not one split set "
                           f"({', '.join(os.path.basename(f) for f in found[:3])}…): name the model file")
-    return ModelSpec(found[0], tuple(found), kind="safetensors-dir")
+    return ModelSpec(found[0], tuple(confine(directory, f) for f in found), kind="safetensors-dir")
 
 
-def _numbered_set(member: str, m: re.Match, kind: str) -> ModelSpec:
-    """``prefix-0000i-of-0000N.ext``: all N siblings, each of which must exist."""
-    directory, count = os.path.dirname(member), int(m.group("count"))
+def _numbered_set(member: str, m: re.Match, named: str) -> ModelSpec:
+    """``prefix-0000i-of-0000N.ext``: all N siblings, each of which must be a regular file in the
+    directory (``named``, the file the user named, may be a link to anywhere)."""
+    directory, count, ext = os.path.dirname(member), int(m.group("count")), m.group("ext")
     if count < 1 or not 1 <= int(m.group("no")) <= count:
         raise FormatError(member, "name", f"shard {int(m.group('no'))} of {count} is not a shard number")
-    files = tuple(os.path.join(directory, f"{m.group('prefix')}-{i:05d}-of-{count:05d}{m.group('ext')}")
+    files = tuple(os.path.join(directory, f"{m.group('prefix')}-{i:05d}-of-{count:05d}{ext}")
                   for i in range(1, count + 1))
     for f in files:
-        if not os.path.isfile(f):
-            raise FormatError(f, "path", f"missing shard {files.index(f) + 1} of {count} "
-                                         f"(the set of {os.path.basename(member)})")
-    return ModelSpec(files[0], files, kind=kind)
+        if f != named:
+            confine(directory, f)
+    for i, f in enumerate(files, 1):
+        check_member(f, f"shard {i} of {count} (the set of {os.path.basename(member)})")
+    return ModelSpec(files[0], files, kind="gguf-split" if ext == ".gguf" else "safetensors-shards")
+
+
+def check_member(path: str, what: str) -> None:
+    """Refuse a member that is missing or not a regular file, by its stat alone (a FIFO is never opened)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FormatError(path, "path", f"missing {what}") from None
+    except OSError as exc:
+        raise FormatError(path, "path", f"{what}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FormatError(path, "path", f"{what} is not a regular file")
 
 
 def read_st_index(index_path: str) -> ModelSpec:
@@ -127,53 +145,104 @@ def read_st_index(index_path: str) -> ModelSpec:
     if not isinstance(wmap, dict) or not wmap:
         raise FormatError(index_path, "weight_map", "missing, empty or not an object of tensor → file name")
     directory = os.path.dirname(index_path)
-    members: dict[str, str] = {}
+    members: dict[str, str] = {}  # file name as written → its path
+    named_by: dict[str, list[str]] = {}  # member path → the tensors the index puts in it
     weight_map: dict[str, str] = {}
     for tensor, name in wmap.items():
+        where = f"weight_map['{tensor}']"
         if not isinstance(name, str) or not name:
-            raise FormatError(index_path, f"weight_map['{tensor}']", f"must be a file name, got {name!r}")
+            raise FormatError(index_path, where, f"must be a file name, got {name!r}")
         if name not in members:
-            members[name] = confined_member(index_path, directory, name, tensor)
+            members[name] = confined_name(index_path, directory, name, where)
         weight_map[tensor] = members[name]
-    files = tuple(sorted(set(members.values()), key=_shard_order))
+        named_by.setdefault(members[name], []).append(tensor)
+    for member, tensors in named_by.items():  # every member confined before any is looked at
+        more = f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else ""
+        check_member(member, f"shard: {os.path.basename(index_path)} puts tensor '{tensors[0]}'{more} in it")
+    files = tuple(sorted(named_by, key=_shard_order))
+    return ModelSpec(index_path, files, index_path, weight_map, _total_size(index_path, doc), "safetensors-index")
+
+
+def _total_size(index_path: str, doc: dict) -> int | None:
     meta = doc.get("metadata")
     total = meta.get("total_size") if isinstance(meta, dict) else None
-    if total is not None and (not isinstance(total, (int, float)) or isinstance(total, bool) or total < 0):
-        raise FormatError(index_path, "metadata.total_size", f"must be a non-negative number, got {total!r}")
-    return ModelSpec(index_path, files, index_path, weight_map,
-                     None if total is None else int(total), "safetensors-index")
+    if total is None:
+        return None
+    integral = isinstance(total, int) or (isinstance(total, float) and math.isfinite(total) and total.is_integer())
+    if isinstance(total, bool) or not integral or total < 0:
+        raise FormatError(index_path, "metadata.total_size", f"must be a non-negative integer, got {total!r}")
+    return int(total)
 
 
 def _load_index_json(index_path: str) -> dict:
-    size = os.path.getsize(index_path)
-    if size > MAX_INDEX_BYTES:
-        raise FormatError(index_path, "size", f"{size} bytes exceeds the {MAX_INDEX_BYTES}-byte limit for an index")
-    try:
-        with open(index_path, "rb") as fh:
-            doc = json.loads(fh.read().decode("utf-8"))
-    except RecursionError:
-        raise FormatError(index_path, "json", "nested too deeply") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise FormatError(index_path, "json", f"not valid UTF-8 JSON: {exc}") from None
+    try:  # O_NONBLOCK: a FIFO put in the index's place opens at once, then fails the regular-file check
+        fd = os.open(index_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise FormatError(index_path, "path", exc.strerror or str(exc)) from None
+    with open(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(index_path, "path", "not a regular file")
+        if st.st_size > MAX_INDEX_BYTES:
+            raise FormatError(index_path, "size", f"{st.st_size} bytes exceeds the {MAX_INDEX_BYTES}-byte "
+                                                  "limit for an index")
+        try:
+            doc = json.loads(fh.read(MAX_INDEX_BYTES + 1).decode("utf-8"), object_pairs_hook=_unique_keys)
+        except RecursionError:
+            raise FormatError(index_path, "json", "nested too deeply") from None
+        except _DuplicateKey as dup:
+            raise FormatError(index_path, "json", f"key '{dup.key}' appears twice in one object") from None
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise FormatError(index_path, "json", f"not valid UTF-8 JSON: {exc}") from None
+        except OSError as exc:
+            raise FormatError(index_path, "path", exc.strerror or str(exc)) from None
     if not isinstance(doc, dict):
         raise FormatError(index_path, "json", f"expected an object, got {type(doc).__name__}")
     return doc
 
 
-def confined_member(index_path: str, directory: str, name: str, tensor: str) -> str:
-    """The member's path, refused when it leaves ``directory`` (absolute, ``..``, a link out of it)."""
-    where = f"weight_map['{tensor}']"
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json's object hook: a key twice (``json`` keeps the last silently) is a malformed index."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def confined_name(index_path: str, directory: str, name: str, where: str) -> str:
+    """The path of ``name`` (a weight_map value), refused when it leaves ``directory`` (absolute,
+    ``..``, a link out of it)."""
     if os.path.isabs(name) or "\0" in name or "\\" in name:
         raise FormatError(index_path, where, f"{name!r} is not a file name inside the model's directory")
     joined = os.path.normpath(os.path.join(directory, name))
-    real_dir = os.path.realpath(directory)
-    if not _inside(joined, directory) or not _inside(os.path.realpath(joined), real_dir):
-        if not _hub_blob(directory, joined):
-            raise FormatError(index_path, where, f"{name!r} leaves the model's directory "
-                                                 f"({os.path.realpath(joined)}): refused")
-    return joined
+    if not _leaves(directory, joined):
+        return joined
+    raise FormatError(index_path, where, f"{name!r} leaves the model's directory "
+                                         f"({os.path.realpath(joined)}): refused")
+
+
+def confine(directory: str, member: str) -> str:
+    """``member``, refused when it (or a link it is) leaves ``directory``."""
+    if _leaves(directory, member):
+        raise FormatError(member, "path", f"a link that leaves the model's directory "
+                                          f"({os.path.realpath(member)}): refused")
+    return member
+
+
+def _leaves(directory: str, member: str) -> bool:
+    """Whether ``member`` lies outside ``directory`` by name or once links are resolved (the hub
+    cache's blob links excepted)."""
+    if not _inside(member, directory):
+        return True
+    return not _inside(os.path.realpath(member), os.path.realpath(directory)) and not _hub_blob(directory, member)
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -181,12 +250,18 @@ def _inside(path: str, directory: str) -> bool:
 
 
 def _hub_blob(directory: str, member: str) -> bool:
-    """The hub cache's layout: ``<repo>/snapshots/<rev>/<file>`` → ``<repo>/blobs/<sha>``."""
-    snapshots = os.path.dirname(os.path.realpath(directory))
-    if os.path.basename(snapshots) != "snapshots" or os.path.dirname(os.path.normpath(member)) != directory:
-        return False
-    blobs = os.path.join(os.path.dirname(snapshots), "blobs")
-    return os.path.islink(member) and _inside(os.path.realpath(member), blobs)
+    """The hub cache's layout: ``<repo>/snapshots/<rev>/[<sub>/]<file>`` → ``<repo>/blobs/<sha>``."""
+    here = os.path.realpath(directory)
+    while os.path.dirname(here) != here:
+        parent = os.path.dirname(here)
+        if os.path.basename(parent) == "snapshots":
+            repo = os.path.dirname(parent)
+            if not os.path.basename(repo).startswith(HUB_REPO_PREFIXES):
+                return False
+            blobs = os.path.join(repo, "blobs")
+            return os.path.islink(member) and _inside(os.path.realpath(member), blobs)
+        here = parent
+    return False
 
 
 def _shard_order(path: str) -> tuple[int, str]:
@@ -199,4 +274,4 @@ def gguf_split_siblings(path: str, count: int) -> tuple[str, ...] | None:
     m = SHARD_RE.match(os.path.basename(path))
     if m is None or m.group("ext") != ".gguf" or int(m.group("count")) != count:
         return None
-    return _numbered_set(path, m, "gguf-split").files
+    return _numbered_set(path, m, named=path).files

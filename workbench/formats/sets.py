@@ -26,9 +26,9 @@ IndexOne = Callable[[str], TensorIndex]  # one member file → its own index
 def index_set(spec: ModelSpec, index_one: IndexOne) -> TensorIndex:
     """The model's index; a lone GGUF whose keys say it is one split of several brings its siblings."""
     first = index_one(spec.files[0])
-    if len(spec.files) == 1:
+    if len(spec.files) == 1 and spec.weight_map is None:  # an index over one shard is still checked
         count = _split_int(first, SPLIT_COUNT)
-        if first.format != "gguf" or count in (None, 0, 1):
+        if first.format != "gguf" or count in (None, 1):
             return first
         siblings = gguf_split_siblings(first.path, count)
         if siblings is None:
@@ -67,20 +67,23 @@ def _check_formats(parts: list[TensorIndex]) -> None:
 
 def _check_gguf_splits(parts: list[TensorIndex]) -> None:
     """Every split numbered once, 0..count-1 in file order, and the tensor total as stated."""
-    count = len(parts)
+    count, have = len(parts), sum(len(q) for q in parts)
     seen: dict[int, str] = {}
     for i, p in enumerate(parts):
         no, n, total = (_split_int(p, k) for k in (SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS))
+        if n is None or no is None:
+            raise FormatError(p.path, SPLIT_COUNT if n is None else SPLIT_NO,
+                              f"missing: a file of a {count}-file split set must say it")
         if n != count:
             raise FormatError(p.path, SPLIT_COUNT, f"is {n}, the set has {count} files")
-        if no is None or not 0 <= no < count:
+        if not 0 <= no < count:
             raise FormatError(p.path, SPLIT_NO, f"is {no}, expected 0..{count - 1}")
         if no in seen:
             raise FormatError(p.path, SPLIT_NO, f"{no} again (also {os.path.basename(seen[no])})")
         if no != i:
-            raise FormatError(p.path, SPLIT_NO, f"is {no}, but the file is split {i + 1} of {count} by name")
+            raise FormatError(p.path, SPLIT_NO, f"is {no}, but the file is split {i + 1} of {count} by name "
+                                                f"(split.no {i})")
         seen[no] = p.path
-        have = sum(len(q) for q in parts)
         if total is not None and total != have:
             raise FormatError(p.path, SPLIT_TENSORS, f"says {total} tensors, the {count} splits hold {have}")
 
