@@ -6,7 +6,9 @@
 
 Cases: headers of the synthetic models (dense and MoE, both formats) and of any ``--real`` file,
 mutated field by field by hypothesis (see fuzz_gguf_cases / fuzz_st_cases), random bytes, and
-truncation at every position of every header (``--truncate all``, the default). Each case is indexed
+truncation at every position of every header (``--truncate all``, the default); and sharded models
+(a safetensors set with its index, a gguf-split set) with their index file, split keys and layout
+mutated (``--set-cases``; fuzz_set_cases, judged by fuzz_sets). Each case is indexed
 once under tracemalloc; the contract (one valid index or one FormatError line, within
 ``--time-limit``, peak allocation bounded by the header's size) is checked per case, see
 fuzz_harness. Writes ``OUT.md`` and ``OUT.json``: count, total time, slowest case, peak allocation,
@@ -38,11 +40,15 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import fuzz_harness as fh  # noqa: E402
+import fuzz_sets as fs  # noqa: E402
+from fuzz_set_cases import set_cases  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cases", type=int, default=2000, help="hypothesis-generated cases (default 2000)")
+    p.add_argument("--set-cases", type=int, default=1000,
+                   help="hypothesis-generated sharded-model cases: index files, split keys, layouts (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="hypothesis seed (same seed, same cases)")
     p.add_argument("--time-limit", type=float, default=1.0, help="seconds one case may take (default 1)")
     p.add_argument("--hard-limit", type=float, default=30.0, help="abort a case after this many seconds")
@@ -108,12 +114,32 @@ def run_truncations(bases: list[fh.Base], scratch: Path, args: argparse.Namespac
 
 
 def run_generated(bases: list[fh.Base], scratch: Path, args: argparse.Namespace, tally: Tally) -> None:
+    if not args.cases:
+        return
+
     @settings(max_examples=args.cases, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @seed(args.seed)
     @given(st.data())
     def one(data: st.DataObject) -> None:
         tally.add(fh.run_case(data.draw(fh.cases(bases)), scratch, args.time_limit, args.hard_limit))
+        if tally.n % 500 == 0:
+            print(f"{tally.n} cases, {sum(tally.problem_counts.values())} problems", file=sys.stderr)
+
+    one()
+
+
+def run_sets(bases: list, scratch: Path, args: argparse.Namespace, tally: Tally) -> None:
+    if not args.set_cases:
+        return
+
+    @settings(max_examples=args.set_cases, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @seed(args.seed)
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        case = data.draw(set_cases(bases, scratch))
+        tally.add(fs.run_set_case(case, scratch, args.time_limit, args.hard_limit))
         if tally.n % 500 == 0:
             print(f"{tally.n} cases, {sum(tally.problem_counts.values())} problems", file=sys.stderr)
 
@@ -150,13 +176,16 @@ def _commit() -> str:
         return "unknown"
 
 
-def summarize(tally: Tally, bases: list[fh.Base], args: argparse.Namespace, wall: float) -> dict[str, Any]:
+def summarize(tally: Tally, bases: list[fh.Base], set_bases: list, args: argparse.Namespace,
+              wall: float) -> dict[str, Any]:
     secs = sorted(tally.seconds)
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
-        "args": {"cases": args.cases, "seed": args.seed, "time_limit_s": args.time_limit,
+        "args": {"cases": args.cases, "set_cases": args.set_cases, "seed": args.seed, "time_limit_s": args.time_limit,
                  "truncate": args.truncate, "real": args.real},
-        "bases": [{"name": b.name, "format": b.format, "header_bytes": len(b.head), "size": b.size} for b in bases],
+        "bases": [{"name": b.name, "format": b.format, "header_bytes": len(b.head), "size": b.size} for b in bases]
+        + [{"name": b.name, "format": b.format, "files": len(b.members), "header_bytes": sum(len(m.head) for m in
+            b.members), "size": sum(m.size for m in b.members)} for b in set_bases],
         "count": tally.n, "kinds": dict(tally.kinds), "total_s": round(wall, 1),
         "parse_s": {"total": round(sum(secs), 1), "median": round(statistics.median(secs), 5),
                     "p99": round(secs[int(0.99 * (len(secs) - 1))], 5), "max": round(secs[-1], 4)},
@@ -174,20 +203,23 @@ def markdown(s: dict[str, Any]) -> str:
         "# Parser fuzzing run", "",
         f"Date {s['date']} · machine `{m['uname']}` ({m['cpu']}, {m['cores']} cores) · Python {m['python']}, "
         f"gguf-py {m['gguf-py']}, hypothesis {m['hypothesis']} · workbench {m['commit']}", "",
-        f"Command: `python benchmarks/fuzz_formats.py --cases {s['args']['cases']} --seed {s['args']['seed']} "
+        f"Command: `python benchmarks/fuzz_formats.py --cases {s['args']['cases']} "
+        f"--set-cases {s['args']['set_cases']} --seed {s['args']['seed']} "
         f"--time-limit {s['args']['time_limit_s']} --truncate {s['args']['truncate']}`"
         + "".join(f" --real {r}" for r in s["args"]["real"]), "",
         f"**{s['count']} cases** ({', '.join(f'{k} {v}' for k, v in s['kinds'].items())}) in {s['total_s']} s; "
         f"parsing {s['parse_s']['total']} s (median {s['parse_s']['median'] * 1e3:.2f} ms, "
         f"p99 {s['parse_s']['p99'] * 1e3:.1f} ms, max {s['parse_s']['max'] * 1e3:.1f} ms, under tracemalloc "
         "except where a case was re-timed without it).", "",
-        f"Contract (one valid index or one FormatError line; ≤ {s['args']['time_limit_s']} s; peak allocation ≤ "
-        f"{s['alloc_budget']}): **{'met by every case' if s['contract_met'] else 'BROKEN, see below'}**.", "",
+        f"Contract (one valid index or one FormatError line naming a file of the model; ≤ "
+        f"{s['args']['time_limit_s']} s; peak allocation ≤ {s['alloc_budget']}; for sets, no file outside the "
+        f"model's directory opened): **{'met by every case' if s['contract_met'] else 'BROKEN, see below'}**.", "",
         f"Slowest case: {slow['seconds'] * 1e3:.1f} ms — {slow['kind']} of {slow['base']} ({slow['mutation']}) → "
         f"{slow['outcome']}.",
         f"Largest peak allocation: {big['peak_bytes'] / 2**20:.2f} MiB — {big['kind']} of {big['base']} "
         f"({big['header_bytes']}-byte header; {big['mutation']}) → {big['outcome']}.", "",
-        "Bases: " + ", ".join(f"{b['name']} ({b['header_bytes']} B header, {b['size']} B)" for b in s["bases"]), "",
+        "Bases: " + ", ".join(f"{b['name']} ({b['files'] if 'files' in b else 1} files, {b['header_bytes']} B "
+                              f"header{'s' if 'files' in b else ''}, {b['size']} B)" for b in s["bases"]), "",
         "| outcome | cases | example |", "|---|---:|---|",
     ]
     for outcome, count in s["outcomes"].items():
@@ -204,16 +236,21 @@ def main(argv: list[str] | None = None) -> int:
     shm = Path("/dev/shm")
     work = args.work or Path(tempfile.mkdtemp(prefix="wb-fuzz-", dir=shm if shm.is_dir() else None))
     bases = fh.make_synth_bases(work / "bases") + [fh.base_from_file(p) for p in args.real]
+    set_bases = fs.make_set_bases(work / "bases")
     scratch = work / "case"
+    set_scratch = work / "sets" / "model"
     tally = Tally(args.keep, scratch)
     for b in bases:  # first parses import gguf-py and fill caches; keep them out of the measured peaks
         fh.run_case(fh.truncate_case(b, b.size), scratch, args.time_limit)
+    for sb in set_bases:
+        fs.run_set_case(fs.whole_case(sb), set_scratch, args.time_limit)
     tracemalloc.start()
     t0 = time.perf_counter()
     if args.truncate == "all":
         run_truncations(bases, scratch, args, tally)
     run_generated(bases, scratch, args, tally)
-    summary = summarize(tally, bases, args, time.perf_counter() - t0)
+    run_sets(set_bases, set_scratch, args, tally)
+    summary = summarize(tally, bases, set_bases, args, time.perf_counter() - t0)
     tracemalloc.stop()
     text = markdown(summary)
     if args.out:

@@ -275,7 +275,8 @@ def _encodable(text: str) -> bool:
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _KNOWN = ("tensor", "header", "magic", "version", "tensor_count", "kv_count", "kv[", "data_offset",
-          "gguf", "path", "size", "__metadata__", "general.alignment")
+          "gguf", "path", "size", "__metadata__", "general.alignment", "json", "weight_map", "metadata.",
+          "split.", "format", "name")
 
 
 def field_class(name: str) -> str:

@@ -86,3 +86,61 @@ def test_the_harness_catches_what_it_must(fuzz_env, monkeypatch):
 
     monkeypatch.setattr(fh, "open_index", lambda path: time.sleep(0.1) or bad)
     assert "slow" in fh.run_case(fh.Case("x", "-", b"", 10), scratch, 0.05).problems
+
+
+# --- sharded models: index files, split keys, layouts (benchmarks/fuzz_set_cases.py) ------------
+
+SET_CASES = 80
+
+
+@pytest.fixture(scope="module")
+def set_env(tmp_path_factory, fuzz_env):
+    import fuzz_sets as fs
+
+    root = tmp_path_factory.mktemp("fuzz-sets")
+    tracemalloc.stop()  # writing the bases is not what is measured (and is 3x slower traced)
+    bases = fs.make_set_bases(root / "bases", hub=False)
+    tracemalloc.start()
+    scratch = root / "work" / "model"
+    for base in bases:  # the control: every base set indexes, whole
+        assert fs.run_set_case(fs.whole_case(base), scratch, 1.0).outcome == "index"
+    return bases, scratch
+
+
+def test_set_fuzz_cases_meet_the_contract(set_env):
+    import fuzz_sets as fs
+    from fuzz_set_cases import set_cases
+
+    bases, scratch = set_env
+
+    @settings(max_examples=SET_CASES, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def one(data: st.DataObject) -> None:
+        check(fs.run_set_case(data.draw(set_cases(bases, scratch)), scratch, limit_s=1.0, hard_limit_s=10.0))
+
+    one()
+
+
+def test_the_set_harness_catches_a_read_outside_the_model_and_a_blocking_open(set_env, monkeypatch):
+    import fuzz_sets as fs
+    from fuzz_set_cases import BAIT, OUTSIDE, SetCase
+
+    bases, scratch = set_env
+    base = bases[0]
+    bait = scratch.parent / OUTSIDE / BAIT
+    real_open_index = fs.open_index
+
+    def peeking(path):  # an index that reads the bait "to check it", then indexes as before
+        with open(bait, "rb"):
+            pass
+        return real_open_index(path)
+
+    monkeypatch.setattr(fs, "open_index", peeking)
+    assert "read outside the model" in fs.run_set_case(fs.whole_case(base), scratch, 1.0).problems
+    monkeypatch.setattr(fs, "open_index", lambda path: open(path / "model-00002-of-00003.safetensors", "rb"))
+    fifo = SetCase("layout", base.name, tuple(m for m in base.members if m.name != "model-00002-of-00003.safetensors"),
+                   fifos=("model-00002-of-00003.safetensors",))
+    assert fs.run_set_case(fifo, scratch, 1.0, hard_limit_s=0.5).problems == ("timeout",)
+    monkeypatch.setattr(fs, "open_index", real_open_index)
+    assert fs.run_set_case(fifo, scratch, 1.0, hard_limit_s=5.0).outcome == "FormatError: path"

@@ -187,7 +187,7 @@ def _load_index_json(index_path: str) -> dict:
             raise FormatError(index_path, "size", f"{st.st_size} bytes exceeds the {MAX_INDEX_BYTES}-byte "
                                                   "limit for an index")
         try:
-            doc = json.loads(fh.read(MAX_INDEX_BYTES + 1).decode("utf-8"), object_pairs_hook=_unique_keys)
+            doc = json.loads(fh.read(st.st_size + 1).decode("utf-8"), object_pairs_hook=_unique_keys)
         except RecursionError:
             raise FormatError(index_path, "json", "nested too deeply") from None
         except _DuplicateKey as dup:
