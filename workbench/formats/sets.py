@@ -28,7 +28,7 @@ def index_set(spec: ModelSpec, index_one: IndexOne) -> TensorIndex:
     first = index_one(spec.files[0])
     if len(spec.files) == 1 and spec.weight_map is None:  # an index over one shard is still checked
         count = _split_int(first, SPLIT_COUNT)
-        if first.format != "gguf" or count in (None, 1):
+        if first.format != "gguf" or count is None or count <= 1:  # llama.cpp: split when count > 1
             return first
         siblings = gguf_split_siblings(first.path, count)
         if siblings is None:
