@@ -113,13 +113,16 @@ def refused_at_once(path: Path, fifo: Path, *parts: str) -> str:
 # --- a member outside the model's directory ------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["dotdot", "absolute", "link"])
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "link", "dirlink"])
 def test_an_index_naming_a_file_outside_is_refused_before_anything_is_opened(st, how):
     fifo = outside_fifo(st)
     victim = a_tensor_of(st, 2)
-    name = {"dotdot": "../outside/weights.safetensors", "absolute": str(fifo), "link": "evil.safetensors"}[how]
+    name = {"dotdot": "../outside/weights.safetensors", "absolute": str(fifo), "link": "evil.safetensors",
+            "dirlink": "sub/weights.safetensors"}[how]
     if how == "link":
         (st / "evil.safetensors").symlink_to(fifo)
+    if how == "dirlink":  # a folder of the model that is a link out of it
+        (st / "sub").symlink_to(fifo.parent, target_is_directory=True)
     edit_index(st, lambda d: d["weight_map"].__setitem__(victim, name))
     line = refused_at_once(st / ST_INDEX, fifo, ST_INDEX, f"weight_map['{victim}']")
     assert "leaves the model's directory" in line or "not a file name inside" in line
