@@ -210,7 +210,7 @@ def markdown(s: dict[str, Any]) -> str:
         f"**{s['count']} cases** ({', '.join(f'{k} {v}' for k, v in s['kinds'].items())}) in {s['total_s']} s; "
         f"parsing {s['parse_s']['total']} s (median {s['parse_s']['median'] * 1e3:.2f} ms, "
         f"p99 {s['parse_s']['p99'] * 1e3:.1f} ms, max {s['parse_s']['max'] * 1e3:.1f} ms, under tracemalloc "
-        "except where a case was re-timed without it).", "",
+        "except where a case over the limit was re-timed without it, best of 3).", "",
         f"Contract (one valid index or one FormatError line naming a file of the model; ≤ "
         f"{s['args']['time_limit_s']} s; peak allocation ≤ {s['alloc_budget']}; for sets, no file outside the "
         f"model's directory opened): **{'met by every case' if s['contract_met'] else 'BROKEN, see below'}**.", "",

@@ -203,19 +203,23 @@ def run_case(case: Case, path: Path, limit_s: float, hard_limit_s: float | None 
     return Result(case, outcome, detail, seconds, peak, tuple(problems))
 
 
-def _untraced_seconds(path: Path, hard_limit_s: float | None) -> float:
+def _untraced_seconds(path: Path, hard_limit_s: float | None, repeat: int = 3) -> float:
+    """The case's time without tracemalloc, the best of ``repeat`` runs (on a shared machine one run
+    may wait for a core; the best is the parser's own time)."""
     tracing = tracemalloc.is_tracing()
     tracemalloc.stop()
-    t0 = time.perf_counter()
-    try:
-        with _alarm(hard_limit_s):
-            open_index(path)
-    except BaseException:  # noqa: BLE001 - the outcome was judged already; only the time is wanted
-        pass
-    seconds = time.perf_counter() - t0
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        try:
+            with _alarm(hard_limit_s):
+                open_index(path)
+        except BaseException:  # noqa: BLE001 - the outcome was judged already; only the time is wanted
+            pass
+        best = min(best, time.perf_counter() - t0)
     if tracing:
         tracemalloc.start()
-    return seconds
+    return best
 
 
 def judge(case: Case, path: Path, index: TensorIndex | None, error: BaseException | None) -> tuple[str, str, list[str]]:
