@@ -1,7 +1,8 @@
 """CI-sized parser fuzzing: a few hundred derandomized hypothesis cases over both formats.
 
 The same cases as benchmarks/fuzz_formats.py (whose recorded 10,000+-case run is in
-docs/hardening/fuzz.md): mutated headers of the synthetic models, truncations, random bytes. Each must
+docs/hardening/fuzz.md, and fuzz-sets.md for sharded models): mutated headers of the synthetic models,
+truncations, random bytes, and sets with mutated index files, split keys and layouts. Each must
 give a valid index or one FormatError line, within 1 s, allocating no more than its header's size
 allows (see benchmarks/fuzz_harness.py). Derandomized, so a failure here reproduces on every run.
 """
