@@ -173,7 +173,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "bytes": _COUNT, "resident_before": _number(0, 1), "cache_state": _one_of(CACHE_STATES, null=True),
         "cache_reached": _FLAG, "verified": _FLAG, "engaged": _json(list), "phases": _json(dict),
         "minflt": _COUNT, "majflt": _COUNT, "lock_wait_s": _SECONDS, "error": _OPT, "result": _json(dict),
-        "created": _time(),
+        "created": _time(), "resident_files": _json(dict),
     },
     "ceilings": {"id": _ID, "host": _NAME, "name": _NAME, "gbps": _number(null=False), "detail": _json(dict),
                  "measured_at": _time()},
