@@ -50,7 +50,7 @@ def _shares(sizes: Sequence[int], threads: int, chunk: int) -> list[list[tuple[i
     for lo in range(0, total, share):
         hi = min(total, lo + share)
         out.append([(k, max(lo, a) - a, min(hi, a + n) - a) for k, (a, n) in enumerate(zip(starts, sizes))
-                    if a < hi and a + n > lo])
+                    if n and a < hi and a + n > lo])
     return out
 
 
