@@ -14,6 +14,7 @@ from ledger_helpers import fill_ledger
 from workbench.cli import main
 from workbench.errors import LedgerError
 from workbench.ledger import Ledger
+from workbench.ledger.schema import SCHEMA_VERSION
 
 
 def digest(path: Path) -> str:
@@ -111,9 +112,9 @@ def test_truncated_file(target, source):
 
 
 @pytest.mark.parametrize("statements, match", [
-    (["UPDATE schema_version SET version = 3"], "schema version [3]"),
+    ([f"UPDATE schema_version SET version = {SCHEMA_VERSION + 1}"], f"schema version [{SCHEMA_VERSION + 1}]"),
     (["UPDATE schema_version SET version = 0"], "schema version [0]"),
-    (["INSERT INTO schema_version VALUES (2)"], "schema version [2, 2]"),
+    (["INSERT INTO schema_version VALUES (2)"], f"schema version [{SCHEMA_VERSION}, 2]"),
     (["UPDATE schema_version SET version = 1"], "has unknown ['binary_hash'"),  # v1 never had them
     (["DROP TABLE turns"], "table 'turns' is missing"),
     (["DROP TABLE verdict_history"], "table 'verdict_history' is missing"),
