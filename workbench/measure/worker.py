@@ -108,9 +108,11 @@ def _import_formats() -> None:
 
     for name in FORMATS:
         FORMATS.get(name)
-    # Imported lazily on first use by the GGUF reader (gguf-py) and by every strategy's eviction
-    # policy (workbench.io); anything else imported in the window is listed in ``window_imports``.
-    for lazy in ("gguf", "workbench.io.policy", "workbench.io.pagecache"):
+    # Imported lazily on first use by the GGUF reader (gguf-py), by open_index's set resolution (a
+    # model may be a set of files) and by every strategy's eviction policy (workbench.io); anything
+    # else imported in the window is listed in ``window_imports``.
+    for lazy in ("gguf", "workbench.formats.resolve", "workbench.formats.sets", "workbench.io.policy",
+                 "workbench.io.pagecache"):
         with contextlib.suppress(ImportError):
             importlib.import_module(lazy)
 
