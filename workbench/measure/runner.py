@@ -17,8 +17,8 @@ from workbench.measure.attempt import (
 )
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.lock import DeviceLock
-from workbench.measure.model import (  # noqa: F401 - prepare_cache, recorded_identity: used from here too
-    WARM_MIN, CachePrepared, Models, identity_members, model_directory, prepare_cache, recorded_identity,
+from workbench.measure.model import (  # noqa: F401 - recorded_identity: imported from here too
+    Models, identity_members, model_directory, prepare_cache, recorded_identity,
 )
 from workbench.measure.order import DEFAULT_ORDER, interleave
 from workbench.records import CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord
@@ -270,7 +270,8 @@ class _Session:
         binary = {"path": engine.binary_path, "hash": engine.binary_hash} if engine and engine.binary_hash else None
         return self.ledger.start_attempt(
             campaign=self.campaign, config=config, cache=cache_label(self.cache, [first]),
-            hypothesis=self.hypothesis, label=self.labels[i], file_identity=identity, environment=environment, device_info=device_info, host=host_id(), kind=kind, binary=binary)
+            hypothesis=self.hypothesis, label=self.labels[i], file_identity=identity, environment=environment,
+            device_info=device_info, host=host_id(), kind=kind, binary=binary)
 
     def _environment(self, path: str) -> dict[str, Any]:
         from workbench.measure.environment import collect_environment

@@ -65,7 +65,8 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
     on_turn
         Called with each turn's record as soon as it is in the ledger.
     """
-    from workbench.measure.runner import open_ledger, prepare_cache
+    from workbench.measure.model import prepare_cache
+    from workbench.measure.runner import open_ledger
 
     preflight_session(file, config, device)
     store = open_ledger(ledger)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from workbench.errors import UnrecordedDumpError, WorkbenchError
 from workbench.measure.attempt import run_from_json
-from workbench.measure.runner import recorded_identity
+from workbench.measure.model import recorded_identity
 from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
 
 if TYPE_CHECKING:
