@@ -86,3 +86,14 @@ def test_ceilings_file_takes_a_set(env: Path, sharded_model) -> None:
     walls = {c["name"]: c for c in json.loads(out.stdout)["ceilings"]}
     assert walls["page_cache_read_file_1t"]["detail"]["files"] == 3
     assert walls["page_cache_read_file_1t"]["detail"]["bytes"] == index.size
+
+
+def test_env_on_a_model_directory_shows_the_set_and_where_its_files_live(env: Path, sharded_model) -> None:
+    index = sharded_model("safetensors", "dense", shards=3)
+    model = os.path.dirname(index.files[0].path)
+    out = _invoke("env", "--dir", model, "--json")
+    facts = json.loads(out.stdout)
+    assert facts["dir"] == os.path.realpath(model) and facts["model"]["files"] == 3
+    assert facts["model"]["bytes"] == index.size and facts["model"]["file_systems"]
+    assert f"{model} (3 files" in _invoke("env", "--dir", model).stdout
+    assert "model" not in json.loads(_invoke("env", "--dir", str(env), "--json").stdout)  # not a model: no row

@@ -161,3 +161,16 @@ class Models:
         """The path the model resolves to (a set's index file or first shard), for matching walls."""
         model = self.files(path)
         return model if isinstance(model, str) else model.path
+
+
+def model_facts(path: str) -> dict[str, Any] | None:
+    """What ``workbench env`` adds when ``path`` names a model of several files: the set, and the file
+    system(s) its files really live on (a hub cache's links lead into its blobs directory); None else."""
+    from workbench.io.pagecache import mount_of
+
+    model = resolve_model(path)
+    if isinstance(model, str) or model.index is None or not (model.index.sharded or model.index.index_file):
+        return None
+    places = sorted({"{} on {}".format(*mount_of(os.path.realpath(p))[:2]) for p in model.paths})
+    return {"set": model.describe(path), "files": model.n_data_files, "bytes": model.data_bytes,
+            "file_systems": places}
