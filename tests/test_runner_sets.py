@@ -97,7 +97,8 @@ def test_a_shard_deleted_after_preflight_fails_the_attempt_and_the_ledger_stays_
     assert first.ok and first.cache_reached
     assert not second.ok and "model-00002-of-00003" in second.error
     assert second.cache_reached is False and str(gone) in second.report.cache_error
-    assert "model-00002-of-00003.safetensors" not in second.resident_files  # measured what is there
+    assert set(second.resident_files) == {"model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors",
+                                          "model.safetensors.index.json"}  # what there was, measured
     assert res.verdict == "failed" and "the model changed during the measurement" in res.notes
     stored = ledger.attempt(res.attempt_id)
     assert stored["verdict"] == "failed" and len(ledger.runs(res.attempt_id)) == 2

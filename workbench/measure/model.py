@@ -58,12 +58,23 @@ def prepare_cache(model: Model, state: str) -> CachePrepared:
 
 
 def _residency(model: Model) -> ModelResidency | None:
-    from workbench.io.modelcache import model_residency
+    """What is resident of the model's files that can still be measured (a deleted shard is left out:
+    the run records what there was); None when none can."""
+    from workbench.io.modelcache import FileResidency, ModelResidency, model_residency
+    from workbench.io.pagecache import resident_fraction
 
     try:
         return model_residency(model, any_file=True)
     except (OSError, WorkbenchError):
-        return None
+        if isinstance(model, str):
+            return None
+    seen = []
+    for path, size in zip(model.paths, model.sizes):
+        try:
+            seen.append(FileResidency(path, size, resident_fraction(path)))
+        except (OSError, WorkbenchError):
+            continue
+    return ModelResidency(tuple(seen)) if seen else None
 
 
 def _one_file(model: Model) -> bool:
