@@ -167,10 +167,10 @@ class FileMapping:
         self.map.close()  # BufferError if a backend kept a slice alive: a bug worth seeing
 
 
-def open_mapping(ctx: LoadContext, file: str | ModelFile | None = None) -> FileMapping:
-    """The load's one read-only mapping of a model file (``None``: the only one), made on first use and
-    unmapped when the load ends."""
-    path = file if isinstance(file, str) else (file.path if file else ctx.files[0].path)
+def open_mapping(ctx: LoadContext, file: str | ModelFile | TensorInfo | None = None) -> FileMapping:
+    """The load's one read-only mapping of a model file (``None``: the only one of a one-file model),
+    made on first use and unmapped when the load ends."""
+    path = ctx.path_of(file)
 
     def make() -> FileMapping:
         m = FileMapping(ctx.fd(path), path)
