@@ -193,7 +193,7 @@ class Strategy:
 
     @classmethod
     def supports(cls, index: TensorIndex) -> Availability:
-        """Whether this strategy can load ``index``'s file (a peer loader may read one format only)."""
+        """Whether this strategy can load the model ``index`` (a peer loader may read one format only)."""
         return Availability(True)
 
     def fits(self, index: TensorIndex, backend: str) -> Availability:
