@@ -74,8 +74,6 @@ def refused(path: Path, *parts: str) -> str:
     ledger = path.parent.parent / "ledger.sqlite" if path.is_file() else path.parent / "ledger.sqlite"
     for args in (["inspect", str(path)],
                  ["run", str(path), "--strategy", "pread", "--runs", "1", "--cache", "asis", "--ledger", str(ledger)]):
-        if args[0] == "run" and path.is_dir():
-            continue  # `workbench run` takes a model file, an index or a shard (a directory: issue 17 §2)
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 2 and res.stderr == f"workbench: error: {line}\n", (args, res.output)
     assert not ledger.exists()  # refused before the ledger was opened: no attempt, nothing to repair

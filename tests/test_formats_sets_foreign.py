@@ -20,8 +20,9 @@ from workbench.strategies import STRATEGIES, get_strategy, strategy_kind
 from workbench.upload import open_device
 
 ST_INDEX = "model.safetensors.index.json"
-# The strategies that load a set today; ring and odirect join when they read sets (issue 17 §3).
-SET_STRATEGIES = ["pread", "willneed", "warmer", "mmap", "populate", "lanes", "experts"]
+# Every built-in strategy (both odirect modes); the peers below.
+SET_STRATEGIES = [("pread", {}), ("willneed", {}), ("warmer", {}), ("mmap", {}), ("populate", {}), ("lanes", {}),
+                  ("experts", {}), ("odirect", {}), ("odirect", {"mode": "inplace"}), ("ring", {})]
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +105,8 @@ def test_the_hub_cache_layout_loads(hub, tmp_path, sub):
         assert verify_placements(whole, device, result.placements).ok
 
 
-def load_verified(name: str, index) -> None:
-    strategy = get_strategy(name)()
+def load_verified(name: str, index, params: dict | None = None) -> None:
+    strategy = get_strategy(name).from_strings(params or {})
     fits = strategy.fits(index, "host")
     if not strategy.available() or not fits:
         pytest.skip(f"{name}: {strategy.available().reason or fits.reason}")
@@ -116,14 +117,14 @@ def load_verified(name: str, index) -> None:
     assert result.bytes_moved == index.nbytes
 
 
-@pytest.mark.parametrize("name", SET_STRATEGIES)
-def test_every_set_strategy_loads_the_hub_checkpoint_verified(name, hub):
-    load_verified(name, open_index(hub[0]))
+@pytest.mark.parametrize("name, params", SET_STRATEGIES, ids=str)
+def test_every_strategy_loads_the_hub_checkpoint_verified(name, params, hub):
+    load_verified(name, open_index(hub[0]), params)
 
 
-@pytest.mark.parametrize("name", SET_STRATEGIES)
-def test_every_set_strategy_loads_the_gguf_py_split_set_verified(name, gguf_set):
-    load_verified(name, open_index(gguf_set[0].parent))
+@pytest.mark.parametrize("name, params", SET_STRATEGIES, ids=str)
+def test_every_strategy_loads_the_gguf_py_split_set_verified(name, params, gguf_set):
+    load_verified(name, open_index(gguf_set[0].parent), params)
 
 
 @pytest.mark.parametrize("name", [n for n in STRATEGIES if strategy_kind(n) == "peer"])
@@ -136,7 +137,7 @@ def test_both_sets_load_verified_through_the_runner(hub, gguf_set, tmp_path, iso
     from workbench.measure import RunConfig, measure
 
     models = [str(hub[0] / ST_INDEX), str(split_names(gguf_set[0])[-1])]  # an index file, a last split
-    configs = [RunConfig(m, s) for m in models for s in ("pread", "lanes")]
+    configs = [RunConfig(m, s) for m in models for s in ("pread", "lanes", "ring")]
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         results = measure(configs, runs=1, cache="asis", ledger=ledger, lock_dir=tmp_path / "locks")
     assert all(r.verdict != "failed" for r in results), [r.notes for r in results]

@@ -71,6 +71,7 @@ class FastsafetensorsPeerStrategy(PeerStrategy):
     library: ClassVar[str] = "fastsafetensors"
     modules: ClassVar[tuple[str, ...]] = ("torch", "fastsafetensors")  # it imports without torch, loads only with it
     hint: ClassVar[str] = INSTALL_TORCH
+    sets: ClassVar[bool] = True  # a sharded checkpoint as its documentation loads several files
 
     @classmethod
     def readable_codes(cls) -> frozenset[str] | None:

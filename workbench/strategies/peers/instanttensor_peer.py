@@ -60,6 +60,7 @@ class InstantTensorPeerStrategy(PeerStrategy):
     library: ClassVar[str] = "instanttensor"
     modules: ClassVar[tuple[str, ...]] = ("torch", "instanttensor")
     hint: ClassVar[str] = INSTALL_TORCH
+    sets: ClassVar[bool] = True  # a sharded checkpoint as its documentation loads several files
     gpu_only: ClassVar[bool] = True
 
     @classmethod

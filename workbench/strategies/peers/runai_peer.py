@@ -77,6 +77,7 @@ class RunaiPeerStrategy(PeerStrategy):
     library: ClassVar[str] = "runai-model-streamer"
     modules: ClassVar[tuple[str, ...]] = ("torch", "runai_model_streamer")
     hint: ClassVar[str] = INSTALL_TORCH
+    sets: ClassVar[bool] = True  # a sharded checkpoint as its documentation loads several files
 
     @classmethod
     def readable_codes(cls) -> frozenset[str] | None:

@@ -83,6 +83,7 @@ class SafetensorsPeerStrategy(PeerStrategy):
     Params: ClassVar[type] = SafetensorsPeerParams
     library: ClassVar[str] = "safetensors"
     modules: ClassVar[tuple[str, ...]] = ("safetensors",)
+    sets: ClassVar[bool] = True  # a sharded checkpoint as its documentation loads several files
 
     def framework(self) -> str:
         if self.params.framework != "auto":
