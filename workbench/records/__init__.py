@@ -19,7 +19,7 @@ from workbench.records.run import (
     RunRecord,
     failure_reason,
 )
-from workbench.records.units import PHASES, MiB
+from workbench.records.units import PHASES, MiB, plural
 from workbench.records.worker_report import (
     LoadPath,
     LoadSummary,
@@ -32,4 +32,5 @@ __all__ = [
     "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "BinaryFile", "Effect",
     "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB", "RunConfig", "RunRecord", "Timings",
     "VerifySummary", "WorkerReport", "failure_reason", "format_effect", "format_spread",
+    "plural",
 ]

@@ -14,7 +14,7 @@ import click
 
 from workbench.cli.options import RefuseRepeats
 from workbench.errors import LedgerError, ParamError
-from workbench.records import USER_VERDICTS, format_effect, format_spread
+from workbench.records import USER_VERDICTS, format_effect, format_spread, plural
 
 _LEDGER_HELP = "Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."
 
@@ -133,21 +133,27 @@ def verdict(ctx: click.Context, attempt_id: str, verdict: str, note: str, sub_le
                    "attempts on standard output.")
 @click.option("--markdown", "md_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Markdown file, or - for standard output.")
+@click.option("--figures", "figures_dir", type=click.Path(file_okay=False), default=None,
+              help="Directory for the campaign's figures: <key>.png and .svg each, and figures.html "
+                   "(interactive). Needs --campaign.")
 @click.option("--campaign", default=None, help="Only this campaign.")
 @click.option("--all", "all_attempts", is_flag=True,
               help="Every attempt in the Markdown table (default: the latest finished one per configuration).")
 @_ledger_option
 @click.pass_context
-def export(ctx: click.Context, csv_path: str | None, md_path: str | None, campaign: str | None,
-           all_attempts: bool, sub_ledger: str | None) -> None:
-    """Write CSV and/or a PR-ready Markdown table."""
+def export(ctx: click.Context, csv_path: str | None, md_path: str | None, figures_dir: str | None,
+           campaign: str | None, all_attempts: bool, sub_ledger: str | None) -> None:
+    """Write CSV, a PR-ready Markdown table and/or the campaign's figures."""
     from workbench.ledger import export_csv, export_markdown, markdown_table
     from workbench.ledger.export import attempts_frame, write_csv
 
-    if not csv_path and not md_path:
-        raise ParamError("workbench ledger export", "--csv/--markdown", "give --csv PATH and/or --markdown PATH")
+    if not csv_path and not md_path and not figures_dir:
+        raise ParamError("workbench ledger export", "--csv/--markdown/--figures",
+                         "give --csv PATH, --markdown PATH and/or --figures DIR")
     if csv_path == "-" and md_path == "-":
         raise ParamError("workbench ledger export", "-", "only one of --csv and --markdown can go to standard output")
+    if figures_dir and not campaign:
+        raise ParamError("workbench ledger export", "--figures", "figures are a campaign's: give --campaign NAME")
     led = _opened(ctx, sub_ledger)
     written = []
     if csv_path == "-":
@@ -161,6 +167,19 @@ def export(ctx: click.Context, csv_path: str | None, md_path: str | None, campai
     to_stdout = "-" in (csv_path, md_path)
     for path in written:  # beside data on standard output, say it where it does not mix in
         click.echo(f"wrote {path}", err=to_stdout)
+    if figures_dir:
+        _export_figures(led, campaign, figures_dir, to_stdout)
+
+
+def _export_figures(led: Any, campaign: str, directory: str, to_stdout: bool) -> None:
+    from workbench.ledger.report import write_figures
+
+    done = write_figures(led, campaign, directory)
+    n = len(done.images) // 2
+    if done.note:
+        click.echo(done.note, err=True)
+    click.echo(f"wrote {plural(n, 'figure')} as PNG and SVG and the interactive {done.interactive} "
+               f"in {directory}" if n else f"wrote the interactive {done.interactive}", err=to_stdout)
 
 
 @ledger.command("merge")
