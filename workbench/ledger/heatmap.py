@@ -74,12 +74,12 @@ def threads_chunk_heatmap(attempts: pd.DataFrame,
         row, col = divmod(i, cols)
         fig.add_trace(go.Heatmap(
             z=table.values, x=[str(c) for c in table.columns], y=[str(r) for r in table.index],
-            coloraxis="coloraxis", text=table.round(2).values, texttemplate="%{text}",
-            hovertemplate=f"{rows} %{{y}}, {columns} %{{x}}<br>%{{z:.2f}} GB/s<extra></extra>"),
+            coloraxis="coloraxis", texttemplate="%{z:.3g}",
+            hovertemplate=f"{axis_label(rows)} %{{y}}, {axis_label(columns)} %{{x}}<br>%{{z:.3g}} GB/s<extra></extra>"),
             row=row + 1, col=col + 1)
         fig.update_xaxes(title_text=axis_label(columns), type="category", row=row + 1, col=col + 1)
         fig.update_yaxes(title_text=axis_label(rows), type="category", row=row + 1, col=col + 1)
-    grids = " / ".join(dict.fromkeys(f"{r} × {c}" for _, (r, c), _ in panels))
+    grids = " / ".join(dict.fromkeys(f"{axis_label(r)} × {axis_label(c)}" for _, (r, c), _ in panels))
     title = f"Median GB/s by {grids}" + (" (latest attempt per cell)" if repeated else "")
     fig.update_layout(title=title, coloraxis=dict(colorscale="Viridis", colorbar=dict(title="GB/s")),
                       template="plotly_white", margin=dict(l=70, r=30, t=90, b=60),

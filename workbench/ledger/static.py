@@ -64,6 +64,9 @@ def render_static(figures: Mapping[str, go.Figure], scale: float = 1.0) -> Stati
     browser = defaults.browser_path()
     if not browser:
         return StaticImages(unavailable=no_browser_reason())
+    if not os.access(browser, os.X_OK):
+        return StaticImages(unavailable=f"static images not drawn: no executable browser at {browser} "
+                                        f"({defaults.BROWSER} / BROWSER_PATH); the interactive figures are written")
     try:
         import kaleido  # noqa: F401 - the exporter plotly uses; a dependency, but say so if missing
     except ImportError as exc:
