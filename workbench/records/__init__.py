@@ -19,6 +19,7 @@ from workbench.records.run import (
     RunRecord,
     failure_reason,
 )
+from workbench.records.settings import comparable_settings, format_differences, settings_differences
 from workbench.records.units import PHASES, MiB, plural
 from workbench.records.worker_report import (
     LoadPath,
@@ -32,5 +33,5 @@ __all__ = [
     "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "BinaryFile", "Effect",
     "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB", "RunConfig", "RunRecord", "Timings",
     "VerifySummary", "WorkerReport", "failure_reason", "format_effect", "format_spread",
-    "plural",
+    "comparable_settings", "format_differences", "plural", "settings_differences",
 ]
