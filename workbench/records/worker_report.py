@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from workbench.records.costs import RunCosts
 from workbench.records.engaged import Engaged
 from workbench.records.external import ExternalRun
 
@@ -167,6 +168,7 @@ class WorkerReport:
     external: ExternalRun | None = None
     host_memory_reported_mib: float | None = None  # memory the VM handed back around the run
     cache_error: str | None = None  # why the page-cache state asked for was not reached
+    costs: RunCosts | None = None  # bytes read, CPU, switches and memory over the window (worker runs)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object the worker prints and the ledger stores (``runs.result``)."""
@@ -189,6 +191,7 @@ class WorkerReport:
             "verified": self.verified, "verify": None if self.verify is None else self.verify.to_json(),
             "resident_after": self.resident_after,
             "timings": None if self.timings is None else self.timings.to_json(),
+            **({"costs": self.costs.to_json()} if self.costs is not None else {}),
         }
 
     @classmethod
@@ -215,4 +218,5 @@ class WorkerReport:
             "verify": None if verify is None else VerifySummary.from_json(verify),
             "resident_after": _opt_float(data.get("resident_after")),
             "timings": None if timings is None else Timings.from_json(timings),
+            "costs": RunCosts.from_json(data["costs"]) if isinstance(data.get("costs"), Mapping) else None,
         }
