@@ -18,7 +18,9 @@ from workbench.measure.attempt import (
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.lock import DeviceLock
 from workbench.measure.order import DEFAULT_ORDER, interleave
-from workbench.records import CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord
+from workbench.records import (
+    CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord, format_differences, settings_differences,
+)
 from workbench.measure.spawn import Outcome, run_worker
 
 if TYPE_CHECKING:
@@ -334,7 +336,15 @@ class _Session:
         ours = {"file": recorded_identity(config.file).get("hash"), "cache": self.cache, "device": config.device}
         theirs = {"file": base.get("file_hash"), "cache": base.get("cache"), "device": base.get("device")}
         diff = [f"{k} {theirs[k]!r} vs {ours[k]!r}" for k in ours if theirs[k] and ours[k] and theirs[k] != ours[k]]
+        settings = settings_differences(base.get("environment"), self._environment(config.file))
+        if settings:
+            diff.append(f"load-path settings {format_differences(settings, limit=4)}")
         return f"baseline {baseline[:8]} differs: {', '.join(diff)}" if diff else ""
+
+    def _ceiling_caveat(self, name: str, file: str) -> str:
+        from workbench.measure.ceiling_age import ceiling_caveat
+
+        return ceiling_caveat(self.ledger, name, self._environment(file))
 
     def _finish_one(self, i: int, stats: AttemptStats, base_runs: Sequence[RunRecord] | None,
                     baseline_id: str | None, walls: dict[str, float],
@@ -352,6 +362,8 @@ class _Session:
             note = "; ".join(filter(None, [note, f"cache state: {label}"]))
         wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs))
         name, gbps = wall if wall else (None, None)
+        if name:  # a wall measured long ago or under other settings says so
+            note = "; ".join(filter(None, [note, self._ceiling_caveat(name, config.file)]))
         fraction = stats.gbps / gbps if gbps and stats.gbps else None
         d = decision
         if self.ids[i] is not None:
