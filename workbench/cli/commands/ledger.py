@@ -95,7 +95,7 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     click.echo(f"\nruns ({len(runs)}):")
     rows = [
         (_int(r["position"]), _int(r["pid"]), _ms(r["load_s"]), _ms(r["wall_s"]), _frac(r["resident_before"]),
-         _cache_of(r), r["verified"], ", ".join(r["engaged"]), (r["error"] or "")[:80])
+         _cache_of(r), r["verified"], _short(", ".join(r["engaged"])), (r["error"] or "")[:80])
         for r in runs.to_dict("records")
     ]
     _echo_table(("pos", "pid", "load", "wall", "resident", "cache", "verified", "engaged", "error"), rows)
@@ -212,9 +212,9 @@ def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_l
         runs = f" (+{item.runs_added} runs)" if item.status != "present" else ""
         click.echo(f"{item.ledger_id[:8]}  {item.label}: {words[item.status]}{runs}")
     count = {status: sum(i.status == status for i in done) for status in words}
-    click.echo(f"{len(done)} attempts in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
+    click.echo(f"{plural(len(done), 'attempt')} in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
                f"completed, {count['present']} already present; "
-               f"{sum(i.runs_added for i in done)} runs added")
+               f"{plural(sum(i.runs_added for i in done), 'run')} added")
 
 
 def _echo_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
@@ -222,6 +222,11 @@ def _echo_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _short(text: str, width: int = 60) -> str:
+    """A long cell cut for the terminal (``ledger export --csv`` keeps it whole)."""
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _cache_of(run: dict[str, Any]) -> str:
