@@ -188,3 +188,32 @@ def test_ceilings_record_their_settings_and_refresh_measures_again_the_same_way(
     scratch.rmdir()
     with Ledger(ledger) as led, pytest.raises(ParamError, match="is gone: give --dir"):
         refresh_plan(led)
+
+
+def test_an_attempt_held_against_an_old_or_foreign_ceiling_says_so(tmp_path, monkeypatch):
+    from workbench.cli.notebook_actions import ensure_model
+
+    monkeypatch.setenv("WORKBENCH_HOST", "rig")
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    model = ensure_model(tmp_path / "m.gguf", layout="dense", format="gguf", size=1 << 20)
+    ours = load_path_settings(tmp_path)
+    theirs = {**ours, "read_ahead_kb": "unknown (elsewhere)" if ours["read_ahead_kb"] != "unknown (elsewhere)" else 1}
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as led:
+        for wall in ("page_cache_read_1t", "cold_read_buffered_1t", "h2d_host_pageable", "h2d_host_pinned"):
+            led.record_ceiling(wall, 50.0, {"settings": theirs}, host="rig")
+    done = CliRunner().invoke(main, ["run", str(model), "--strategy", "pread", "--runs", "1", "--cache", "warm",
+                                     "--ledger", str(ledger)])
+    assert done.exit_code == 0, done.output
+    assert "under other settings: read_ahead_kb" in done.output and "--refresh" in done.output
+    with Ledger(ledger) as led:
+        notes = led.attempts()["notes"].iloc[0]
+    assert "under other settings: read_ahead_kb" in notes
+    monkeypatch.setenv("WORKBENCH_CEILINGS_MAX_AGE_DAYS", "0.000001")
+    with Ledger(ledger) as led:
+        for wall in ("page_cache_read_1t", "cold_read_buffered_1t", "h2d_host_pageable", "h2d_host_pinned"):
+            led.record_ceiling(wall, 50.0, {"settings": ours}, host="rig")
+    done = CliRunner().invoke(main, ["run", str(model), "--strategy", "pread", "--runs", "1", "--cache", "warm",
+                                     "--ledger", str(ledger)])
+    assert done.exit_code == 0, done.output
+    assert "days ago (over 1e-06)" in done.output and "other settings" not in done.output

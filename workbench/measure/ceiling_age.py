@@ -41,7 +41,8 @@ def ceiling_caveat(ledger: Ledger, name: str, environment: Mapping[str, Any] | N
         diffs = settings_differences({"settings": theirs}, {"settings": ours}) if isinstance(ours, Mapping) else None
         if diffs:
             parts.append(f"measured {measured[:10]} under other settings: {format_differences(diffs, limit=4)}")
-    return f"ceiling {name} {'; '.join(parts)} — {REFRESH_HINT}" if parts else ""
+    # " · " between the parts: the runner joins an attempt's notes with "; "
+    return f"ceiling {name} {' · '.join(parts)} — {REFRESH_HINT}" if parts else ""
 
 
 def _age_days(measured_at: str, now: datetime | None) -> float | None:

@@ -22,7 +22,10 @@ def attempts_table(results: Sequence[AttemptResult]) -> str:
         rows = [[*row[:2], binary_label(r) or "—", *row[2:]] for row, r in zip(rows, results)]
     text = format_table(header, rows, width=terminal_width())
     walls = {(r.ceiling_name, r.ceiling_gbps) for r in results if r.ceiling_name}
-    notes = [f"ceiling {name}: {gbps:.2f} GB/s" for name, gbps in sorted(walls)]
+    caveats = {part.split(" ", 2)[1]: part.split(" ", 2)[2] for r in results for part in (r.notes or "").split("; ")
+               if part.startswith("ceiling ") and part.count(" ") >= 2}  # measure/ceiling_age.py
+    notes = [f"ceiling {name}: {gbps:.2f} GB/s" + (f" — {caveats[name]}" if name in caveats else "")
+             for name, gbps in sorted(walls)]
     if not walls:
         notes.append("no ceilings recorded for this host: run `workbench ceilings` for % of ceiling")
     return "\n".join([text, *notes])
