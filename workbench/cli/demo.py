@@ -82,6 +82,7 @@ class DemoResult:
             f"Ledger:    {self.options.ledger_path}  (workbench ledger list --campaign {CAMPAIGN})",
             f"Report:    {r.html}",
             f"           {r.markdown}, {r.attempts_csv}, {r.runs_csv}",
+            f"Figures:   {r.directory / 'figures'}/ (PNG + SVG)" if r.images else f"Figures:   {r.images_note}",
             "Next:      jupyter lab notebooks/   (01_load_sweep: change strategies, press Run)",
         ]
 

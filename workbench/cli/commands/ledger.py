@@ -87,7 +87,11 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     click.echo(f"{'effect':<{width}}  {_effect(attempt)}")
     for key in ("device_info", "environment"):
         for sub, value in (attempt[key] or {}).items():
-            click.echo(f"{key}.{sub}: {value}")
+            if sub == "settings" and isinstance(value, dict):  # the load-path settings, one a line
+                for name, setting in value.items():
+                    click.echo(f"{key}.settings.{name}: {setting}")
+            else:
+                click.echo(f"{key}.{sub}: {value}")
     if attempt.get("kind") == "session":
         _show_turns(led, attempt["id"])
         return
