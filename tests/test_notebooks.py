@@ -10,12 +10,14 @@ import pandas as pd
 import papermill
 import pytest
 
+from workbench import defaults
 from workbench.errors import LedgerError, ParamError, UnknownName, WorkbenchError
 from workbench.ledger import Ledger
 from workbench.cli.notebook_actions import ParamGrid, ensure_model, expand_configs
 from workbench.cli.notebook_ui import Panel, in_batch, ledger_path, parse_list
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+FIGURES = ("figures",) if defaults.browser_path() else ()  # the report's static PNG + SVG, drawn by a browser
 MiB = 1 << 20
 
 
@@ -136,7 +138,7 @@ def test_report_notebook_writes_exports(space, tmp_path):
     out = tmp_path / "report"
     nb = execute("05_ledger_report.ipynb", tmp_path / "05.ipynb", campaign="nb-01",
                  ledger_path=str(space["ledger"]), out_dir=str(out))
-    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html"}
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html", *FIGURES}
     assert len(pd.read_csv(out / "attempts.csv")) == 6
     assert "Attempt history" in (out / "report.md").read_text()
     assert str(out / "report.html") in html_outputs(nb)
@@ -174,7 +176,7 @@ def test_engine_ab_notebook_compares_two_engines_with_their_phases(space, tmp_pa
     assert any(t.startswith("Load time per attempt") for t in titles)
     bars = plotly_figure(nb, "Where the load")
     assert [t["name"] for t in bars["data"]][-1] == "unattributed" and "stall" in {t["name"] for t in bars["data"]}
-    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html"}
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html", *FIGURES}
     assert "| binary |" in (out / "report.md").read_text()
 
 

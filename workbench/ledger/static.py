@@ -111,7 +111,8 @@ async def _draw(figures: dict[str, go.Figure], browser: str, scale: float) -> di
 def write_static(images: StaticImages, directory: str | Path) -> list[Path]:
     """``<key>.png`` and ``<key>.svg`` of every drawn figure in ``directory``; returns the paths."""
     target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
+    if images.images:  # no empty figures/ beside a report that has none
+        target.mkdir(parents=True, exist_ok=True)
     written = []
     for key, image in images.images.items():
         png, svg = target / f"{key}.png", target / f"{key}.svg"
