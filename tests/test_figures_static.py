@@ -181,3 +181,14 @@ def test_export_figures_needs_a_campaign_and_works_without_a_browser(small_ledge
     assert result.exit_code == 0, result.output
     assert "static images not drawn" in result.output and (tmp_path / "f" / "figures.html").is_file()
     assert list((tmp_path / "f").glob("*.png")) == []
+
+
+def test_a_batch_notebooks_figures_go_out_with_their_images_or_one_line_why():
+    from workbench.cli.notebook_ui import with_static_images
+
+    fig = go.Figure(go.Bar(x=[1], y=[2]), layout=dict(title="t"))
+    with defaults.set_browser_path("none"):
+        note, text, bundle = with_static_images(["before", fig])
+    assert "static images not drawn" in note.data and text == "before"
+    assert set(bundle._repr_mimebundle_()) == {"application/vnd.plotly.v1+json", "text/plain"}
+    assert with_static_images(["only text"]) == ["only text"]  # no figure: no browser started

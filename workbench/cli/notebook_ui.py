@@ -127,13 +127,14 @@ class Panel:
         return items
 
     def _display(self, items: Sequence[Any], into_output: bool) -> None:
-        shown = with_static_images(items)
-        if not into_output:  # batch: straight into the cell, where the saved notebook keeps it
-            _show_all(shown)
+        if not into_output:  # batch: straight into the cell, where the saved notebook keeps it —
+            _show_all(with_static_images(items))  # with each figure's PNG and SVG for nbconvert/GitHub
             return
+        # The Run button's output area is a widget, which no saved notebook keeps: the figures stay
+        # interactive only (jupyterlab-plotly would show a bundle's PNG until the pointer enters it).
         self.output.clear_output(wait=True)
         with self.output:
-            _show_all(shown)
+            _show_all(items)
 
     def _say(self, text: str, error: bool = False) -> None:
         color = "#b00" if error else "#333"
