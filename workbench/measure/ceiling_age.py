@@ -79,7 +79,9 @@ def refresh_plan(ledger: Ledger, host: str | None = None) -> dict[str, Any]:
     directories = Counter(str(d["directory"]) for d in details if d.get("directory"))
     sizes = Counter(int(d["size"]) for d in details if d.get("size"))
     devices = sorted({str(d["device"]) for d in details if d.get("device")})
-    files = [str(d["file"]) for d in details if d.get("file") and os.path.isfile(str(d["file"]))]
+    # a whole-model read names the model (a set's index, directory or first shard) and the file it read
+    models = [str(d.get("model") or d["file"]) for d in details if d.get("model") or d.get("file")]
+    files = [m for m in models if os.path.exists(m)]
     plan: dict[str, Any] = {"devices": tuple(devices) or ("host",)}
     if directories:
         directory = directories.most_common(1)[0][0]
