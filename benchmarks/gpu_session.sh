@@ -9,6 +9,12 @@
 # slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
 # runai-model-streamer, instanttensor, plotly for python 3.12) are installed from ./.whl when it exists;
 # the checkout goes on PYTHONPATH (spawned workers inherit it). Model files go to /tmp/bench and are reused.
+#
+# Limits (s): tests 170, experts-loads 240, experts-session 220, engine-ab 330, load-warm 560, load-cold 440
+# = 1,960 s in all, more than one lease's 30 minutes of device time: run them in two calls, e.g.
+# `tests experts-loads experts-session engine-ab` (960 s) and `load-warm load-cold` (1,000 s). The
+# engine A/B's 10 fresh processes each import torch and transformers: on a fresh box (cold caches) 8 of
+# them took 160 s on 2026-12-01, so 10 need ~200 s; 330 s leaves 1.6× for a slower box.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_session.sh OUT STEP [STEP ...]}
@@ -26,6 +32,15 @@ export PYTHONUNBUFFERED=1
   python3 -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|safetensors|cuda|fastsafe|runai|instant|gguf) '
 } > "$out/machine.txt" 2>&1
 
+declare -A LIMIT=([tests]=170 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
+                  [load-cold]=440)
+total=0
+for s in "$@"; do total=$(( total + ${LIMIT[$s]:-0} )); done
+echo "steps: $* — ${total} s of limits in all"
+if (( total > 1740 )); then  # 30 minutes of device time, less the machine's start
+    echo "gpu_session.sh: ${total} s of limits is more than one lease holds (1,740 s): split the steps" >&2
+fi
+
 step() {  # name, limit in seconds, command...
     local name=$1 limit=$2 t0
     shift 2
@@ -37,27 +52,27 @@ step() {  # name, limit in seconds, command...
 for s in "$@"; do
     case $s in
     tests)
-        WORKBENCH_TEST_DEVICE=cuda step gpu-tests 170 python3 -m pytest -q -p no:cacheprovider -o addopts= \
+        WORKBENCH_TEST_DEVICE=cuda step gpu-tests "${LIMIT[tests]}" python3 -m pytest -q -p no:cacheprovider -o addopts= \
             tests/test_strategies_suite.py tests/test_upload_devices.py tests/test_upload_staging.py \
             tests/test_upload_adopt.py tests/test_strategies_hygiene.py tests/test_strategies_peers_gpu.py \
             tests/test_strategies_experts.py --junitxml="$out/gpu-tests.xml" ;;
     experts-loads)
-        step experts-loads 240 python3 benchmarks/bench_experts.py --device cuda --dir /tmp/bench --size 2GiB \
+        step experts-loads "${LIMIT[experts-loads]}" python3 benchmarks/bench_experts.py --device cuda --dir /tmp/bench --size 2GiB \
             --experts 64 --runs 6 --parts ceilings,loads --ledger /tmp/bench/experts.sqlite --out "$out/experts-loads.md" ;;
     experts-session)
-        step experts-session 220 python3 benchmarks/bench_experts.py --device cuda --dir /tmp/bench --size 2GiB \
+        step experts-session "${LIMIT[experts-session]}" python3 benchmarks/bench_experts.py --device cuda --dir /tmp/bench --size 2GiB \
             --experts 64 --turns 20 --tokens 2 --cache-mib 128 --parts session --ledger /tmp/bench/experts.sqlite \
             --out "$out/experts-session.md"
         python3 -m workbench.cli ledger --ledger /tmp/bench/experts.sqlite export --csv "$out/experts" \
             --markdown "$out/experts/attempts.md" ;;
     engine-ab)
-        step engine-ab 160 python3 benchmarks/bench_engine_ab.py --device cuda --dir /tmp/engine-ab --runs 5 \
+        step engine-ab "${LIMIT[engine-ab]}" python3 benchmarks/bench_engine_ab.py --device cuda --dir /tmp/engine-ab --runs 5 \
             --out "$out/engine-ab.md" --export "$out/engine-ab" ;;
     load-warm)
-        step load-warm 560 python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups warm,threads \
+        step load-warm "${LIMIT[load-warm]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups warm,threads \
             --budget-s 530 --out "$out/load-warm" ;;
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
-        step load-cold 440 python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups cold \
+        step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;
     *)
         echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session)" >&2

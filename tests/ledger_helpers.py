@@ -47,14 +47,14 @@ def make_report(position: int, load_s: float | None, verified: bool | None, cach
 
 def record_attempt(led: Ledger, strategy: str, times: list[float | None], *, campaign: str = "c",
                    baseline: tuple[str, list[RunRecord]] | None = None, host: str = "rig-a",
-                   file: str = "/models/tiny.gguf") -> tuple[str, list[RunRecord]]:
+                   file: str = "/models/tiny.gguf", environment: dict | None = None) -> tuple[str, list[RunRecord]]:
     """Start, fill and finish one attempt the way the runner does (rounds paired with the
     baseline's); returns (id, runs)."""
     config = RunConfig(file=file, strategy=strategy, params={"threads": 4})
     attempt_id = led.start_attempt(
         campaign=campaign, config=config, cache="cold", hypothesis=f"{strategy} helps",
         file_identity={"path": file, "size": NBYTES, "hash": "xxh3_128:0123456789abcdef0123"},
-        environment={"host": host, "kernel": "6.8"}, device_info={"name": "host memory", "backend": "host"},
+        environment=environment or {"host": host, "kernel": "6.8"}, device_info={"name": "host memory", "backend": "host"},
         host=host,
     )
     runs = [make_run(i, t, error=None if t is not None else "WorkerFailed: exit 1") for i, t in enumerate(times)]

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from workbench import defaults
 from workbench.cli import main
 from workbench.ledger import Ledger
 
@@ -21,14 +22,18 @@ def private_lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 4 notebooks and the report each start a headless Chromium for the static figures
 def test_demo_end_to_end_then_again(tmp_path, private_lock_dir):
     data, ledger = tmp_path / "data", tmp_path / "ledger.sqlite"
     args = ["demo", "--size", "4MiB", "--runs", "2", "--out", str(data), "--ledger", str(ledger)]
     first = CliRunner().invoke(main, args, catch_exceptions=False)
     assert first.exit_code == 0, first.output
     report = data / "reports" / "demo"
-    assert {p.name for p in report.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html"}
+    drawn = bool(defaults.browser_path())  # the static figures need a Chrome/Chromium
+    assert {p.name for p in report.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html",
+                                                  *(["figures"] if drawn else [])}
     assert f"Report:    {report / 'report.html'}" in first.output
+    assert (f"Figures:   {report / 'figures'}/ (PNG + SVG)" if drawn else "static images not drawn") in first.output
     models = sorted(p.name for p in (data / "models").iterdir())
     assert models == ["demo-dense-4MiB.gguf", "demo-moe-4MiB.gguf"]
 

@@ -10,12 +10,14 @@ import pandas as pd
 import papermill
 import pytest
 
+from workbench import defaults
 from workbench.errors import LedgerError, ParamError, UnknownName, WorkbenchError
 from workbench.ledger import Ledger
 from workbench.cli.notebook_actions import ParamGrid, ensure_model, expand_configs
 from workbench.cli.notebook_ui import Panel, in_batch, ledger_path, parse_list
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+FIGURES = ("figures",) if defaults.browser_path() else ()  # the report's static PNG + SVG, drawn by a browser
 MiB = 1 << 20
 
 
@@ -91,6 +93,27 @@ def test_load_sweep_notebook_records_attempts_and_draws(space, tmp_path):
     assert any(t.startswith("Load time per attempt") for t in titles)
     assert any(t.startswith("Resident before each run") for t in titles)
     assert any(t.startswith("Median GB/s by threads × chunk") for t in titles)
+    assert_static_figures_in_html(nb, tmp_path / "01.ipynb", len(titles))
+
+
+def assert_static_figures_in_html(nb: dict, path: Path, n_figures: int) -> None:
+    """Every figure of the executed notebook is also a PNG and an SVG beside its plotly JSON, and
+    ``jupyter nbconvert --to html`` shows them (it shows no plotly JSON)."""
+    import subprocess
+    import sys
+
+    from workbench import defaults
+
+    if not defaults.browser_path():
+        pytest.skip("no Chrome/Chromium to draw static figures (apt-get install chromium)")
+    figures = [o["data"] for o in outputs(nb) if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figures) == n_figures > 0
+    assert all("".join(f.get("image/png", "")).startswith("iVBORw0KGgo")  # base64 of the PNG signature
+               and "".join(f.get("image/svg+xml", "")).startswith("<svg") for f in figures)
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", str(path), "--output",
+                    "page.html"], check=True, capture_output=True)
+    page = (path.parent / "page.html").read_text()
+    assert page.count('src="data:image/svg+xml;base64,') >= n_figures
 
 
 def test_h2d_notebook_records_each_path_and_size(space, tmp_path):
@@ -115,7 +138,7 @@ def test_report_notebook_writes_exports(space, tmp_path):
     out = tmp_path / "report"
     nb = execute("05_ledger_report.ipynb", tmp_path / "05.ipynb", campaign="nb-01",
                  ledger_path=str(space["ledger"]), out_dir=str(out))
-    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html"}
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html", *FIGURES}
     assert len(pd.read_csv(out / "attempts.csv")) == 6
     assert "Attempt history" in (out / "report.md").read_text()
     assert str(out / "report.html") in html_outputs(nb)
@@ -153,7 +176,7 @@ def test_engine_ab_notebook_compares_two_engines_with_their_phases(space, tmp_pa
     assert any(t.startswith("Load time per attempt") for t in titles)
     bars = plotly_figure(nb, "Where the load")
     assert [t["name"] for t in bars["data"]][-1] == "unattributed" and "stall" in {t["name"] for t in bars["data"]}
-    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html"}
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html", *FIGURES}
     assert "| binary |" in (out / "report.md").read_text()
 
 
@@ -377,8 +400,8 @@ def test_heat_map_axes_come_from_the_strategies_params():
                                                                   {"threads": 2, "bounce_mib": 8}]})
     assert threads_chunk_heatmap(attempts) is None  # odirect declares no grid
     fig = threads_chunk_heatmap(attempts, axes={"odirect": ("threads", "bounce_mib")})
-    assert fig.layout.title.text == "Median GB/s by threads × bounce_mib"
-    assert fig.layout.xaxis.title.text == "bounce_mib" and list(fig.data[0].y) == ["1", "2"]
+    assert fig.layout.title.text == "Median GB/s by threads × bounce (MiB)"
+    assert fig.layout.xaxis.title.text == "bounce (MiB)" and list(fig.data[0].y) == ["1", "2"]
 
 
 def test_report_writes_offline_html_and_history(space, tmp_path):

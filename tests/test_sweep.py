@@ -117,7 +117,7 @@ def test_dry_run_lists_points_and_runs_nothing(space):
     path = write_sweep(space, {"x": [1, 2, 3]})
     result = cli("sweep", str(path), "--dry-run", "--out", str(space["out"]))
     assert result.exit_code == 0
-    assert result.output.count("tiny-x=") == 3 and "3 point(s)" in result.output
+    assert result.output.count("tiny-x=") == 3 and "3 points" in result.output
     assert ran(space) == [] and not space["out"].exists()
 
 

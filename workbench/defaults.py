@@ -18,6 +18,8 @@ WORKBENCH_PAGE_EVICTION :func:`page_eviction`        None: the device decides (U
 WORKBENCH_BATCH        :func:`batch`                 False: notebooks ask their kernel
 WORKBENCH_LEDGER_BUSY_TIMEOUT :func:`ledger_busy_timeout` 60 s: how long a ledger write waits for a lock
 WORKBENCH_TEST_FAULT   :func:`injected_fault`            unset: the worker injects no fault
+WORKBENCH_BROWSER      :func:`browser_path`          $BROWSER_PATH, /usr/bin/chromium, chromium on PATH
+WORKBENCH_CEILINGS_MAX_AGE_DAYS :func:`ceilings_max_age_days` 30: older ceilings are called stale
 ====================== ============================= ==============================================
 
 ``WORKBENCH_TEST_DEVICE`` is the test suite's own (which backend the shared strategy suite loads on).
@@ -43,9 +45,14 @@ PAGE_EVICTION = "WORKBENCH_PAGE_EVICTION"
 BATCH = "WORKBENCH_BATCH"
 LEDGER_BUSY_TIMEOUT = "WORKBENCH_LEDGER_BUSY_TIMEOUT"
 TEST_FAULT = "WORKBENCH_TEST_FAULT"
+BROWSER = "WORKBENCH_BROWSER"
+CEILINGS_MAX_AGE_DAYS = "WORKBENCH_CEILINGS_MAX_AGE_DAYS"
 
 DEFAULT_LOCK_DIR = "/tmp/workbench-locks"
 DEFAULT_LEDGER_BUSY_TIMEOUT_S = 60.0
+DEFAULT_CEILINGS_MAX_AGE_DAYS = 30.0
+# Debian's package (what .ci/run installs); kaleido never downloads a browser of its own here.
+BROWSER_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -241,4 +248,55 @@ def injected_fault() -> str:
 @contextmanager
 def set_injected_fault(spec: str | None) -> Iterator[None]:
     with _setenv(TEST_FAULT, spec):
+        yield
+
+
+def browser_path() -> str:
+    """The Chrome/Chromium that draws static figures (kaleido): ``$WORKBENCH_BROWSER`` (``none``: draw
+    none), else choreographer's ``$BROWSER_PATH``, else Debian's /usr/bin/chromium, else a chromium
+    or google-chrome on ``PATH``; '' when there is none. Never a downloaded browser."""
+    import shutil
+
+    named = _env(BROWSER) or _env("BROWSER_PATH")
+    if named.lower() == "none":
+        return ""
+    if named:
+        return named
+    for candidate in BROWSER_CANDIDATES:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return ""
+
+
+@contextmanager
+def set_browser_path(path: str | None) -> Iterator[None]:
+    with _setenv(BROWSER, path):
+        yield
+
+
+def ceilings_max_age_days() -> float:
+    """Days after which a machine's ceilings are called stale: ``$WORKBENCH_CEILINGS_MAX_AGE_DAYS``,
+    else 30.
+
+    Raises
+    ------
+    ParamError
+        When it is set to anything but a positive number.
+    """
+    raw = _env(CEILINGS_MAX_AGE_DAYS)
+    if not raw:
+        return DEFAULT_CEILINGS_MAX_AGE_DAYS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ParamError("environment", CEILINGS_MAX_AGE_DAYS, f"expected days > 0, got {raw!r}")
+    return value
+
+
+@contextmanager
+def set_ceilings_max_age_days(days: float | None) -> Iterator[None]:
+    with _setenv(CEILINGS_MAX_AGE_DAYS, None if days is None else repr(float(days))):
         yield

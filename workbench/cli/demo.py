@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from workbench import defaults
 from workbench.errors import ParamError
+from workbench.records import plural
 
 DEFAULT_SIZE = "32MiB"
 # Runs per attempt come from the shipped sweep (5: the fewest a claim is made on), unless --runs.
@@ -70,7 +71,7 @@ class DemoResult:
 
     def summary_lines(self) -> list[str]:
         s, r = self.sweep, self.report
-        status = "all points completed" if s.ok else f"{s.count('failed')} point(s) FAILED (see the notebooks)"
+        status = "all points completed" if s.ok else f"{plural(s.count('failed'), 'point')} FAILED (see the notebooks)"
         return [
             "",
             f"Device:    {self.options.device}",
@@ -81,6 +82,7 @@ class DemoResult:
             f"Ledger:    {self.options.ledger_path}  (workbench ledger list --campaign {CAMPAIGN})",
             f"Report:    {r.html}",
             f"           {r.markdown}, {r.attempts_csv}, {r.runs_csv}",
+            f"Figures:   {r.directory / 'figures'}/ (PNG + SVG)" if r.images else f"Figures:   {r.images_note}",
             "Next:      jupyter lab notebooks/   (01_load_sweep: change strategies, press Run)",
         ]
 

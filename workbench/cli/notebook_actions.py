@@ -18,6 +18,7 @@ from workbench.cli.notebook_ui import Panel, ParamGrid, ledger_path, parse_list,
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.order import DEFAULT_ORDER, ORDERS
 from workbench.records import MiB
+from workbench.records import plural
 
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
@@ -184,7 +185,7 @@ def show_attempts(store: Path, campaign: str, ids: Sequence[str]) -> list[Any]:
         runs = runs[runs["attempt_id"].isin(ids)]
         ceilings = ledger.ceilings(host=host_id())
     figures = campaign_figures(attempts, runs, ceilings)
-    note = HTML(f"<p>{len(attempts)} attempt(s) recorded in <code>{store}</code>, campaign "
+    note = HTML(f"<p>{plural(len(attempts), 'attempt')} recorded in <code>{store}</code>, campaign "
                 f"<code>{campaign}</code>.</p>")
     return [note, results_html(attempts_table(attempts)), *figures.values()]
 
@@ -224,7 +225,7 @@ def run_h2d(device: str, sizes_mib: Sequence[float], paths: Sequence[str], repea
                           scratch_dir=str(root) if root.is_dir() else None, progress=say)
     ids = record_h2d(results, store, campaign=campaign)
     frame = results_frame(results)
-    note = HTML(f"<p>{len(ids)} attempt(s) recorded in <code>{store}</code>, campaign <code>{campaign}</code>.</p>")
+    note = HTML(f"<p>{plural(len(ids), 'attempt')} recorded in <code>{store}</code>, campaign <code>{campaign}</code>.</p>")
     return [note, results_html(frame), h2d_lines(frame)]
 
 

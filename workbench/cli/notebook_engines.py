@@ -17,6 +17,7 @@ from workbench.cli.notebook_ui import Panel, ledger_path, results_html
 from workbench.errors import WorkbenchError
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.order import DEFAULT_ORDER, ORDERS
+from workbench.records import plural
 
 DEFAULT_PHASE = r"phase (?P<name>\w+): (?P<ms>[0-9.]+) ms"
 DEFAULT_MARKER = "engine ready"
@@ -129,7 +130,7 @@ def show_engine_ab(store: Path, campaign: str, results: Sequence[Any], out_dir: 
         paths = write_report(ledger, campaign, Path(out_dir) if out_dir else report_dir(campaign))
     verdicts = "".join(f"<li>{html.escape(line)}</li>" for line in verdict_lines(results))
     note = HTML(f'<div class="wb-verdict"><ul>{verdicts or "<li>one engine: no comparison</li>"}</ul>'
-                f"<p>{len(ids)} attempt(s) recorded in <code>{html.escape(str(store))}</code>, campaign "
+                f"<p>{plural(len(ids), 'attempt')} recorded in <code>{html.escape(str(store))}</code>, campaign "
                 f"<code>{html.escape(campaign)}</code>.</p></div>")
     phases = phases_table(results)
     phase_text = HTML(f'<pre class="wb-phases">{html.escape(phases)}</pre>') if phases else HTML(

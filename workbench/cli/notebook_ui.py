@@ -127,20 +127,57 @@ class Panel:
         return items
 
     def _display(self, items: Sequence[Any], into_output: bool) -> None:
-        from IPython.display import display
-
-        if not into_output:  # batch: straight into the cell, where the saved notebook keeps it
-            for item in items:
-                display(item)
+        if not into_output:  # batch: straight into the cell, where the saved notebook keeps it —
+            _show_all(with_static_images(items))  # with each figure's PNG and SVG for nbconvert/GitHub
             return
+        # The Run button's output area is a widget, which no saved notebook keeps: the figures stay
+        # interactive only (jupyterlab-plotly would show a bundle's PNG until the pointer enters it).
         self.output.clear_output(wait=True)
         with self.output:
-            for item in items:
-                display(item)
+            _show_all(items)
 
     def _say(self, text: str, error: bool = False) -> None:
         color = "#b00" if error else "#333"
         self.status.value = f'<span class="wb-status" style="color:{color}">{html.escape(text)}</span>'
+
+
+class _Bundle:
+    """A figure as one notebook output: plotly JSON beside its PNG and SVG (``ledger.static``)."""
+
+    def __init__(self, bundle: Mapping[str, Any]):
+        self.bundle = dict(bundle)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.bundle
+
+
+def with_static_images(items: Sequence[Any]) -> list[Any]:
+    """``items`` with every plotly figure replaced by a bundle that also holds its static PNG and
+    SVG, drawn by one browser for all of them — so nbconvert's HTML and GitHub's notebook view show
+    the figures; where none can be drawn, one line says why before the (interactive) figures."""
+    import plotly.graph_objects as go
+    from IPython.display import HTML
+
+    from workbench.ledger.static import mime_bundle, render_static
+
+    figures = {str(i): item for i, item in enumerate(items) if isinstance(item, go.Figure)}
+    if not figures:
+        return list(items)
+    static = render_static(figures)
+    out: list[Any] = []
+    if static.unavailable:
+        out.append(HTML(f'<p class="wb-static-note"><i>{html.escape(static.unavailable)}</i></p>'))
+    for i, item in enumerate(items):
+        key = str(i)
+        out.append(_Bundle(mime_bundle(item, static.images.get(key))) if key in figures else item)
+    return out
+
+
+def _show_all(items: Sequence[Any]) -> None:
+    from IPython.display import display
+
+    for item in items:
+        display(item)
 
 
 class ParamGrid:

@@ -24,7 +24,7 @@ from workbench.registry import Availability
 PROBE_BYTES = 64 << 10
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -109,7 +109,7 @@ def host_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {
         "python": platform.python_version(), "implementation": platform.python_implementation(),
         "kernel": f"{uname.system} {uname.release} {uname.version}", "machine": uname.machine,
-        "hostname": socket.gethostname(), "host": host_id(), "cpu_model": _cpu_model(),
+        "hostname": socket.gethostname(), "host": host_id(), "cpu_model": cpu_model(),
         "cores": os.cpu_count() or 0, "cores_usable": usable,
         "ram_bytes": _ram_bytes(), "page_size": pagecache.page_size(),
     }

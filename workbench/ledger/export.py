@@ -10,6 +10,12 @@ text. Every quantity has one name (README, "The ledger"):
   worker reports it (inside the raw ``result`` JSON, the worker's own message, these are
   ``result.load_s`` and ``result.gbps``, beside the window's ``load_s``);
 - ``wall_s`` (runs) — the whole worker process, spawn to exit;
+- what a run's load cost besides time, over its window (``records/costs.py``; empty for runs recorded
+  before): ``process_read_bytes`` and ``process_rchar_bytes`` (/proc/self/io), ``disk_read_bytes``
+  (/proc/diskstats on the model's block device, every process's), ``user_s``, ``system_s``,
+  ``voluntary_switches``, ``involuntary_switches``, ``rss_before_bytes``, ``peak_rss_bytes``,
+  ``pinned_peak_bytes``, ``registered_peak_bytes``, ``device_extra_bytes`` (beyond the model's tensor
+  bytes) and ``page_cache_before_bytes``/``page_cache_after_bytes`` (the model's resident bytes);
 - ``speedup``, ``ci_low``, ``ci_high`` (attempts) — baseline median / this median and its 95 % interval,
   also written as ``effect`` the way the tables show it (``1.14× [1.05–1.22]``);
 - ``turns.csv`` (only when the campaign has long sessions) — one row per turn of each session attempt
@@ -27,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
-from workbench.records import format_effect
+from workbench.records import COST_FIELDS, format_effect
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,6 +97,9 @@ def runs_frame(ledger: Ledger, campaign: str | None = None) -> pd.DataFrame:
     frame["gbps"] = frame["bytes"].astype(float).where(load > 0) / load / 1e9
     frame["strategy_load_s"] = [o.get("load_s") for o in own]
     frame["strategy_gbps"] = [o.get("gbps") for o in own]
+    costs = [((r or {}).get("costs") or {}) for r in runs["result"]]  # the worker's RunCosts, when it had them
+    for name in COST_FIELDS:
+        frame[name] = [c.get(name) for c in costs]
     return frame
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import plotly.graph_objects as go
 
+from workbench.ledger.heatmap import log_ticks, threads_chunk_heatmap, tick_text
 from workbench.records import PHASES
 
 if TYPE_CHECKING:
@@ -70,7 +71,8 @@ def gbps_vs_ceilings(attempts: pd.DataFrame, ceilings: pd.DataFrame | None) -> g
     axis: dict[str, Any] = dict(title="GB/s (bytes / median load window)", type="log" if log else "linear")
     if log:
         low = float(frame["gbps"][frame["gbps"] > 0].min())
-        axis["range"] = [math.log10(low / 2), math.log10(max(walls.values()) * 2)]
+        high = max(walls.values()) * 2
+        axis.update(range=[math.log10(low / 2), math.log10(high)], **log_ticks(low / 2, high))
     fig.update_layout(title=title, yaxis=axis, showlegend=bool(walls),
                       **{**_LAYOUT, "height": 480})
     return _empty_note(fig, frame.empty, "no attempt has a GB/s figure")
@@ -192,54 +194,6 @@ def resident_before(attempts: pd.DataFrame, runs: pd.DataFrame) -> go.Figure:
     return _empty_note(fig, frame.empty, "no run recorded its residency")
 
 
-def threads_chunk_heatmap(attempts: pd.DataFrame,
-                          axes: Mapping[str, tuple[str, str]] | None = None) -> go.Figure | None:
-    """Median GB/s over each strategy's parameter grid, one panel per strategy and cache state.
-
-    ``axes`` maps a strategy to its (rows, columns) parameters; by default what the registered
-    strategies declare as ``Params.heatmap_axes`` (threads × chunk_mib for warmer and lanes). None
-    when the campaign has no attempt with both parameters.
-    """
-    from plotly.subplots import make_subplots
-
-    if axes is None:
-        from workbench.strategies import heatmap_axes
-
-        axes = heatmap_axes()
-    panels = _heatmap_panels(attempts, axes)
-    if not panels:
-        return None
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _, _ in panels])
-    for col, (_, (rows, cols), table) in enumerate(panels, start=1):
-        fig.add_trace(go.Heatmap(
-            z=table.values, x=[str(c) for c in table.columns], y=[str(i) for i in table.index],
-            coloraxis="coloraxis", text=table.round(2).values, texttemplate="%{text}",
-            hovertemplate=f"{rows} %{{y}}, {cols} %{{x}}<br>%{{z:.2f}} GB/s<extra></extra>"), row=1, col=col)
-        fig.update_xaxes(title_text=cols, type="category", row=1, col=col)
-        fig.update_yaxes(title_text=rows, type="category", row=1, col=col)
-    grids = " / ".join(dict.fromkeys(f"{r} × {c}" for _, (r, c), _ in panels))
-    fig.update_layout(title=f"Median GB/s by {grids}", coloraxis=dict(colorscale="Viridis"), **_LAYOUT)
-    return fig
-
-
-def _heatmap_panels(attempts: pd.DataFrame, axes: Mapping[str, tuple[str, str]]
-                    ) -> list[tuple[str, tuple[str, str], pd.DataFrame]]:
-    rows = []
-    for a in attempts.dropna(subset=["gbps"]).to_dict("records"):
-        params, grid = a["params"] or {}, axes.get(a["strategy"])
-        if grid and grid[0] in params and grid[1] in params:
-            rows.append({"panel": f"{a['strategy']} · {_cache(a['cache'])}", "grid": grid,
-                         "row": _number(params[grid[0]]), "col": _number(params[grid[1]]), "gbps": float(a["gbps"])})
-    if not rows:
-        return []
-    import pandas as pd
-
-    frame = pd.DataFrame(rows)
-    return [(panel, group["grid"].iloc[0],
-             group.pivot_table(index="row", columns="col", values="gbps", aggfunc="median"))
-            for panel, group in frame.groupby("panel", sort=False)]
-
-
 def h2d_lines(frame: pd.DataFrame) -> go.Figure:
     """Host→device GB/s against transfer size, one line per path (from ``h2d.results_frame``)."""
     fig = go.Figure()
@@ -249,7 +203,11 @@ def h2d_lines(frame: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=group["size_mib"], y=group["gbps"], mode="lines+markers", name=str(path),
                                  hovertemplate=f"{path}<br>%{{x:g}} MiB: %{{y:.2f}} GB/s<extra></extra>"))
     device = ", ".join(sorted(set(map(str, frame["device"])))) if len(frame) else "?"
-    fig.update_layout(title=f"Host→device copy paths on {device}", xaxis=dict(title="transfer size (MiB)", type="log"),
+    # Every measured size is a tick, written whole: plotly's minor log ticks read "2" for 0.2 and 20.
+    sizes = sorted(set(float(s) for s in measured["size_mib"])) if not measured.empty else []
+    ticks = {"tickvals": sizes, "ticktext": [tick_text(s) for s in sizes]} if sizes else {}
+    fig.update_layout(title=f"Host→device copy paths on {device}",
+                      xaxis=dict(title="transfer size (MiB)", type="log", **ticks),
                       yaxis=dict(title="GB/s (median)", rangemode="tozero"), **_LAYOUT)
     return _empty_note(fig, measured.empty, "no path measured")
 
@@ -267,11 +225,6 @@ def campaign_figures(attempts: pd.DataFrame, runs: pd.DataFrame,
     if heat is not None:
         figures["threads_chunk"] = heat
     return figures
-
-
-def _number(value: Any) -> float | int:
-    number = float(value)
-    return int(number) if number.is_integer() else number
 
 
 def _cache(value: Any) -> str:

@@ -2,8 +2,10 @@
 
 Everything lands in ``data/reports/<campaign>/`` (or a directory you name): ``attempts.csv``,
 ``runs.csv``, ``report.md`` (the attempts table and the attempt history, failed and reverted
-attempts included) and ``report.html`` (the same, with every figure embedded and plotly.js inline, so
-the page opens offline and can be attached to a pull request as one file).
+attempts included, linking every figure's PNG), ``report.html`` (the same, with every figure embedded
+and plotly.js inline, so the page opens offline and can be attached to a pull request as one file) and
+``figures/<key>.png`` + ``.svg``, drawn by kaleido (``workbench.ledger.static``; where no browser can
+draw them the Markdown says why in one line).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from workbench import defaults
 from workbench.errors import LedgerError
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from workbench.ledger import Ledger
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+FIGURES_DIR = "figures"
 CLAIM_RUNS = 5  # runs a side below which the report says its numbers are not a claim
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
@@ -40,6 +43,8 @@ class ReportPaths:
     html: Path
     figures: tuple[str, ...]
     turns_csv: Path | None = None  # only when the campaign has long sessions
+    images: tuple[Path, ...] = ()  # figures/<key>.png and .svg
+    images_note: str = ""  # why there are no static images ('' when there are)
 
 
 def report_dir(campaign: str, root: str | os.PathLike[str] | None = None) -> Path:
@@ -80,8 +85,7 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
         lists every attempt either way).
     """
     from workbench.ledger import export_csv, markdown_table
-    from workbench.ledger.figures import campaign_figures
-    from workbench.ledger.expert_figures import session_figures
+    from workbench.ledger.static import render_static, write_static
 
     attempts, runs, ceilings = campaign_frames(ledger, campaign)
     directory = report_dir(campaign, out_dir)
@@ -92,13 +96,47 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     if note:
         table = f"{note}\n\n{table}"
     history = history_lines(attempts)
-    figures = {**campaign_figures(attempts, runs, ceilings),
-               **session_figures(ledger.turns(campaign=campaign), attempts)}
+    figures = all_figures(ledger, campaign, (attempts, runs, ceilings))
+    static = render_static(figures, scale=2.0)
+    images = write_static(static, directory / FIGURES_DIR)
     md = directory / "report.md"
-    md.write_text(_markdown(campaign, table, history, figures), encoding="utf-8")
+    md.write_text(_markdown(campaign, table, history, figures, static.images, static.unavailable), encoding="utf-8")
     page = directory / "report.html"
     page.write_text(_html(campaign, table, history, figures), encoding="utf-8")
-    return ReportPaths(directory, csvs[0], csvs[1], md, page, tuple(figures), csvs[2] if len(csvs) > 2 else None)
+    return ReportPaths(directory, csvs[0], csvs[1], md, page, tuple(figures), csvs[2] if len(csvs) > 2 else None,
+                       tuple(images), static.unavailable)
+
+
+def all_figures(ledger: Ledger, campaign: str, frames: tuple[pd.DataFrame, ...] | None = None) -> dict[str, Any]:
+    """Every figure of the campaign by key: the campaign's and, when it has long sessions, per turn."""
+    from workbench.ledger.expert_figures import session_figures
+    from workbench.ledger.figures import campaign_figures
+
+    attempts, runs, ceilings = frames or campaign_frames(ledger, campaign)
+    return {**campaign_figures(attempts, runs, ceilings), **session_figures(ledger.turns(campaign=campaign), attempts)}
+
+
+@dataclass(frozen=True)
+class FigureFiles:
+    """What :func:`write_figures` wrote: the static images, the interactive page, and why no images."""
+
+    images: tuple[Path, ...]
+    interactive: Path
+    note: str = ""
+
+
+def write_figures(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str]) -> FigureFiles:
+    """The campaign's figures in ``out_dir``: ``<key>.png`` and ``<key>.svg`` each, and all of them
+    interactive in ``figures.html`` (written even where no browser can draw the images)."""
+    from workbench.ledger.static import render_static, write_interactive, write_static
+
+    figures = all_figures(ledger, campaign)
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    static = render_static(figures, scale=2.0)
+    images = write_static(static, directory)
+    page = write_interactive(figures, directory / "figures.html", f"workbench figures: {campaign}")
+    return FigureFiles(tuple(images), page, static.unavailable)
 
 
 def few_runs_note(attempts: pd.DataFrame) -> str:
@@ -136,11 +174,20 @@ def history_lines(attempts: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _markdown(campaign: str, table: str, history: list[str], figures: dict[str, Any]) -> str:
+def _markdown(campaign: str, table: str, history: list[str], figures: dict[str, Any],
+              images: Mapping[str, Any], images_note: str) -> str:
     out = [f"# Campaign `{campaign}`", "", table, "", "## Attempt history (oldest first)", ""]
     out += [f"{i}. {line}" for i, line in enumerate(history, 1)] or ["_No attempts._"]
-    out += ["", "## Figures", "", "Interactive in `report.html` beside this file:", ""]
-    out += [f"- {fig.layout.title.text}" for fig in figures.values()]
+    out += ["", "## Figures", "", "Interactive in `report.html` beside this file.", ""]
+    if images_note:
+        out += [f"_{images_note}._", ""]
+    for key, fig in figures.items():
+        title = _alt(fig.layout.title.text or key)
+        if key in images:
+            out += [f"![{title}]({FIGURES_DIR}/{key}.png)", "",
+                    f"[SVG]({FIGURES_DIR}/{key}.svg) · {title}", ""]
+        else:
+            out += [f"- {title}"]
     turns = ", `turns.csv`" if any(k.startswith("session_") for k in figures) else ""
     out += ["", f"Raw data: `attempts.csv`, `runs.csv`{turns}.", ""]
     return "\n".join(out)
@@ -159,6 +206,11 @@ def _html(campaign: str, table: str, history: list[str], figures: dict[str, Any]
             f"<title>workbench report: {html.escape(campaign)}</title><style>{_CSS}</style></head>"
             f"<body>{''.join(body)}<p>Raw data: <a href=\"attempts.csv\">attempts.csv</a>, "
             f"<a href=\"runs.csv\">runs.csv</a>, {turns}<a href=\"report.md\">report.md</a>.</p></body></html>\n")
+
+
+def _alt(text: str) -> str:
+    """A figure title as Markdown image text: no brackets, backticks or line breaks to break the link."""
+    return re.sub(r"[\[\]`\n\r]+", " ", str(text)).strip()
 
 
 def _table_html(markdown: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.ledger.sessions import session_facts, session_lines
+from workbench.ledger.settings_diff import settings_lines
 from workbench.records import failure_reason, format_effect, format_spread
 
 if TYPE_CHECKING:
@@ -58,11 +59,24 @@ def markdown_table(ledger: Ledger, campaign: str | None = None, all_attempts: bo
         lines.append(_row([*cells[:2], _binary(a), *cells[2:]] if builds else cells))
     if len(shown) < len(attempts):
         lines += ["", _omitted(attempts, shown)]
+    settings = settings_lines(shown, attempts, lambda attempt_id: _environment_of(ledger, attempt_id))
+    if settings:
+        lines += ["", *settings]
     sessions = session_lines(shown, ledger.turns(campaign=campaign))
     if sessions:
         lines += ["", "**Long sessions** (per turn: `workbench ledger show ID`, or the turns CSV):", ""]
         lines += [f"- {line}" for line in sessions]
     return "\n".join(lines)
+
+
+def _environment_of(ledger: Ledger, attempt_id: str) -> dict[str, Any] | None:
+    """A baseline's environment from outside the campaign (``--baseline ID``); None when it is gone."""
+    from workbench.errors import LedgerError
+
+    try:
+        return ledger.attempt(attempt_id).get("environment")
+    except LedgerError:
+        return None
 
 
 def latest_finished(attempts: pd.DataFrame, runs: dict[str, pd.DataFrame]) -> pd.DataFrame:

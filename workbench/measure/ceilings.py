@@ -169,11 +169,14 @@ def _with_file_reads(report: CeilingsReport, path: str, file_threads: Sequence[i
 def _record(report: CeilingsReport, ledger: LedgerArg) -> None:
     from workbench.measure.runner import open_ledger
 
+    from workbench.io.machine import load_path_settings
+
     store = open_ledger(ledger)
+    settings = load_path_settings(report.directory)  # an attempt held against a wall compares them
     try:
         for c in report.ceilings:
             store.record_ceiling(c.name, c.gbps, {**c.detail, "directory": report.directory,
-                                                  "size": report.size}, host=report.host)
+                                                  "size": report.size, "settings": settings}, host=report.host)
     finally:
         if store is not ledger:  # opened here, so closed here
             store.close()

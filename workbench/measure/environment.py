@@ -1,5 +1,6 @@
 """The environment a result was measured in, collected automatically so every number carries it
-(CONVENTIONS 5): the host and the model directory's file system (``io/envinfo.py``), which device
+(CONVENTIONS 5): the host and the model directory's file system (``io/envinfo.py``), the machine's
+load-path settings under ``settings`` (``io/machine.py``, ``io/gpu_settings.py``), which device
 backends can run here and why not, one device's facts when asked, and the workbench's version."""
 from __future__ import annotations
 
@@ -18,8 +19,14 @@ def collect_environment(directory: str | os.PathLike | None = None, device: str 
     """
     from workbench import __version__
 
+    from workbench.io.machine import load_path_settings
+
+    where = directory if directory is not None else os.getcwd()
     env: dict[str, Any] = {"workbench_version": __version__, **host_facts()}
-    env.update(directory_facts(directory if directory is not None else os.getcwd()))
+    env.update(directory_facts(where))
+    # The machine's load-path settings (read-ahead, scheduler, THP, governor, NUMA, PCIe, IOMMU …):
+    # two attempts compared across machines or days differ in these as often as in code.
+    env["settings"] = load_path_settings(where)
     env["backends"] = backend_availability()
     if device:
         env["device"] = device_facts(device)

@@ -21,7 +21,9 @@ from workbench.measure.model import (  # noqa: F401 - recorded_identity: importe
     Models, identity_members, model_directory, prepare_cache, recorded_identity,
 )
 from workbench.measure.order import DEFAULT_ORDER, interleave
-from workbench.records import CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord
+from workbench.records import (
+    CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord, format_differences, settings_differences,
+)
 from workbench.measure.spawn import Outcome, run_worker
 
 if TYPE_CHECKING:
@@ -327,7 +329,15 @@ class _Session:
         ours = {"file": self.models.identity(config.file).get("hash"), "cache": self.cache, "device": config.device}
         theirs = {"file": base.get("file_hash"), "cache": base.get("cache"), "device": base.get("device")}
         diff = [f"{k} {theirs[k]!r} vs {ours[k]!r}" for k in ours if theirs[k] and ours[k] and theirs[k] != ours[k]]
+        settings = settings_differences(base.get("environment"), self._environment(config.file))
+        if settings:
+            diff.append(f"load-path settings {format_differences(settings, limit=4)}")
         return f"baseline {baseline[:8]} differs: {', '.join(diff)}" if diff else ""
+
+    def _ceiling_caveat(self, name: str, file: str) -> str:
+        from workbench.measure.ceiling_age import ceiling_caveat
+
+        return ceiling_caveat(self.ledger, name, self._environment(file))
 
     def _decide(self, i: int, runs: Sequence[RunRecord], base_runs: Sequence[RunRecord] | None,
                 is_base: bool) -> tuple[Decision, str]:
@@ -359,6 +369,8 @@ class _Session:
             note = "; ".join(filter(None, [note, f"cache state: {label}"]))
         wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs))
         name, gbps = wall if wall else (None, None)
+        if name:  # a wall measured long ago or under other settings says so
+            note = "; ".join(filter(None, [note, self._ceiling_caveat(name, config.file)]))
         fraction = stats.gbps / gbps if gbps and stats.gbps else None
         d = decision
         if self.ids[i] is not None:

@@ -50,7 +50,7 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
         prints no report; the runner records that as the run's error.
     """
     cmd = worker_command()
-    payload = {**config.to_json(), "verify": verify}
+    payload = {**config.to_json(), "verify": verify, "files": model_files(config.file)}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
     payload["spawn_monotonic"] = time.monotonic()
@@ -73,6 +73,18 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
     except (ValueError, KeyError, TypeError) as exc:
         raise WorkerFailed(cmd, 0, err, f"worker exit 0 without a result: printed no JSON result ({exc}); "
                                         f"stderr: {_tail(err)}", pid=proc.pid, wall_s=wall) from None
+
+
+def model_files(path: str) -> list[str]:
+    """The member files of the model at ``path`` (resolved here, so the worker reads no index before its
+    window); ``[]`` when it does not resolve — the worker's own load then says why."""
+    from workbench.errors import WorkbenchError
+    from workbench.formats.resolve import resolve_model
+
+    try:
+        return list(resolve_model(path).files)
+    except (OSError, WorkbenchError):
+        return []
 
 
 def _stacks_then_kill(proc: subprocess.Popen) -> str:

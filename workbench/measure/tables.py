@@ -20,9 +20,12 @@ def attempts_table(results: Sequence[AttemptResult]) -> str:
     if any(binary_label(r) for r in results):
         header = (*ATTEMPT_COLUMNS[:2], "binary", *ATTEMPT_COLUMNS[2:])
         rows = [[*row[:2], binary_label(r) or "—", *row[2:]] for row, r in zip(rows, results)]
-    text = format_table(header, rows)
+    text = format_table(header, rows, width=terminal_width())
     walls = {(r.ceiling_name, r.ceiling_gbps) for r in results if r.ceiling_name}
-    notes = [f"ceiling {name}: {gbps:.2f} GB/s" for name, gbps in sorted(walls)]
+    caveats = {part.split(" ", 2)[1]: part.split(" ", 2)[2] for r in results for part in (r.notes or "").split("; ")
+               if part.startswith("ceiling ") and part.count(" ") >= 2}  # measure/ceiling_age.py
+    notes = [f"ceiling {name}: {gbps:.2f} GB/s" + (f" — {caveats[name]}" if name in caveats else "")
+             for name, gbps in sorted(walls)]
     if not walls:
         notes.append("no ceilings recorded for this host: run `workbench ceilings` for % of ceiling")
     return "\n".join([text, *notes])
@@ -106,15 +109,43 @@ def _detail(detail: Any) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell, numbers right-aligned."""
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | None = None) -> str:
+    """Columns padded to their widest cell, numbers right-aligned. With ``width`` the last column (the
+    engaged facts) wraps onto lines of its own under it so no line is wider (at least
+    :data:`MIN_LAST` characters a line); JSON and CSV keep it whole."""
+    rows = [[str(c) for c in row] for row in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    if width is not None and len(widths) > 1:
+        room = max(MIN_LAST, width - sum(w + 2 for w in widths[:-1]))
+        widths[-1] = min(widths[-1], max(room, len(header[-1])))
     lines = []
     for row in [list(header), *rows]:
-        cells = [str(c).rjust(w) if _numeric(str(c)) else str(c).ljust(w) for c, w in zip(row, widths)]
-        lines.append("  ".join(cells).rstrip())
+        head, *more = _wrap(str(row[-1]), widths[-1])
+        cells = [str(c).rjust(w) if _numeric(str(c)) else str(c).ljust(w) for c, w in zip(row[:-1], widths)]
+        lines.append("  ".join([*cells, head]).rstrip())
+        indent = sum(w + 2 for w in widths[:-1])
+        lines += [" " * indent + piece for piece in more]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+MIN_LAST = 30
+
+
+def terminal_width() -> int:
+    """Columns of the terminal (``$COLUMNS`` first); 120 when the output is no terminal."""
+    import shutil
+
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width``, broken after ``; `` or a space where it can be."""
+    import textwrap
+
+    if len(text) <= width:
+        return [text]
+    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [text]
 
 
 def _numeric(text: str) -> bool:

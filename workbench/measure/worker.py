@@ -5,7 +5,8 @@ and the libraries they import lazily are imported before the window, and any mod
 imported inside it is listed under ``timings.window_imports``.
 
 The config (a file path argument, or stdin) is ``{"file", "strategy", "params", "device", "verify"}``
-plus, from the runner, ``spawn_monotonic`` (the parent's ``time.monotonic()`` just before the spawn, so
+plus, from the runner, ``files`` (the model's member files, for the page-cache footprint and the block
+device's counters: ``measure/run_costs.py``) and ``spawn_monotonic`` (the parent's ``time.monotonic()`` just before the spawn, so
 the interpreter start-up can be measured on the same clock). Order of work:
 
 1. open the device and run the strategy's ``prepare`` hook (device init: outside the load window);
@@ -59,6 +60,7 @@ def run_load(config: Mapping[str, Any], stdout: Any = None) -> WorkerReport:
     t_import = time.monotonic()
     from workbench.formats import open_index
     from workbench.measure.faults import arm
+    from workbench.measure.run_costs import CostProbe
     from workbench.strategies import get_strategy
     from workbench.upload import open_device
 
@@ -74,12 +76,15 @@ def run_load(config: Mapping[str, Any], stdout: Any = None) -> WorkerReport:
         strategy.prepare(device)
         prepare_s = time.monotonic() - t_prepare
         arm(device, config, stdout or sys.stdout)  # tests only: WORKBENCH_TEST_FAULT
+        probe = CostProbe(config.get("files") or [config["file"]], device)
+        probe.open()
         modules = set(sys.modules)
         t_window = time.monotonic()
         index = open_index(config["file"])
         t_index = time.monotonic()
         result = strategy.load(index, device)
         t_loaded = time.monotonic()
+        costs = probe.close(sum(t.nbytes for t in index.tensors))
         window_imports = sorted(set(sys.modules) - modules)
         verify = _verify(index, device, result) if config.get("verify", True) else None
         t_verified = time.monotonic()
@@ -96,7 +101,7 @@ def run_load(config: Mapping[str, Any], stdout: Any = None) -> WorkerReport:
         init_s=t_window - t_init, index_s=t_index - t_window, verify_s=t_verified - t_loaded,
         load=dataclasses.replace(load, phases={**load.phases, "index": t_index - t_window}),
         verified=None if verify is None else verify.ok, verify=verify,
-        resident_after=resident_after, resident_after_files=resident_files, timings=timings)
+        resident_after=resident_after, resident_after_files=resident_files, timings=timings, costs=costs)
 
 
 def _import_formats() -> None:

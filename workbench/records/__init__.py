@@ -6,6 +6,7 @@ means the same thing to the worker, the runner, the ledger and the notebooks.
 """
 from __future__ import annotations
 
+from workbench.records.costs import COST_FIELDS, RunCosts
 from workbench.records.effect import Effect, format_effect, format_spread
 from workbench.records.engaged import Engaged
 from workbench.records.external import BinaryFile, EnginePhase, ExternalRun
@@ -19,7 +20,8 @@ from workbench.records.run import (
     RunRecord,
     failure_reason,
 )
-from workbench.records.units import PHASES, MiB
+from workbench.records.settings import comparable_settings, format_differences, settings_differences
+from workbench.records.units import PHASES, MiB, plural
 from workbench.records.worker_report import (
     LoadPath,
     LoadSummary,
@@ -29,7 +31,8 @@ from workbench.records.worker_report import (
 )
 
 __all__ = [
-    "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "BinaryFile", "Effect",
+    "COST_FIELDS", "RunCosts", "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "BinaryFile", "Effect",
     "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB", "RunConfig", "RunRecord", "Timings",
     "VerifySummary", "WorkerReport", "failure_reason", "format_effect", "format_spread",
+    "comparable_settings", "format_differences", "plural", "settings_differences",
 ]

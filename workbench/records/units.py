@@ -6,3 +6,8 @@ MiB = 1 << 20
 # six (zero when unused), and the figures stack them in this order. ``staging``: provisioning and
 # releasing pinned staging (fresh page-locked memory is the largest fixed cost a staged load pays).
 PHASES = ("index", "prefetch", "staging", "read", "upload", "sync")
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 attempt``, ``2 attempts``, ``0 attempts`` (``many`` for an irregular plural: ``1 entry``/``entries``)."""
+    return f"{n} {word if n == 1 else many or word + 's'}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from workbench.records.costs import RunCosts
 from workbench.records.engaged import Engaged
 from workbench.records.external import ExternalRun
 
@@ -168,6 +169,7 @@ class WorkerReport:
     host_memory_reported_mib: float | None = None  # memory the VM handed back around the run
     cache_error: str | None = None  # why the page-cache state asked for was not reached
     resident_after_files: Mapping[str, float] = field(default_factory=dict)  # file name → fraction after the load
+    costs: RunCosts | None = None  # bytes read, CPU, switches and memory over the window (worker runs)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object the worker prints and the ledger stores (``runs.result``)."""
@@ -192,6 +194,7 @@ class WorkerReport:
             "timings": None if self.timings is None else self.timings.to_json(),
             # only when measured: reports written before a model was a set of files hold the other keys
             **({"resident_after_files": dict(self.resident_after_files)} if self.resident_after_files else {}),
+            **({"costs": self.costs.to_json()} if self.costs is not None else {}),
         }
 
     @classmethod
@@ -219,4 +222,5 @@ class WorkerReport:
             "resident_after": _opt_float(data.get("resident_after")),
             "timings": None if timings is None else Timings.from_json(timings),
             "resident_after_files": {str(k): float(v) for k, v in (data.get("resident_after_files") or {}).items()},
+            "costs": RunCosts.from_json(data["costs"]) if isinstance(data.get("costs"), Mapping) else None,
         }

@@ -192,6 +192,12 @@ class Strategy:
         return Availability(True)
 
     @classmethod
+    def installed(cls) -> Availability:
+        """Availability without importing an optional library (what ``workbench strategies`` lists);
+        :meth:`available` by default, which for the workbench's own strategies imports nothing."""
+        return cls.available()
+
+    @classmethod
     def supports(cls, index: TensorIndex) -> Availability:
         """Whether this strategy can load the model ``index`` (a peer loader may read one format only)."""
         return Availability(True)

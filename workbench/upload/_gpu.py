@@ -385,6 +385,7 @@ class GpuDevice(Device):
         array = (ctypes.c_char * size).from_address(int(raw))
         staging = HostStaging(nbytes, memoryview(array).cast("B")[:nbytes], handle=raw, locked=True)
         self._pinned[id(staging)] = staging
+        self.locked.add("pinned", staging.nbytes)
         return staging
 
     def free_pinned(self, staging: HostStaging) -> None:
@@ -394,7 +395,8 @@ class GpuDevice(Device):
         self._release_pinned(staging)
 
     def _release_pinned(self, staging: HostStaging) -> None:
-        self._pinned.pop(id(staging), None)
+        if self._pinned.pop(id(staging), None) is not None:
+            self.locked.remove("pinned", staging.nbytes)
         raw, staging.handle, staging.locked = staging.handle, None, False
         self._call("host_free", raw)
 
@@ -413,11 +415,13 @@ class GpuDevice(Device):
         except DeviceError:  # refused (locked-memory limit, unsupported range): callers fall back
             return None
         self._registered[id(reg)] = reg
+        self.locked.add("registered", nbytes)
         return reg
 
     def unregister_host(self, handle: Any) -> None:
         if handle is None or self._registered.pop(id(handle), None) is None:
             return
+        self.locked.remove("registered", handle.nbytes)
         self._use()
         self._call("host_unregister", handle.addr)
 

@@ -96,10 +96,44 @@ class HostStaging:
         self.nbytes, self.view, self.handle, self.locked = nbytes, view, handle, locked
 
 
+class LockedMeter:
+    """Page-locked host memory a device holds (pinned, registered), now and at its highest since the
+    last :meth:`reset` — what a load cost in locked RAM, even when it freed its staging before the end.
+    Thread-safe: a ring's slots are pinned by a background thread while readers run."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self.now = {"pinned": 0, "registered": 0}
+        self.peak = dict(self.now)
+
+    def add(self, kind: str, nbytes: int) -> None:
+        with self._lock:
+            self.now[kind] += nbytes
+            self.peak[kind] = max(self.peak[kind], self.now[kind])
+
+    def remove(self, kind: str, nbytes: int) -> None:
+        with self._lock:
+            self.now[kind] -= nbytes
+
+    def reset(self) -> None:
+        with self._lock:
+            self.peak = dict(self.now)
+
+
 class Device(ABC):
     """A device backend. Copies take any buffer-protocol source: bytes, memoryview of an mmap, pinned."""
 
     name: ClassVar[str]
+
+    @property
+    def locked(self) -> LockedMeter:
+        """Pinned and registered host bytes, now and at their peak (backends that lock memory feed it)."""
+        meter = self.__dict__.get("_locked_meter")
+        if meter is None:
+            meter = self.__dict__["_locked_meter"] = LockedMeter()
+        return meter
 
     @classmethod
     @abstractmethod

@@ -140,6 +140,7 @@ class HostDevice(Device):
         locked = _mlock(addr, n)  # page-locked like cudaHostAlloc; may fail under RLIMIT_MEMLOCK
         staging = HostStaging(nbytes, memoryview(m)[:nbytes], handle=(m, addr, n), locked=locked)
         self._pinned[id(staging)] = staging
+        self.locked.add("pinned", staging.nbytes)
         return staging
 
     def free_pinned(self, staging: HostStaging) -> None:
@@ -150,7 +151,8 @@ class HostDevice(Device):
         if staging.locked:
             _munlock(addr, n)
         m.close()
-        self._pinned.pop(id(staging), None)
+        if self._pinned.pop(id(staging), None) is not None:
+            self.locked.remove("pinned", staging.nbytes)
         staging.handle, staging.locked = None, False
 
     def register_host(self, view: memoryview) -> Any:
@@ -159,10 +161,12 @@ class HostDevice(Device):
             return None
         handle = (addr, n)
         self._registered[id(handle)] = handle
+        self.locked.add("registered", n)
         return handle
 
     def unregister_host(self, handle: Any) -> None:
         if handle is not None and self._registered.pop(id(handle), None) is not None:
+            self.locked.remove("registered", handle[1])
             _munlock(*handle)
 
     def usage(self) -> DeviceUsage:

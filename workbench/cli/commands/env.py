@@ -69,6 +69,17 @@ def env(directory: str, device: str | None, as_json: bool) -> None:
         click.echo(json.dumps(facts, indent=2, sort_keys=True))
         return
     rows = _rows(facts)
-    width = max(len(k) for k, _ in rows)
+    settings = [(k, _setting(k, v)) for k, v in (facts.get("settings") or {}).items()]
+    width = max(len(k) for k, _ in rows + settings)
     for key, value in rows:
         click.echo(f"{key:<{width}}  {value}")
+    if settings:
+        click.echo("\nload-path settings (recorded with every attempt; reports show those that differ):")
+    for key, value in settings:
+        click.echo(f"{key:<{width}}  {value}")
+
+
+def _setting(key: str, value: Any) -> str:
+    if key.endswith("_bytes") and isinstance(value, int):
+        return f"{value} B ({value / 2**30:.1f} GiB)" if value >= 2**30 else f"{value} B"
+    return str(value)

@@ -14,7 +14,7 @@ import click
 
 from workbench.cli.options import RefuseRepeats
 from workbench.errors import LedgerError, ParamError
-from workbench.records import USER_VERDICTS, format_effect, format_spread
+from workbench.records import USER_VERDICTS, format_effect, format_spread, plural
 
 _LEDGER_HELP = "Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."
 
@@ -87,7 +87,11 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     click.echo(f"{'effect':<{width}}  {_effect(attempt)}")
     for key in ("device_info", "environment"):
         for sub, value in (attempt[key] or {}).items():
-            click.echo(f"{key}.{sub}: {value}")
+            if sub == "settings" and isinstance(value, dict):  # the load-path settings, one a line
+                for name, setting in value.items():
+                    click.echo(f"{key}.settings.{name}: {setting}")
+            else:
+                click.echo(f"{key}.{sub}: {value}")
     if attempt.get("kind") == "session":
         _show_turns(led, attempt["id"])
         return
@@ -95,7 +99,7 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     click.echo(f"\nruns ({len(runs)}):")
     rows = [
         (_int(r["position"]), _int(r["pid"]), _ms(r["load_s"]), _ms(r["wall_s"]), _frac(r["resident_before"]),
-         _cache_of(r), r["verified"], ", ".join(r["engaged"]), (r["error"] or "")[:80])
+         _cache_of(r), r["verified"], _short(", ".join(r["engaged"])), (r["error"] or "")[:80])
         for r in runs.to_dict("records")
     ]
     _echo_table(("pos", "pid", "load", "wall", "resident", "cache", "verified", "engaged", "error"), rows)
@@ -148,21 +152,27 @@ def verdict(ctx: click.Context, attempt_id: str, verdict: str, note: str, sub_le
                    "attempts on standard output.")
 @click.option("--markdown", "md_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Markdown file, or - for standard output.")
+@click.option("--figures", "figures_dir", type=click.Path(file_okay=False), default=None,
+              help="Directory for the campaign's figures: <key>.png and .svg each, and figures.html "
+                   "(interactive). Needs --campaign.")
 @click.option("--campaign", default=None, help="Only this campaign.")
 @click.option("--all", "all_attempts", is_flag=True,
               help="Every attempt in the Markdown table (default: the latest finished one per configuration).")
 @_ledger_option
 @click.pass_context
-def export(ctx: click.Context, csv_path: str | None, md_path: str | None, campaign: str | None,
-           all_attempts: bool, sub_ledger: str | None) -> None:
-    """Write CSV and/or a PR-ready Markdown table."""
+def export(ctx: click.Context, csv_path: str | None, md_path: str | None, figures_dir: str | None,
+           campaign: str | None, all_attempts: bool, sub_ledger: str | None) -> None:
+    """Write CSV, a PR-ready Markdown table and/or the campaign's figures."""
     from workbench.ledger import export_csv, export_markdown, markdown_table
     from workbench.ledger.export import attempts_frame, write_csv
 
-    if not csv_path and not md_path:
-        raise ParamError("workbench ledger export", "--csv/--markdown", "give --csv PATH and/or --markdown PATH")
+    if not csv_path and not md_path and not figures_dir:
+        raise ParamError("workbench ledger export", "--csv/--markdown/--figures",
+                         "give --csv PATH, --markdown PATH and/or --figures DIR")
     if csv_path == "-" and md_path == "-":
         raise ParamError("workbench ledger export", "-", "only one of --csv and --markdown can go to standard output")
+    if figures_dir and not campaign:
+        raise ParamError("workbench ledger export", "--figures", "figures are a campaign's: give --campaign NAME")
     led = _opened(ctx, sub_ledger)
     written = []
     if csv_path == "-":
@@ -176,6 +186,19 @@ def export(ctx: click.Context, csv_path: str | None, md_path: str | None, campai
     to_stdout = "-" in (csv_path, md_path)
     for path in written:  # beside data on standard output, say it where it does not mix in
         click.echo(f"wrote {path}", err=to_stdout)
+    if figures_dir:
+        _export_figures(led, campaign, figures_dir, to_stdout)
+
+
+def _export_figures(led: Any, campaign: str, directory: str, to_stdout: bool) -> None:
+    from workbench.ledger.report import write_figures
+
+    done = write_figures(led, campaign, directory)
+    n = len(done.images) // 2
+    if done.note:
+        click.echo(done.note, err=True)
+    click.echo(f"wrote {plural(n, 'figure')} as PNG and SVG and the interactive {done.interactive} "
+               f"in {directory}" if n else f"wrote the interactive {done.interactive}", err=to_stdout)
 
 
 @ledger.command("merge")
@@ -208,9 +231,9 @@ def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_l
         runs = f" (+{item.runs_added} runs)" if item.status != "present" else ""
         click.echo(f"{item.ledger_id[:8]}  {item.label}: {words[item.status]}{runs}")
     count = {status: sum(i.status == status for i in done) for status in words}
-    click.echo(f"{len(done)} attempts in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
+    click.echo(f"{plural(len(done), 'attempt')} in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
                f"completed, {count['present']} already present; "
-               f"{sum(i.runs_added for i in done)} runs added")
+               f"{plural(sum(i.runs_added for i in done), 'run')} added")
 
 
 def _echo_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
@@ -218,6 +241,11 @@ def _echo_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _short(text: str, width: int = 60) -> str:
+    """A long cell cut for the terminal (``ledger export --csv`` keeps it whole)."""
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _cache_of(run: dict[str, Any]) -> str:

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from workbench.records import plural
+
 
 @click.command()
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
@@ -65,7 +67,7 @@ def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
         with Ledger(ledger, create=False) as opened:
             history = RunHistory(opened)
     defaults = notebook_defaults(spec.notebook)
-    click.echo(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {len(points)} point(s)")
+    click.echo(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {plural(len(points), 'point')}")
     for p in points:
         state = " (completed)" if point_completed(p.output(out), lid) else ""
         click.echo(f"  {p.index:3d}  {describe_point(p)}  → {p.output(out)}{state}")

@@ -8,9 +8,14 @@ from typing import Any
 import click
 
 
-def describe_strategy(name: str) -> dict[str, Any]:
+def describe_strategy(name: str, backend: str = "host") -> dict[str, Any]:
     """Name, kind (``strategy``, or ``peer`` for a reference: a stock library's loader), summary,
-    parameters (name, type, default) and availability of one registered strategy."""
+    parameters (name, type, default) and availability on ``backend`` of one registered strategy.
+
+    Availability comes from the installed distributions (``Strategy.installed``): no peer library
+    (nor torch) is imported, so the list answers at once; a GPU-only peer is unavailable on a host
+    backend."""
+    from workbench.registry import Availability
     from workbench.strategies import STRATEGIES, strategy_kind
 
     entry, kind = STRATEGIES.entries[name], strategy_kind(name)
@@ -19,18 +24,20 @@ def describe_strategy(name: str) -> dict[str, Any]:
     except ImportError as exc:  # a strategy module that cannot be imported here
         return {"name": name, "kind": kind, "summary": "", "params": [], "available": False,
                 "reason": f"module missing: {exc}", "hint": entry.hint, "target": entry.target}
-    avail = cls.available()
+    avail = cls.installed()
+    if avail and getattr(cls, "gpu_only", False) and backend.startswith("host"):
+        avail = Availability(False, f"loads to CUDA devices only; the {backend} backend has none (--device cuda)")
     params = [{"name": f.name, "type": str(f.type), "default": f.default}
               for f in dataclasses.fields(cls.Params)]
     return {"name": name, "kind": kind, "summary": cls.summary, "params": params, "available": bool(avail),
             "reason": avail.reason, "hint": entry.hint, "target": entry.target}
 
 
-def describe_strategies() -> list[dict[str, Any]]:
+def describe_strategies(backend: str = "host") -> list[dict[str, Any]]:
     """:func:`describe_strategy` for every registered name, in registry order."""
     from workbench.strategies import STRATEGIES
 
-    return [describe_strategy(name) for name in STRATEGIES]
+    return [describe_strategy(name, backend) for name in STRATEGIES]
 
 
 def _human(info: dict[str, Any], width: int) -> list[str]:
@@ -47,11 +54,13 @@ def _human(info: dict[str, Any], width: int) -> list[str]:
 
 
 @click.command("strategies")
+@click.option("--device", default="host", show_default=True,
+              help="The backend availability is for (a GPU-only peer is unavailable on host).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-def strategies(as_json: bool) -> None:
+def strategies(device: str, as_json: bool) -> None:
     """List load strategies (kind: strategy, or peer for a reference library's loader), their
-    parameters with defaults, and availability."""
-    infos = describe_strategies()
+    parameters with defaults, and availability on a backend (from the installed packages)."""
+    infos = describe_strategies(device.partition(":")[0])
     if as_json:
         click.echo(json.dumps(infos, indent=2))
         return

@@ -194,6 +194,17 @@ class PeerStrategy(Strategy):
         return Availability(True, versions + ("; CUDA devices only" if cls.gpu_only else ""))
 
     @classmethod
+    def installed(cls) -> Availability:
+        """From the installed distributions (importlib.metadata), importing none: torch alone takes
+        seconds to import. :meth:`available` imports the modules when a load is planned."""
+        names = [cls.library] + (["torch"] if "torch" in cls.modules else [])
+        missing = [name for name in names if version_of(name) == "?"]
+        if missing:
+            return Availability(False, f"not installed: {', '.join(missing)}; {cls.hint}")
+        versions = ", ".join(f"{name} {version_of(name)}" for name in names)
+        return Availability(True, versions + ("; CUDA devices only" if cls.gpu_only else ""))
+
+    @classmethod
     def supports(cls, index: TensorIndex) -> Availability:
         if index.format != "safetensors":
             what = f"this model is a {index.format} set of {len(index.files)} files" if index.sharded \

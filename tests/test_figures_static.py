@@ -1,0 +1,194 @@
+"""Figures outside JupyterLab: static PNG + SVG through kaleido, in reports, exports and notebooks;
+log ticks a reader can tell apart; heat maps one panel per file."""
+from __future__ import annotations
+
+import struct
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+from click.testing import CliRunner
+
+from workbench import defaults
+from workbench.cli import main
+from workbench.ledger import Ledger
+from workbench.ledger.figures import gbps_vs_ceilings, h2d_lines
+from workbench.ledger.heatmap import log_ticks, threads_chunk_heatmap
+from workbench.ledger.static import mime_bundle, render_static
+
+from ledger_helpers import record_attempt
+
+needs_browser = pytest.mark.skipif(not defaults.browser_path(), reason="no Chrome/Chromium (apt-get install chromium)")
+
+
+def assert_png(data: bytes) -> None:
+    """A PNG: the signature, then an IHDR chunk with a real size."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    width, height = struct.unpack(">II", data[16:24])
+    assert kind == b"IHDR" and length == 13 and width > 100 and height > 100
+    assert data[-8:-4] == b"IEND"
+
+
+def assert_svg(text: str) -> None:
+    root = ET.fromstring(text)  # well-formed XML, or this raises
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+
+
+# -- log axes and heat maps ---------------------------------------------------------------------------
+
+
+def test_log_ticks_write_every_tick_whole():
+    ticks = log_ticks(0.1, 30)
+    assert ticks["ticktext"] == ["0.1", "0.2", "0.5", "1", "2", "5", "10", "20"]
+    assert ticks["tickvals"][1] == pytest.approx(0.2) and ticks["tickvals"][-1] == pytest.approx(20)
+    assert len(set(ticks["ticktext"])) == len(ticks["ticktext"])
+    assert log_ticks(2500, 1.2e6)["ticktext"] == ["5,000", "10,000", "20,000", "50,000", "100,000", "200,000",
+                                                  "500,000", "1e+6"]
+    assert log_ticks(3, 4)["ticktext"] == ["3", "4"]  # inside one step: its ends
+    assert log_ticks(0, 4) == {}
+
+
+def test_gbps_figure_on_a_log_axis_labels_its_ticks():
+    attempts = pd.DataFrame({"id": ["a", "b"], "label": ["pread", "ring"], "strategy": ["pread", "ring"],
+                             "cache": ["warm", "warm"], "gbps": [0.3, 2.5]})
+    walls = pd.DataFrame({"host": ["h"], "name": ["memcpy"], "gbps": [40.0]})
+    axis = gbps_vs_ceilings(attempts, walls).layout.yaxis
+    assert axis.type == "log"
+    assert {"0.2", "2", "20"} <= set(axis.ticktext) and len(axis.ticktext) == len(axis.tickvals)
+
+
+def test_h2d_sizes_are_every_tick():
+    frame = pd.DataFrame({"path": ["heap"] * 3, "size": [1, 2, 3], "size_mib": [0.25, 2.0, 64.0],
+                          "gbps": [1.0, 2.0, 3.0], "device": ["host"] * 3})
+    axis = h2d_lines(frame).layout.xaxis
+    assert axis.type == "log" and list(axis.ticktext) == ["0.25", "2", "64"]
+
+
+def test_heat_map_draws_one_panel_per_file_never_an_average():
+    params = [{"threads": 1, "chunk_mib": 4}, {"threads": 2, "chunk_mib": 4}] * 2
+    attempts = pd.DataFrame({
+        "id": ["a", "b", "c", "d"], "strategy": ["lanes"] * 4, "cache": ["warm"] * 4, "gbps": [1.0, 2.0, 10.0, 20.0],
+        "params": params, "file_path": ["/m/small.gguf"] * 2 + ["/m/big.gguf"] * 2,
+        "file_hash": ["xxh3_128:aaaa11111111"] * 2 + ["xxh3_128:bbbb22222222"] * 2})
+    fig = threads_chunk_heatmap(attempts)
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["small.gguf · lanes · warm", "big.gguf · lanes · warm"]
+    assert [list(t.z[:, 0]) for t in fig.data] == [[1.0, 2.0], [10.0, 20.0]]  # nothing averaged across files
+    assert fig.layout.xaxis.title.text == "chunk (MiB)" and fig.layout.yaxis2.title.text == "threads"
+    # The same configuration twice on one file: its latest attempt, and the title says so.
+    again = pd.concat([attempts, attempts.iloc[[0]].assign(id="e", gbps=3.0)], ignore_index=True)
+    fig = threads_chunk_heatmap(again)
+    assert fig.data[0].z[0, 0] == 3.0 and "latest attempt per cell" in fig.layout.title.text
+    # Two files with one name are told apart by their hash.
+    clash = attempts.assign(file_path="/other/m.gguf")
+    assert {a.text for a in threads_chunk_heatmap(clash).layout.annotations} == {
+        "m.gguf [11111111] · lanes · warm", "m.gguf [22222222] · lanes · warm"}
+
+
+# -- static images ----------------------------------------------------------------------------------
+
+
+def test_without_a_browser_no_image_and_one_line_why(monkeypatch):
+    fig = go.Figure(go.Bar(x=[1], y=[2]), layout=dict(title="t"))
+    with defaults.set_browser_path("none"):
+        drawn = render_static({"a": fig})
+    assert drawn.images == {} and "\n" not in drawn.unavailable and "WORKBENCH_BROWSER=none" in drawn.unavailable
+    with defaults.set_browser_path("/nonexistent/chromium"):
+        drawn = render_static({"a": fig})
+    assert drawn.images == {} and "/nonexistent/chromium" in drawn.unavailable
+    monkeypatch.delenv("BROWSER_PATH", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(defaults, "BROWSER_CANDIDATES", ("/nonexistent/chromium",))
+    assert defaults.browser_path() == ""
+    assert "apt-get install chromium" in render_static({"a": fig}).unavailable
+    bundle = mime_bundle(fig, None)  # the interactive figure still goes out
+    assert set(bundle) == {"application/vnd.plotly.v1+json", "text/plain"}
+
+
+@needs_browser
+def test_render_static_draws_valid_png_and_svg():
+    figs = {"bars": go.Figure(go.Bar(x=["a", "b"], y=[1, 20]), layout=dict(title="Bars", height=300)),
+            "line": go.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]))}
+    drawn = render_static(figs)
+    assert drawn.unavailable == "" and set(drawn.images) == {"bars", "line"}
+    for image in drawn.images.values():
+        assert_png(image.png)
+        assert_svg(image.svg)
+    assert drawn.images["bars"].title == "Bars" and struct.unpack(">II", drawn.images["bars"].png[16:24])[1] == 300
+    bundle = mime_bundle(figs["bars"], drawn.images["bars"])
+    assert {"image/png", "image/svg+xml", "application/vnd.plotly.v1+json"} <= set(bundle)
+
+
+@pytest.fixture()
+def small_ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as led:
+        base = record_attempt(led, "pread", [0.010, 0.011, 0.012, 0.010, 0.011], campaign="figs")
+        record_attempt(led, "mmap", [0.008, 0.009, 0.008, 0.009, 0.008], campaign="figs", baseline=base)
+    return path
+
+
+@needs_browser
+def test_report_writes_and_links_static_figures(small_ledger, tmp_path):
+    from workbench.ledger.report import write_report
+
+    with Ledger(small_ledger) as led:
+        paths = write_report(led, "figs", tmp_path / "r")
+    assert paths.images_note == "" and len(paths.images) == 2 * len(paths.figures)
+    md = paths.markdown.read_text()
+    for key in paths.figures:
+        png, svg = tmp_path / "r" / "figures" / f"{key}.png", tmp_path / "r" / "figures" / f"{key}.svg"
+        assert_png(png.read_bytes())
+        assert_svg(svg.read_text())
+        assert f"(figures/{key}.png)" in md and f"(figures/{key}.svg)" in md
+    assert md.count("![") == len(paths.figures)
+
+
+def test_report_without_a_browser_says_so_and_keeps_the_interactive_page(small_ledger, tmp_path):
+    from workbench.ledger.report import write_report
+
+    with defaults.set_browser_path("none"), Ledger(small_ledger) as led:
+        paths = write_report(led, "figs", tmp_path / "r")
+    assert paths.images == () and "static images not drawn" in paths.images_note
+    md = paths.markdown.read_text()
+    assert "static images not drawn" in md and "![" not in md
+    assert all(f'id="figure-{key}"' in paths.html.read_text() for key in paths.figures)
+
+
+@needs_browser
+def test_export_figures_writes_a_campaigns_images(small_ledger, tmp_path):
+    out = tmp_path / "figs"
+    result = CliRunner().invoke(main, ["ledger", "export", "--ledger", str(small_ledger), "--campaign", "figs",
+                                       "--figures", str(out)])
+    assert result.exit_code == 0, result.output
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) >= 4 and len(pngs) == len(list(out.glob("*.svg")))
+    assert f"wrote {len(pngs)} figures as PNG and SVG" in result.output
+    assert_png(pngs[0].read_bytes())
+    assert (out / "figures.html").read_text().count("plotly.js v") == 1
+
+
+def test_export_figures_needs_a_campaign_and_works_without_a_browser(small_ledger, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["ledger", "export", "--ledger", str(small_ledger), "--figures", str(tmp_path)])
+    assert result.exit_code == 2 and "--campaign" in result.output
+    with defaults.set_browser_path("none"):
+        result = runner.invoke(main, ["ledger", "export", "--ledger", str(small_ledger), "--campaign", "figs",
+                                      "--figures", str(tmp_path / "f")])
+    assert result.exit_code == 0, result.output
+    assert "static images not drawn" in result.output and (tmp_path / "f" / "figures.html").is_file()
+    assert list((tmp_path / "f").glob("*.png")) == []
+
+
+def test_a_batch_notebooks_figures_go_out_with_their_images_or_one_line_why():
+    from workbench.cli.notebook_ui import with_static_images
+
+    fig = go.Figure(go.Bar(x=[1], y=[2]), layout=dict(title="t"))
+    with defaults.set_browser_path("none"):
+        note, text, bundle = with_static_images(["before", fig])
+    assert "static images not drawn" in note.data and text == "before"
+    assert set(bundle._repr_mimebundle_()) == {"application/vnd.plotly.v1+json", "text/plain"}
+    assert with_static_images(["only text"]) == ["only text"]  # no figure: no browser started
