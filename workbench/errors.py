@@ -133,6 +133,14 @@ class UnrecordedDumpError(WorkbenchError):
         super().__init__(f"{self.path}: not a workbench unrecorded-results dump: {detail}")
 
 
+class LockError(WorkbenchError):
+    """A device lock directory or file that is unsafe to use (someone else's, a link, not a file)."""
+
+    def __init__(self, path: object, detail: str):
+        self.path, self.detail = str(path), detail
+        super().__init__(f"{self.path}: {detail}; set WORKBENCH_LOCK_DIR to a directory of your own to go on")
+
+
 class SweepError(WorkbenchError):
     """A sweep file that is malformed, or a sweep that cannot start."""
 

@@ -92,6 +92,8 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
         sequence = interleave(len(configs), runs, order, seed)
     except ValueError as exc:
         raise WorkbenchError(str(exc)) from None
+    for device in dict.fromkeys(c.device for c in configs):  # an unsafe lock is one line before anything
+        DeviceLock(device, lock_dir).check()
     store = open_ledger(ledger)
     try:
         return _measure_runs(run_fn, configs, sequence, store, labels=labels, campaign=campaign,
