@@ -235,7 +235,7 @@ def report_panel(*, campaign: str, ledger: str = "", out_dir: str = "") -> Panel
     store = ledger_path(ledger)
     known: list[str] = []
     if store.is_file():  # a report reads: it never creates a ledger at a mistyped path
-        with Ledger(store, create=False) as opened:
+        with Ledger(store, readonly=True) as opened:
             known = list(opened.campaigns()["name"])
     controls = {
         "campaign": w.Combobox(value=campaign, options=known, description="campaign"),
@@ -258,7 +258,7 @@ def build_report(store: Path, campaign: str, out_dir: str | None = None,
 
     say(f"writing the report of '{campaign}' …")
     target = Path(out_dir) if out_dir else report_dir(campaign)
-    with Ledger(store, create=False) as ledger:
+    with Ledger(store, readonly=True) as ledger:
         paths = write_report(ledger, campaign, target)
         attempts, runs, ceilings = campaign_frames(ledger, campaign)
     where = HTML("<p>Report written: " + ", ".join(

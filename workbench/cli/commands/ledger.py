@@ -37,17 +37,22 @@ def ledger(ctx: click.Context, ledger_path: str | None) -> None:
     ctx.obj = ledger_path
 
 
-def _opened(ctx: click.Context, sub_ledger: str | None, create: bool = False) -> Any:
-    """The ledger named before or after the subcommand (both: they must agree)."""
+def _opened(ctx: click.Context, sub_ledger: str | None, create: bool = False, readonly: bool = False) -> Any:
+    """The ledger named before or after the subcommand (both: they must agree); ``readonly`` for the
+    commands that only read (list, show, export), which then change nothing in the file."""
     from workbench.ledger import Ledger
 
+    led = Ledger(_ledger_path(ctx, sub_ledger), create=create, readonly=readonly)
+    ctx.call_on_close(led.close)
+    return led
+
+
+def _ledger_path(ctx: click.Context, sub_ledger: str | None) -> str | None:
     before = ctx.parent.obj if ctx.parent is not None else None
     if before and sub_ledger and Path(before) != Path(sub_ledger):
         raise ParamError(f"workbench ledger {ctx.info_name}", "--ledger",
                          f"given twice with different paths ({before}, {sub_ledger})")
-    led = Ledger(sub_ledger or before, create=create)
-    ctx.call_on_close(led.close)
-    return led
+    return sub_ledger or before
 
 
 @ledger.command("list")
@@ -56,7 +61,7 @@ def _opened(ctx: click.Context, sub_ledger: str | None, create: bool = False) ->
 @click.pass_context
 def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> None:
     """One line per attempt, oldest first."""
-    led = _opened(ctx, sub_ledger)
+    led = _opened(ctx, sub_ledger, readonly=True)
     frame = led.attempts(campaign)
     if frame.empty:
         known = ", ".join(led.campaigns()["name"]) or "none"
@@ -78,7 +83,7 @@ def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> N
 @click.pass_context
 def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     """An attempt (unique id prefix of ≥ 6 characters is enough) and its runs."""
-    led = _opened(ctx, sub_ledger)
+    led = _opened(ctx, sub_ledger, readonly=True)
     attempt = led.attempt(attempt_id)
     width = max(len(k) for k in attempt)
     for key, value in attempt.items():
@@ -148,7 +153,7 @@ def export(ctx: click.Context, csv_path: str | None, md_path: str | None, campai
         raise ParamError("workbench ledger export", "--csv/--markdown", "give --csv PATH and/or --markdown PATH")
     if csv_path == "-" and md_path == "-":
         raise ParamError("workbench ledger export", "-", "only one of --csv and --markdown can go to standard output")
-    led = _opened(ctx, sub_ledger)
+    led = _opened(ctx, sub_ledger, readonly=True)
     written = []
     if csv_path == "-":
         write_csv(attempts_frame(led, campaign), sys.stdout)
@@ -173,6 +178,24 @@ def merge(ctx: click.Context, other: str, sub_ledger: str | None) -> None:
         raise LedgerError(other, "no such ledger file")
     counts = _opened(ctx, sub_ledger, create=True).merge(other)
     click.echo(", ".join(f"{table}: +{count}" for table, count in counts.items()))
+
+
+@ledger.command("upgrade")
+@_ledger_option
+@click.pass_context
+def upgrade(ctx: click.Context, sub_ledger: str | None) -> None:
+    """Bring a ledger written by an older workbench to this one's schema, in place (reading commands
+    never do; commands that record do it on their own)."""
+    from workbench.ledger import Ledger
+    from workbench.ledger.reading import read_version
+    from workbench.ledger.schema import resolve_path
+
+    path = resolve_path(_ledger_path(ctx, sub_ledger))
+    before = read_version(path)  # a missing, foreign or newer file: one line, nothing written
+    with Ledger(path, create=False) as led:  # opening to record brings it up to date
+        after = led.schema_version
+    click.echo(f"{path}: schema version {before} → {after}" if before != after else
+               f"{path}: already at schema version {after}; nothing changed")
 
 
 @ledger.command("import-unrecorded")

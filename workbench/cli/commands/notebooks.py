@@ -62,7 +62,7 @@ def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
     lid, history = "", None
     if ledger.exists():  # a missing ledger holds no completed point and no history
         lid = ledger_identity(ledger)
-        with Ledger(ledger, create=False) as opened:
+        with Ledger(ledger, readonly=True) as opened:
             history = RunHistory(opened)
     defaults = notebook_defaults(spec.notebook)
     click.echo(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {len(points)} point(s)")
