@@ -18,7 +18,7 @@ from workbench.ledger import schema
 from workbench.ledger.owner import RUNNING, abandoned, current_owner, interrupted_values, reap_abandoned
 from workbench.ledger.reading import connect_readonly
 from workbench.ledger.schema import ATTEMPT_KINDS, decode, encode, new_id, now, transaction, tristate
-from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
+from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord, campaign_name_problem
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,8 +76,9 @@ class Ledger:
 
     def ensure_campaign(self, name: str, description: str = "") -> str:
         """The id of campaign ``name``, created when missing (a description fills an empty one)."""
-        if not name or not name.strip():
-            raise LedgerError(self.path, "a campaign needs a non-empty name")
+        problem = campaign_name_problem(name)
+        if problem is not None:
+            raise LedgerError(self.path, problem)
         with transaction(self._conn, self.path) as c:
             c.execute("INSERT OR IGNORE INTO campaigns VALUES (?, ?, ?, ?)", (new_id(), name, description, now()))
             if description:
