@@ -49,6 +49,34 @@ def synth_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Tenso
     return make
 
 
+@pytest.fixture(scope="session")
+def sharded_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., TensorIndex]:
+    """``sharded_model(format, layout, shards=3, size=3 MiB, alignment=32, experts=8)`` → index of a
+    synthetic sharded set (safetensors shards + model.safetensors.index.json, or a gguf-split set),
+    written once per argument set for the whole session, every file written back to disk."""
+    from workbench.formats.synth import write_synthetic
+
+    root = tmp_path_factory.mktemp("sharded")
+    made: dict[tuple, TensorIndex] = {}
+
+    def make(format: str, layout: str, shards: int = 3, size: int = 3 << 20, alignment: int = 32,
+             experts: int = 8) -> TensorIndex:
+        key = (format, layout, shards, size, alignment, experts)
+        if key not in made:
+            out = root / f"{format}-{layout}-n{shards}-a{alignment}-s{size}-e{experts}"
+            made[key] = write_synthetic(out, format=format, layout=layout, size=size, experts=experts,
+                                        alignment=alignment, seed=len(made), shards=shards)
+            for f in made[key].files:
+                fd = os.open(f.path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        return made[key]
+
+    return make
+
+
 def write_raw_model(path: Path, sizes: Sequence[int], *, first: int = 0, gap: int = 0,
                     tail: int = 0, seed: int = 0) -> TensorIndex:
     """A file of random bytes and a hand-made index over it: tensors of ``sizes`` bytes starting at

@@ -38,7 +38,8 @@ def test_synth_then_inspect_json(tmp_path, fmt):
     assert report["n_page_aligned"] == sum(t["offset"] % 4096 == 0 for t in report["tensors"])
     assert report["tensors"][0] == {"name": index.tensors[0].name, "offset": index.tensors[0].offset,
                                     "nbytes": index.tensors[0].nbytes, "dtype": index.tensors[0].dtype,
-                                    "shape": list(index.tensors[0].shape)}
+                                    "shape": list(index.tensors[0].shape), "file": out.name}
+    assert [f["name"] for f in report["files"]] == [out.name] and report["index_file"] is None
     blobs = report["experts"]["blobs"]
     assert len(blobs) == len(index.blobs) > 0
     for b, blob in zip(blobs, index.blobs):
@@ -54,7 +55,14 @@ def test_inspect_human_summary(tmp_path):
     index = open_index(out)
     assert f"{len(index)}," in res.output and "alignment   32" in res.output
     assert f"{len(index.blobs)} blobs" in res.output and "(skipped)" in res.output
-    assert len(res.output.splitlines()) < 10
+    lines = res.output.splitlines()
+    largest = max(index.tensors, key=lambda t: t.nbytes)
+    shown = min(20, len(index))
+    assert f"largest {shown} of {len(index)} tensors" in res.output and largest.name in lines[7]
+    assert len(lines) == 6 + 1 + shown  # summary, heading, the largest (20 at most)
+    everything = invoke("inspect", str(out), "--no-hash", "--all").output.splitlines()
+    assert everything[-len(index):] == [line for line in everything if line.startswith("    ")]
+    assert [line.split()[0] for line in everything[-len(index):]] == [t.name for t in index.sorted_by_offset()]
 
 
 @pytest.mark.parametrize("content", [b"", b"GGUF" + bytes(20), b"not a model at all, just text\n"])

@@ -13,7 +13,7 @@ from workbench.errors import ParamError
 from workbench.expert import plan_placements
 from workbench.formats import PAGE_SIZE, open_index
 from workbench.formats.synth import write_synthetic
-from workbench.formats.synth_experts import page_multiple_width
+from workbench.formats.synth_dims import page_multiple_width
 from workbench.formats.synth_layout import _LADDER, Dims, _nbytes
 
 

@@ -1,7 +1,9 @@
-"""Model file formats → :class:`TensorIndex`.
+"""Model formats → :class:`TensorIndex`.
 
-``open_index(path)`` recognises the format by content, not by file name. A format is a class with
-``name``, ``sniff(head: bytes) -> bool`` and ``read_index(path, size) -> TensorIndex``, registered in
+``open_index(path)`` takes a model: one file, a directory, a safetensors index or any shard of a set
+(resolve.py says which files that is), indexes each file by its format — recognised by content, not by
+file name — and checks them as one set (sets.py). A format is a class with ``name``,
+``sniff(head: bytes) -> bool`` and ``read_index(path, size) -> TensorIndex``, registered in
 :data:`FORMATS`; adding one is a module plus one line here.
 """
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 import stat
 
 from workbench.errors import FormatError
-from workbench.formats.index import PAGE_SIZE, ExpertBlob, FileIdentity, TensorIndex, TensorInfo
+from workbench.formats.index import PAGE_SIZE, ExpertBlob, FileIdentity, ModelFile, TensorIndex, TensorInfo
 from workbench.registry import Registry
 
 FORMATS: Registry = Registry("format", {
@@ -29,27 +31,39 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 
 def open_index(path: str | os.PathLike[str]) -> TensorIndex:
-    """Index a model file (GGUF or safetensors, detected by content).
+    """Index a model: one file (GGUF or safetensors, detected by content) or a set of files.
 
     Parameters
     ----------
     path
-        The model file.
+        A model file, a shard of a set (its siblings come with it), a ``*.safetensors.index.json``, or
+        a directory holding one model.
 
     Returns
     -------
     TensorIndex
-        Absolute tensor offsets sorted as they lie in the file, and MoE expert blobs.
+        Every tensor with its file and absolute offset in it (file by file, in file order), the files
+        of the set, and MoE expert blobs.
 
     Raises
     ------
     FormatError
-        Missing path, directory, empty or truncated file, unknown format, or any malformed field.
+        Missing path, empty or truncated file, unknown format, any malformed field, and for a set: a
+        missing or foreign shard, a member outside the model's directory, a tensor in no file or in
+        two, an index or split keys that disagree with the files.
     """
+    from workbench.formats.resolve import resolve_model
+    from workbench.formats.sets import index_set
+
+    return index_set(resolve_model(path), open_file_index)
+
+
+def open_file_index(path: str | os.PathLike[str]) -> TensorIndex:
+    """Index one model file on its own (no set resolution): what :func:`open_index` does per member."""
     path, st = _check_path(path)
     index = FORMATS.get(_detect(path, st.st_size)).read_index(path, st.st_size)
     # stat before the header was read: a change while reading it also shows up as drift later
-    return dataclasses.replace(index, mtime_ns=st.st_mtime_ns, inode=st.st_ino)
+    return dataclasses.replace(index, mtime_ns=st.st_mtime_ns, inode=st.st_ino, files=())
 
 
 def _check_path(path: str | os.PathLike[str]) -> tuple[str, os.stat_result]:
@@ -84,6 +98,6 @@ def _detect(path: str, size: int) -> str:
 
 
 __all__ = [
-    "FORMATS", "PAGE_SIZE", "ExpertBlob", "FileIdentity", "FormatError", "TensorIndex", "TensorInfo",
-    "detect_format", "open_index",
+    "FORMATS", "PAGE_SIZE", "ExpertBlob", "FileIdentity", "FormatError", "ModelFile", "TensorIndex", "TensorInfo",
+    "detect_format", "open_file_index", "open_index",
 ]

@@ -12,14 +12,19 @@ from __future__ import annotations
 import os
 
 from workbench.errors import FormatError
-from workbench.formats.index import TensorIndex
+from workbench.formats.index import ModelFile, TensorIndex
 
 
-def changed_since_indexed(index: TensorIndex, st: os.stat_result | None = None) -> str:
-    """'' while the file's size, mtime and inode are those it was indexed with, else what changed.
+def changed_since_indexed(index: TensorIndex | ModelFile, st: os.stat_result | None = None) -> str:
+    """'' while the file's size, mtime and inode are those it was indexed with, else what changed; for
+    a model of several files, each file's changes, named.
 
     An index built by hand (``mtime_ns`` 0) is checked on size alone.
     """
+    if isinstance(index, TensorIndex):
+        if not index.sharded:
+            return changed_since_indexed(index.files[0], st)
+        return "; ".join(f"{f.name}: {c}" for f in index.files if (c := changed_since_indexed(f)))
     try:
         st = st or os.stat(index.path)
     except OSError as exc:
@@ -34,9 +39,9 @@ def changed_since_indexed(index: TensorIndex, st: os.stat_result | None = None) 
     return ", ".join(changes)
 
 
-def check_unchanged(index: TensorIndex, fd: int | None = None) -> None:
+def check_unchanged(index: TensorIndex | ModelFile, fd: int | None = None) -> None:
     """Raise FormatError naming what changed since indexing (through ``fd`` when given: the very file
-    about to be read, even if the path was replaced meanwhile)."""
+    about to be read, even if the path was replaced meanwhile; ``index`` is then that one file)."""
     changed = changed_since_indexed(index, os.fstat(fd) if fd is not None else None)
     if changed:
         raise FormatError(index.path, "file", f"changed since it was indexed ({changed}): "

@@ -17,6 +17,7 @@ a non-weight companion tensor (e.g. ``.weight_scale_inv``) gets its own blob nam
 """
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from typing import Iterable
@@ -33,13 +34,36 @@ _PROJECTIONS = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "gate
 MAX_EXPERTS = 8192  # the largest released MoE models have 512; a larger count is a corrupt header
 
 
+def group_blobs(fmt: str, tensors: list[TensorInfo]) -> tuple[tuple[ExpertBlob, ...], list[str]]:
+    """The expert blobs of a model's tensors (one file or a set), and a note per expert group that
+    spans two files: such a group is no blob (one copy cannot cover it) and loads as plain tensors."""
+    if fmt == "gguf":
+        return group_gguf_experts("", tensors), []
+    split = group_safetensors_experts(tensors)
+    blobs = [b for b in split if _one_file(b, tensors)]
+    notes = [f"experts of layer {b.layer} {b.name} lie in {len(_files_of(b, tensors))} files "
+             f"({', '.join(sorted(os.path.basename(f) for f in _files_of(b, tensors)))}): not a blob, "
+             f"loaded as {b.n_experts} plain tensors" for b in split if not _one_file(b, tensors)]
+    blobs += group_stacked_safetensors_experts("", tensors)
+    return tuple(sorted(blobs, key=lambda b: (b.layer, b.file, b.offset))), notes
+
+
+def _files_of(blob: ExpertBlob, tensors: list[TensorInfo]) -> set[str]:
+    names = set(blob.tensors)
+    return {t.file for t in tensors if t.name in names}
+
+
+def _one_file(blob: ExpertBlob, tensors: list[TensorInfo]) -> bool:
+    return len(_files_of(blob, tensors)) <= 1
+
+
 def group_gguf_experts(path: str, tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:
     """Split each stacked ``blk.N.ffn_*_exps.weight`` tensor into per-expert slices."""
     blobs = []
     for t in tensors:
         m = _GGUF_EXPS.match(t.name)
         if m is not None:
-            blobs.append(_split_stacked(path, t, int(m.group(1)), m.group(2)))
+            blobs.append(_split_stacked(path or t.file, t, int(m.group(1)), m.group(2)))
     return tuple(sorted(blobs, key=lambda b: (b.layer, b.offset)))
 
 
@@ -52,7 +76,7 @@ def group_stacked_safetensors_experts(path: str, tensors: Iterable[TensorInfo]) 
             continue
         layer, proj, suffix = found
         name = proj if suffix in ("", ".weight") else f"{proj}{suffix}"
-        blobs.append(_split_stacked(path, t, layer, name))
+        blobs.append(_split_stacked(path or t.file, t, layer, name))
     return tuple(sorted(blobs, key=lambda b: (b.layer, b.offset)))
 
 
@@ -67,7 +91,7 @@ def _split_stacked(path: str, t: TensorInfo, layer: int, name: str) -> ExpertBlo
         raise FormatError(path, f"tensor '{t.name}'.nbytes", f"{t.nbytes} bytes do not split into {n} experts")
     stride = t.nbytes // n
     slices = tuple((t.offset + e * stride, stride) for e in range(n))
-    return ExpertBlob(layer, name, n, stride, True, slices, (t.name,))
+    return ExpertBlob(layer, name, n, stride, True, slices, (t.name,), t.file)
 
 
 def group_safetensors_experts(tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:
@@ -139,4 +163,6 @@ def _measure_blob(layer: int, name: str, members: list[tuple[int, TensorInfo]]) 
     else:
         stride = gaps.pop() if len(gaps) == 1 else 0
         stride = max(stride, 0)
-    return ExpertBlob(layer, name, len(slices), stride, contiguous, slices, tuple(t.name for _, t in members))
+    files = {t.file for _, t in members}
+    return ExpertBlob(layer, name, len(slices), stride, contiguous, slices, tuple(t.name for _, t in members),
+                      files.pop() if len(files) == 1 else "")

@@ -25,26 +25,20 @@ memory stays bounded whatever the size. The top exponent bit of every float is c
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
-from typing import BinaryIO, Iterator
-
-import numpy as np
 
 from workbench.errors import ParamError
 from workbench.formats.index import TensorIndex
-from workbench.formats.synth_layout import LAYOUTS, TensorSpec, plan_model
+from workbench.formats.synth_layout import LAYOUTS, plan_model
+from workbench.formats.synth_shards import write_set
+from workbench.formats.synth_write import CHUNK_BYTES, _write_content, write_gguf, write_safetensors
 
-CHUNK_BYTES = 8 << 20
-_KERNEL_ALIGNMENT = 64  # expert offsets below this alignment would under-align the compute kernels
+__all__ = ["CHUNK_BYTES", "FORMATS", "_write_content", "parse_size", "write_synthetic"]
 FORMATS = ("gguf", "safetensors")
 _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
           "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
-# Bytes per quant block and where its float scales sit, to keep values finite (see _make_finite).
-_BLOCK = {"Q4_0": 18, "Q8_0": 34, "F16": 2, "BF16": 2, "F32": 4, "U8": 1, "I8": 1}
 
 
 def parse_size(text: str | int) -> int:
@@ -61,16 +55,19 @@ def parse_size(text: str | int) -> int:
     return value
 
 
-def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, size: int,
+def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, size: int | None,
                     experts: int = 8, alignment: int = 32, seed: int = 0,
                     expert_layout: str | None = None, dtype: str = "f16",
-                    shape: str | None = None) -> TensorIndex:
-    """Write a synthetic model file of about ``size`` bytes and return its index.
+                    shape: str | None = None, shards: int = 1,
+                    max_shard_size: int | None = None) -> TensorIndex:
+    """Write a synthetic model of about ``size`` bytes — one file, or a sharded set — and return its index.
 
     Parameters
     ----------
     path
-        Output file; written as ``path + ".partial"`` and renamed when complete.
+        Output file; written as ``path + ".partial"`` and renamed when complete. For a sharded model
+        (``shards`` > 1 or ``max_shard_size``), a directory to hold ``model-0000i-of-0000N.<ext>``, or a
+        file name whose stem names the shards (``dir/x.gguf`` → ``dir/x-00001-of-00003.gguf``).
     format
         ``"gguf"`` or ``"safetensors"``.
     layout
@@ -93,18 +90,26 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
     shape
         ``None`` (dimensions from a ladder of real sizes) or a real dense model's dimensions by name
         (``"llama3-8b"``: hidden 4096, FFN 14336, vocabulary 128256); the layer count fills ``size``
-        (8 GiB → 14 layers, 129 tensors, 8.21 GB).
+        (8 GiB → 14 layers, 129 tensors, 8.21 GB); with ``size=None`` the real model whole.
+    shards, max_shard_size
+        Write the tensors over ``shards`` files (balanced by bytes; an expert group never split), or
+        start a new file whenever the next tensor would pass ``max_shard_size`` bytes (as
+        ``save_pretrained`` and gguf-split do). safetensors sets get ``model.safetensors.index.json``
+        with Hugging Face's file names and ``metadata.total_size``; GGUF sets ``split.*`` keys.
     """
     _check_args(format, layout, size, experts, alignment, seed)
     specs, meta = plan_model(format, layout, size, experts, alignment, expert_layout, dtype, shape)
+    if shards != 1 or max_shard_size is not None:
+        return write_set(path, format, specs, meta, alignment, seed, shards, max_shard_size)
     path = os.fspath(path)
     tmp = path + ".partial"
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # `synth data/models/m.gguf` in a fresh clone
+        numbered = list(enumerate(specs))
         if format == "gguf":
-            _write_gguf(tmp, specs, meta, alignment, seed)
+            write_gguf(tmp, numbered, meta, alignment, seed)
         else:
-            _write_safetensors(tmp, specs, meta, alignment, seed)
+            write_safetensors(tmp, numbered, meta, alignment, seed)
         os.replace(tmp, path)
     except OSError as exc:
         raise ParamError("synth", "out", f"{path}: {exc.strerror or exc}") from None
@@ -121,7 +126,7 @@ def _check_args(format: str, layout: str, size: int, experts: int, alignment: in
         raise ParamError("synth", "format", f"{format!r} is not one of {', '.join(FORMATS)}")
     if layout not in LAYOUTS:
         raise ParamError("synth", "layout", f"{layout!r} is not one of {', '.join(LAYOUTS)}")
-    if size <= 0:
+    if size is not None and size <= 0:
         raise ParamError("synth", "size", f"must be positive, got {size}")
     if experts < 1:
         raise ParamError("synth", "experts", f"must be >= 1, got {experts}")
@@ -129,132 +134,3 @@ def _check_args(format: str, layout: str, size: int, experts: int, alignment: in
         raise ParamError("synth", "alignment", f"{alignment} is not a power of two")
     if not 0 <= seed < 2**63:
         raise ParamError("synth", "seed", f"must be in [0, 2**63), got {seed}")
-
-
-def _write_gguf(path: str, specs: list[TensorSpec], meta: dict[str, int | str], alignment: int,
-                seed: int) -> None:
-    """gguf-py's writer for header, key/values and tensor infos; the data is streamed here."""
-    header = _write_gguf_header(path, specs, meta, alignment, seed, pad=0)
-    pad = (_data_remainder(alignment) - _round_up(header, alignment)) % _KERNEL_ALIGNMENT
-    if pad:  # a multiple of the alignment, so the data region moves by exactly `pad`
-        _write_gguf_header(path, specs, meta, alignment, seed, pad=pad)
-    with open(path, "r+b") as f:
-        f.seek(0, os.SEEK_END)
-        _pad(f, alignment)
-        for i, s in enumerate(specs):
-            _write_content(f, s, seed, i)
-            _pad(f, alignment)  # next tensor's offset, as gguf-py's writer lays them out
-
-
-def _data_remainder(alignment: int) -> int:
-    """Where the data region starts mod 64: 0 at alignment >= 64, else an odd multiple of the alignment."""
-    return 0 if alignment >= _KERNEL_ALIGNMENT else alignment
-
-
-def _write_gguf_header(path: str, specs: list[TensorSpec], meta: dict[str, int | str], alignment: int,
-                       seed: int, pad: int) -> int:
-    """Write header, key/values and tensor infos (truncating ``path``); returns their length in bytes."""
-    from gguf import GGMLQuantizationType, GGUFWriter
-
-    arch = str(meta["architecture"])
-    writer = GGUFWriter(path, arch)
-    writer.add_name(f"workbench synthetic {meta['layout']}")
-    if alignment != 32:  # real files omit the key at the default; gguf-py then assumes 32
-        writer.add_custom_alignment(alignment)
-    for key, value in meta.items():
-        if key.startswith(f"{arch}.") and isinstance(value, int):
-            writer.add_uint32(key, value)
-    writer.add_uint64("workbench.synth.seed", seed)
-    writer.add_uint64("workbench.synth.size", int(meta["size"]))
-    # moves the data region (see _data_remainder); never empty, as gguf-py drops empty strings
-    writer.add_string("workbench.synth.pad", " " * (1 + pad))
-    for s in specs:
-        writer.add_tensor_info(s.name, s.shape, np.dtype(np.float32), s.nbytes,
-                               raw_dtype=GGMLQuantizationType[s.dtype])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    writer.close()
-    return os.path.getsize(path)
-
-
-def _write_safetensors(path: str, specs: list[TensorSpec], meta: dict[str, int | str], alignment: int,
-                       seed: int) -> None:
-    header: dict[str, object] = {"__metadata__": {
-        "format": "pt", "workbench.synth": json.dumps({**meta, "seed": seed}, sort_keys=True)}}
-    pos = 0
-    for s in specs:
-        header[s.name] = {"dtype": s.dtype, "shape": list(s.shape), "data_offsets": [pos, pos + s.nbytes]}
-        pos += s.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    # Pad with spaces (valid JSON whitespace, as the safetensors writer does) to align the data start.
-    unit = max(8, alignment)
-    raw += b" " * (-(8 + len(raw)) % unit)
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        _write_tensors_parallel(f.fileno(), f.tell(), specs, seed)
-
-
-def _write_tensors_parallel(fd: int, start: int, specs: list[TensorSpec], seed: int) -> None:
-    """Each tensor at its offset from a small thread pool (the generator, the masking and pwrite all
-    release the GIL): an 8 GB file in a few seconds instead of one core's ~1 GB/s. Same bytes."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    offsets, pos = [], start
-    for s in specs:
-        offsets.append(pos)
-        pos += s.nbytes
-    os.ftruncate(fd, pos)
-
-    def write_one(i: int) -> None:
-        at = offsets[i]
-        for chunk in _content_chunks(specs[i], seed, i):
-            view, done = memoryview(chunk), 0
-            while done < len(view):
-                done += os.pwrite(fd, view[done:], at + done)
-            at += len(view)
-
-    workers = max(1, min(8, len(os.sched_getaffinity(0)), len(specs)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for future in [pool.submit(write_one, i) for i in sorted(range(len(specs)), key=lambda k: -specs[k].nbytes)]:
-            future.result()  # the first error, after every write was started
-
-
-def _round_up(x: int, n: int) -> int:
-    return -(-x // n) * n
-
-
-def _pad(f: BinaryIO, alignment: int) -> None:
-    f.write(b"\0" * (-f.tell() % alignment))
-
-
-def _write_content(f: BinaryIO, spec: TensorSpec, seed: int, index: int) -> None:
-    """Stream the tensor's content to ``f`` at its position."""
-    for chunk in _content_chunks(spec, seed, index):
-        f.write(memoryview(chunk))
-
-
-def _content_chunks(spec: TensorSpec, seed: int, index: int) -> Iterator[np.ndarray]:
-    """``spec.nbytes`` pseudo-random bytes from PCG64(seed, index), chunk by chunk (bounded memory)."""
-    bits = np.random.PCG64(np.random.SeedSequence([seed, index]))
-    unit = math.lcm(8, _BLOCK[spec.dtype])  # whole blocks and whole 64-bit words per chunk
-    chunk = max(unit, CHUNK_BYTES // unit * unit)
-    left = spec.nbytes
-    while left:
-        n = min(chunk, left)
-        buf = bits.random_raw(-(-n // 8)).view(np.uint8)[:n]
-        _make_finite(buf, spec.dtype)
-        yield buf
-        left -= n
-
-
-def _make_finite(buf: np.ndarray, dtype: str) -> None:
-    """Clear the top exponent bit of every float (and quant block scale): no inf, no NaN, |x| < 2."""
-    if dtype in ("F16", "BF16"):  # both keep the exponent's top bit at bit 14
-        buf.view(np.uint16)[...] &= 0xBFFF
-    elif dtype == "F32":
-        buf.view(np.uint32)[...] &= 0xBFFFFFFF
-    elif dtype in ("Q4_0", "Q8_0"):  # block = f16 scale, then the quants
-        buf.reshape(-1, _BLOCK[dtype])[:, 1] &= 0xBF
-

@@ -10,32 +10,12 @@
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from workbench.formats.synth_layout import Dims
+from workbench.formats.synth_dims import Dims
 
 EXPERT_LAYOUTS = ("stacked", "split")
-PAGE = 4096
-_ROW_BLOCK = 32  # a GGUF row (numpy's last dimension) must hold whole Q4_0/Q8_0 blocks
-_BYTES = {"Q4_0": (32, 18), "Q8_0": (32, 34), "F16": (1, 2), "F32": (1, 4)}  # (elements, bytes) per block
 
 
-def page_multiple_width(hidden: int, dtype: str) -> int:
-    """The smallest FFN width ``w`` (a multiple of 32) for which a ``w × hidden`` matrix of ``dtype``
-    is a whole number of pages: every FFN width that is a multiple of it gives page-multiple experts.
-
-    At Q4_0 (18 B per 32 elements) that needs ``w · hidden`` to be a multiple of 65536, so hidden 2048
-    gives 32 (the A3B's 768 is 216 pages) and hidden 64 gives 1024 (9 pages).
-    """
-    elements, nbytes = _BYTES[dtype]
-    width = _ROW_BLOCK
-    while (width * hidden // elements * nbytes) % PAGE:
-        width += _ROW_BLOCK  # terminates: width = 32 · 4096 always gives a page multiple
-    return width
-
-
-def expert_roles(fmt: str, d: "Dims", layer: int) -> list[tuple[str, str, tuple[int, ...]]]:
+def expert_roles(fmt: str, d: Dims, layer: int) -> list[tuple[str, str, tuple[int, ...]]]:
     """(name, dtype kind, numpy shape) of layer ``layer``'s router and expert tensors, in file order."""
     h, fe, e = d.hidden, d.expert_ff, d.experts
     if fmt == "gguf":

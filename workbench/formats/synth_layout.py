@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from workbench.errors import ParamError
-from workbench.formats.synth_experts import EXPERT_LAYOUTS, expert_roles, page_multiple_width
+from workbench.formats.synth_dims import Dims
+from workbench.formats.synth_experts import EXPERT_LAYOUTS, expert_roles
 
 LAYOUTS = ("dense", "moe")
 _LADDER = (64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 5120, 8192)
@@ -33,7 +34,7 @@ _DTYPES = {  # (format, dtype option) → dtype per kind of tensor
 }
 DTYPES = ("f16", "bf16")
 # Real models' dimensions, for files shaped like one: the layer count still fills the size.
-SHAPES = {"llama3-8b": {"hidden": 4096, "ff": 14336, "vocab": 128256}}
+SHAPES = {"llama3-8b": {"hidden": 4096, "ff": 14336, "vocab": 128256, "layers": 32}}
 _ARCH = {"dense": "llama", "moe": "qwen2moe"}
 
 
@@ -47,43 +48,7 @@ class TensorSpec:
     nbytes: int
 
 
-@dataclass(frozen=True)
-class Dims:
-    """Model hyper-parameters derived from the hidden size."""
-
-    hidden: int
-    layers: int
-    vocab: int
-    experts: int
-    matrix_dtype: str = "Q4_0"
-    expert_layout: str = "stacked"  # GGUF always; safetensors "split" (one tensor per expert) or "stacked"
-    ff_dim: int = 0  # a real model's FFN width; 0: derived from hidden
-
-    @property
-    def head_dim(self) -> int:
-        return 64 if self.hidden < 1024 else 128
-
-    @property
-    def kv(self) -> int:  # grouped-query attention: a quarter of the heads for k and v
-        return max(1, self.hidden // self.head_dim // 4) * self.head_dim
-
-    @property
-    def ff(self) -> int:
-        return self.ff_dim or _round_up(self.hidden * 8 // 3, 64)
-
-    @property
-    def expert_ff(self) -> int:
-        """A3B: hidden 2048 → expert FFN 768; rounded to the nearest page-multiple width, so small
-        hidden sizes get a wider FFN (at Q4_0 an expert cannot be smaller than 9 pages)."""
-        unit = page_multiple_width(self.hidden, self.matrix_dtype)
-        return max(unit, round(self.hidden * 3 / 8 / unit) * unit)
-
-    @property
-    def shared_ff(self) -> int:  # the shared expert is a dense tensor: no page rounding needed
-        return _round_up(self.hidden * 3 // 8, 32)
-
-
-def plan_model(fmt: str, layout: str, size: int, experts: int, alignment: int,
+def plan_model(fmt: str, layout: str, size: int | None, experts: int, alignment: int,
                expert_layout: str | None = None, dtype: str = "f16",
                shape: str | None = None) -> tuple[list[TensorSpec], dict[str, int | str]]:
     """Tensor specs in file order and the metadata describing them, for a file of about ``size``.
@@ -92,9 +57,14 @@ def plan_model(fmt: str, layout: str, size: int, experts: int, alignment: int,
     (one tensor per expert) and takes ``"stacked"`` (gpt-oss style, one tensor per layer).
     ``dtype``: safetensors ``"f16"`` (F16 matrices, F32 norms) or ``"bf16"`` (every tensor BF16).
     ``shape``: a name from :data:`SHAPES` fixes hidden, FFN and vocabulary sizes to a real model's
-    (dense only); the layer count fills the size.
+    (dense only); the layer count fills the size, or with ``size=None`` is the real model's (its full
+    dimensions: llama3-8b is 32 layers, 16.06 GB in bf16).
     """
     dtypes = _check_dtype_shape(fmt, layout, dtype, shape)
+    if size is None:
+        if shape is None:
+            raise ParamError("synth", "size", "needed unless --shape names a real model")
+        return _plan_real(fmt, layout, experts, expert_layout, dtype, shape, dtypes)
     align = alignment if fmt == "gguf" else 1  # safetensors packs tensors back to back
     proto = Dims(0, 1, 1, experts, dtypes["matrix"], _expert_layout(fmt, expert_layout))
     if shape is None:
@@ -116,6 +86,18 @@ def plan_model(fmt: str, layout: str, size: int, experts: int, alignment: int,
     meta = _metadata(layout, dims, size)
     meta.update({"dtype": dtype, **({"shape": shape} if shape else {})})
     return model_specs(fmt, layout, dims, dtypes), meta
+
+
+def _plan_real(fmt: str, layout: str, experts: int, expert_layout: str | None, dtype: str, shape: str,
+               dtypes: dict[str, str]) -> tuple[list[TensorSpec], dict[str, int | str]]:
+    """A real model's full dimensions, layer count included."""
+    real = SHAPES[shape]
+    dims = Dims(real["hidden"], real["layers"], real["vocab"], experts, dtypes["matrix"],
+                _expert_layout(fmt, expert_layout), ff_dim=real["ff"])
+    specs = model_specs(fmt, layout, dims, dtypes)
+    meta = _metadata(layout, dims, sum(s.nbytes for s in specs))
+    meta.update({"dtype": dtype, "shape": shape})
+    return specs, meta
 
 
 def _check_dtype_shape(fmt: str, layout: str, dtype: str, shape: str | None) -> dict[str, str]:

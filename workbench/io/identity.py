@@ -1,4 +1,5 @@
-"""Which file a result is about: realpath, size, mtime and an xxh3_128 hash of every byte.
+"""Which file — or model, a set of files — a result is about: realpath, size, mtime and an xxh3_128
+hash of every byte (a set: of its members' identities, :func:`model_identity`).
 
 Hashing a 20 GB model takes seconds, so the hash is cached in SQLite at
 ``$WORKBENCH_CACHE_DIR/identity.sqlite`` (default ``~/.cache/workbench``), keyed by realpath, size,
@@ -18,7 +19,7 @@ import xxhash
 
 from workbench import defaults
 from workbench.errors import FormatError
-from workbench.formats.index import FileIdentity
+from workbench.formats.index import FileIdentity, TensorIndex
 from workbench.io.untouched import iter_untouched
 
 _SCHEMA = """
@@ -80,6 +81,28 @@ def file_identity(path: str | os.PathLike) -> FileIdentity:
             conn.close()
 
 
+def model_identity(model: "str | os.PathLike | TensorIndex") -> FileIdentity:
+    """The identity of a model: of its one file, or of the set — each member's identity (and the index
+    file's), hashed together by name (not directory: a copied set keeps its identity).
+
+    ``model`` is a model path (resolved as :func:`workbench.formats.open_index` resolves it) or an index.
+    """
+    from workbench.formats import open_index
+
+    index = model if isinstance(model, TensorIndex) else open_index(model)
+    if not index.sharded and not index.index_file:
+        return file_identity(index.files[0].path)
+    members = [file_identity(f.path) for f in index.files]
+    if index.index_file:
+        members.append(file_identity(index.index_file))
+    h = xxhash.xxh3_128()
+    for m in members:
+        h.update(f"{os.path.basename(m.path)}\0{m.size}\0{m.hash}\n".encode())
+    data = members[: len(index.files)]
+    return FileIdentity(index.path, sum(m.size for m in data), max(m.mtime_ns for m in members),
+                        f"set:xxh3_128:{h.hexdigest()}", tuple(members))
+
+
 def cached_json(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
     """``compute()`` once per (kind, key), the JSON result kept in the identity database.
 
@@ -105,5 +128,5 @@ def cached_json(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
 
 def _default(obj: Any) -> Any:
     if isinstance(obj, FileIdentity):
-        return [obj.path, obj.size, obj.mtime_ns, obj.hash]
+        return [obj.path, obj.size, obj.mtime_ns, obj.hash]  # a set's hash covers its members
     raise TypeError(f"cache key part {obj!r} is not JSON-serialisable")

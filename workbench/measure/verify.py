@@ -1,4 +1,5 @@
-"""Byte-exact verification: read back what landed on the device and compare it with the file's bytes.
+"""Byte-exact verification: read back what landed on the device and compare it with the file's bytes
+(each tensor with its own file's, for a model of several files).
 
 The file side is one xxh3_64 per tensor, computed once per file identity and cached, and read without
 disturbing the page cache (:func:`workbench.io.untouched.range_checksums`), so verifying never warms a
@@ -50,20 +51,24 @@ class VerifyReport:
 def _ranges_key(index: TensorIndex) -> str:
     h = xxhash.xxh3_64()
     for t in index.tensors:
-        h.update(f"{t.name}\0{t.offset}\0{t.nbytes}\n".encode())
+        h.update(f"{t.name}\0{t.offset}\0{t.nbytes}\0{t.file.rsplit('/', 1)[-1]}\n".encode())
     return h.hexdigest()
 
 
 def reference_checksums(index: TensorIndex) -> dict[str, str]:
-    """Per-tensor xxh3_64 hex of the file's bytes, cached per (file identity, tensor ranges)."""
-    from workbench.io.identity import cached_json, file_identity
+    """Per-tensor xxh3_64 hex of the model's bytes, each tensor read from its own file, cached per
+    (model identity, tensor ranges)."""
+    from workbench.io.identity import cached_json, model_identity
     from workbench.io.untouched import range_checksums
 
-    ident = file_identity(index.path)
+    ident = model_identity(index)
 
     def compute() -> dict[str, str]:
-        sums = range_checksums(index.path, [(t.offset, t.nbytes) for t in index.tensors])
-        return {t.name: s for t, s in zip(index.tensors, sums)}
+        out = {}
+        for f, tensors in index.by_file():
+            sums = range_checksums(f.path, [(t.offset, t.nbytes) for t in tensors])
+            out.update({t.name: s for t, s in zip(tensors, sums)})
+        return out
 
     return cached_json(CACHE_KIND, [ident.hash, _ranges_key(index)], compute)
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from workbench.errors import StrategyUnavailable
 from workbench.formats.drift import check_unchanged
-from workbench.formats.index import TensorIndex, TensorInfo
+from workbench.formats.index import ModelFile, TensorIndex, TensorInfo
 from workbench.registry import Availability
 from workbench.strategies.params import BaseParams, check_param, parse_params
 from workbench.strategies.result import (
@@ -45,7 +45,9 @@ class LoadContext:
         self.notes: list[str] = []
         self.counters: dict[str, int] = {}
         self.bytes_moved = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # once() makes objects that open descriptors under it
+        self._fds: dict[tuple[str, int], int] = {}
+        self._once: dict[Any, Any] = {}
         # What the load actually did, for choosing the wall it is up against: how many threads read
         # the file at once, what memory the device copied from, and whether reads bypassed the cache.
         self.path: dict[str, Any] = {"readers": 1, "copy_from": "pageable", "direct": False}
@@ -62,15 +64,42 @@ class LoadContext:
         return self.clock(name)
 
     @property
+    def files(self) -> tuple[ModelFile, ...]:
+        """The model's files, in order (one for a single-file model)."""
+        return self.index.files
+
+    def by_file(self) -> list[tuple[ModelFile, tuple[TensorInfo, ...]]]:
+        """Each file with its tensors in file order."""
+        return self.index.by_file()
+
+    @property
     def data_range(self) -> tuple[int, int]:
+        """The data region of a one-file model (a set has one per file: ``ctx.files[i].data_range``)."""
         return self.index.data_range
 
-    def open_fd(self, flags: int = os.O_RDONLY) -> int:
-        """Open the model file (closed when the load ends), refusing it if it changed since indexing."""
-        fd = os.open(self.index.path, flags | os.O_CLOEXEC)
-        self.stack.callback(os.close, fd)
-        check_unchanged(self.index, fd)
+    def fd(self, file: str | ModelFile | TensorInfo | None = None, flags: int = os.O_RDONLY) -> int:
+        """A descriptor of one of the model's files (``None``: the only one), opened once per load and
+        flags, refused if the file changed since indexing, closed when the load ends; thread-safe."""
+        path = _path_of(self.index, file)
+        with self._lock:
+            fd = self._fds.get((path, flags))
+            if fd is None:
+                fd = os.open(path, flags | os.O_CLOEXEC)
+                self.stack.callback(os.close, fd)
+                self._fds[(path, flags)] = fd
+                check_unchanged(self.index.file(path), fd)
         return fd
+
+    def once(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The load's one object for ``key``, made by ``make()`` the first time (a file's mapping)."""
+        with self._lock:
+            if key not in self._once:
+                self._once[key] = make()
+            return self._once[key]
+
+    def open_fd(self, flags: int = os.O_RDONLY, file: str | ModelFile | TensorInfo | None = None) -> int:
+        """The same as :meth:`fd` (kept for strategies written against one-file models)."""
+        return self.fd(file, flags)
 
     def cleanup(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` when the load ends (last registered runs first)."""
@@ -256,6 +285,14 @@ class Strategy:
 
     def _load(self, ctx: LoadContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _path_of(index: TensorIndex, file: str | ModelFile | TensorInfo | None) -> str:
+    if file is None:
+        if index.sharded:
+            raise ValueError(f"{index.path}: a model of {len(index.files)} files: name the file to open")
+        return index.files[0].path
+    return file if isinstance(file, str) else file.file if isinstance(file, TensorInfo) else file.path
 
 
 def free_placements(device: Device, result: LoadResult) -> None:

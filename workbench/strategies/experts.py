@@ -30,7 +30,7 @@ from workbench.formats.index import PAGE_SIZE, TensorInfo
 from workbench.io.pagecache import resident_map
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 from workbench.strategies.lanes import Job, cut_jobs, run_lanes
-from workbench.strategies.toolkit import UPLOADS, FileMapping, MiB, check_upload, eviction_reason, open_mapping
+from workbench.strategies.toolkit import UPLOADS, MiB, check_upload, eviction_reason, open_mapping
 from workbench.upload.base import DeviceBuffer
 
 
@@ -57,21 +57,25 @@ class ExpertsParams(BaseParams):
 
 
 class ResidencyMap:
-    """Page residency of the data region from one mincore pass; fractions of any range read from it."""
+    """Page residency of every file's data region from one mincore pass per load (a pass per file);
+    fractions of any range read from it."""
 
     def __init__(self, ctx: LoadContext):
-        start, end = ctx.data_range
-        self.first_page = start // PAGE_SIZE
+        self.maps: dict[str, tuple[int, np.ndarray]] = {}
         with ctx.phase("prefetch"):
-            self.pages = resident_map(ctx.index.path, start, end - start)
+            for f, tensors in ctx.by_file():
+                if tensors:
+                    start, end = f.data_range
+                    self.maps[f.path] = (start // PAGE_SIZE, resident_map(f.path, start, end - start))
         ctx.count("residency_probes")
 
-    def fraction(self, offset: int, nbytes: int) -> float:
+    def fraction(self, file: str, offset: int, nbytes: int) -> float:
         if nbytes <= 0:
             return 1.0
-        lo = offset // PAGE_SIZE - self.first_page
-        hi = -(-(offset + nbytes) // PAGE_SIZE) - self.first_page
-        return float(np.count_nonzero(self.pages[lo:hi])) / (hi - lo)
+        first_page, pages = self.maps[file]
+        lo = offset // PAGE_SIZE - first_page
+        hi = -(-(offset + nbytes) // PAGE_SIZE) - first_page
+        return float(np.count_nonzero(pages[lo:hi])) / (hi - lo)
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,8 @@ class _Item:
 
     members: tuple[tuple[TensorInfo, int], ...]
     nbytes: int
-    offset: int  # file offset of the first byte (meaningful when the unit is one range)
+    offset: int  # offset of the first byte in ``file`` (meaningful when the unit is one range)
+    file: str
     blob: PackedBlob | None
     zero_copy: bool
     why_not: str = ""  # "not contiguous", "below gate", or the eviction reason
@@ -92,13 +97,14 @@ def _plan(ctx: LoadContext, gate: float) -> list[_Item]:
     off = f"{eviction_reason(ctx)}: mapping dropped" if ctx.evict else ""
     residency = None if off or not (packed or dense) else ResidencyMap(ctx)
     items = []
-    units = [(p.members, p.nbytes, p.blob.offset, p, p.contiguous) for p in packed]
-    units += [(((t, 0),), t.nbytes, t.offset, None, True) for t in dense]
-    for members, nbytes, offset, blob, contiguous in sorted(units, key=lambda u: u[2]):
+    order = {f.path: k for k, f in enumerate(ctx.files)}
+    units = [(p.members, p.nbytes, p.blob.offset, p.members[0][0].file, p, p.contiguous) for p in packed]
+    units += [(((t, 0),), t.nbytes, t.offset, t.file, None, True) for t in dense]
+    for members, nbytes, offset, file, blob, contiguous in sorted(units, key=lambda u: (order[u[3]], u[2])):
         why = off or ("" if contiguous else "not contiguous")
-        if not why and residency is not None and residency.fraction(offset, nbytes) < gate:
+        if not why and residency is not None and residency.fraction(file, offset, nbytes) < gate:
             why = "below gate"
-        items.append(_Item(members, nbytes, offset, blob, not why, why))
+        items.append(_Item(members, nbytes, offset, file, blob, not why, why))
     return items
 
 
@@ -109,54 +115,53 @@ class ExpertsStrategy(Strategy):
 
     def _load(self, ctx: LoadContext) -> None:
         p = self.params
-        fd = ctx.open_fd()
         items = _plan(ctx, p.gate)
         bufs = [ctx.place_group(it.members, it.nbytes) if it.blob else ctx.place(it.members[0][0]) for it in items]
         _report(ctx, items, p)
         borrowed = [i for i, it in enumerate(items) if it.zero_copy]
         if borrowed:
-            mapping = open_mapping(ctx, fd)
-            _upload_borrowed(ctx, mapping, [items[i] for i in borrowed], [bufs[i] for i in borrowed], p.upload)
+            _upload_borrowed(ctx, [items[i] for i in borrowed], [bufs[i] for i in borrowed], p.upload)
         jobs = [job for i, it in enumerate(items) if not it.zero_copy for job in _jobs(i, it, p.chunk_mib * MiB)]
         if jobs:
-            run_lanes(ctx, fd, jobs, bufs, p.threads, p.chunk_mib, "pinned" if p.upload == "pinned" else "pageable")
+            run_lanes(ctx, jobs, bufs, p.threads, p.chunk_mib, "pinned" if p.upload == "pinned" else "pageable")
 
 
 def _jobs(target: int, item: _Item, chunk: int) -> list[Job]:
-    return [job for t, at in item.members for job in cut_jobs(target, at, t.offset, t.nbytes, chunk)]
+    return [job for t, at in item.members for job in cut_jobs(target, at, t.offset, t.nbytes, chunk, t.file)]
 
 
-def _upload_borrowed(ctx: LoadContext, mapping: FileMapping, items: Sequence[_Item], bufs: Sequence[DeviceBuffer],
-                     upload: str) -> None:
-    """One copy per item straight out of the mapping (page-locked first with ``upload=registered``)."""
-    locked = _register(ctx, mapping, items) if upload == "registered" else set()
+def _upload_borrowed(ctx: LoadContext, items: Sequence[_Item], bufs: Sequence[DeviceBuffer], upload: str) -> None:
+    """One copy per item straight out of its file's mapping (page-locked first with ``upload=registered``)."""
+    locked = _register(ctx, items) if upload == "registered" else set()
     for k, (item, buf) in enumerate(zip(items, bufs)):
-        with ctx.phase("upload"), mapping.slice(item.offset, item.nbytes) as src:
+        with ctx.phase("upload"), open_mapping(ctx, item.file).slice(item.offset, item.nbytes) as src:
             ctx.device.copy_h2d(buf, 0, src, asynchronous=k in locked)
             ctx.count("bytes", item.nbytes)
             ctx.count("zero_copy_bytes", item.nbytes)
     ctx.set_path(readers=0, copy_from="registered" if locked else "mmap")
 
 
-def _register(ctx: LoadContext, mapping: FileMapping, items: Sequence[_Item]) -> set[int]:
-    """Page-lock the borrowed ranges, adjacent ones merged into one registration; the items covered."""
-    runs: list[tuple[int, int, list[int]]] = []  # (lo, hi, items): page-rounded file ranges
+def _register(ctx: LoadContext, items: Sequence[_Item]) -> set[int]:
+    """Page-lock the borrowed ranges, adjacent ones of a file merged into one registration; the items
+    covered."""
+    runs: list[tuple[str, int, int, list[int]]] = []  # (file, lo, hi, items): page-rounded file ranges
     for k, it in enumerate(items):
+        size = len(open_mapping(ctx, it.file).view)
         lo = it.offset - it.offset % PAGE_SIZE
-        hi = min(len(mapping.view), -(-(it.offset + it.nbytes) // PAGE_SIZE) * PAGE_SIZE)
-        if runs and lo <= runs[-1][1]:
-            runs[-1] = (runs[-1][0], max(hi, runs[-1][1]), runs[-1][2] + [k])
+        hi = min(size, -(-(it.offset + it.nbytes) // PAGE_SIZE) * PAGE_SIZE)
+        if runs and runs[-1][0] == it.file and lo <= runs[-1][2]:
+            runs[-1] = (it.file, runs[-1][1], max(hi, runs[-1][2]), runs[-1][3] + [k])
         else:
-            runs.append((lo, hi, [k]))
+            runs.append((it.file, lo, hi, [k]))
     locked: set[int] = set()
     with ctx.phase("prefetch"):  # registering faults in and pins every page of the range
-        for lo, hi, covered in runs:
-            with mapping.slice(lo, hi - lo) as view:
+        for file, lo, hi, covered in runs:
+            with open_mapping(ctx, file).slice(lo, hi - lo) as view:
                 handle = ctx.device.register_host(view)
             if handle is not None:
                 ctx.cleanup(ctx.device.unregister_host, handle)  # after the template's synchronize, before unmap
                 locked.update(covered)
-    done = sum(1 for _, _, covered in runs if covered[0] in locked)
+    done = sum(1 for *_, covered in runs if covered[0] in locked)
     ctx.engage("registered_mapping", done, len(runs), unit="ranges",
                note="" if done == len(runs) else "register_host refused (RLIMIT_MEMLOCK?): pageable copies")
     return locked

@@ -16,7 +16,8 @@ from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from workbench.strategies.toolkit import UPLOADS, Evictor, MiB, StagingRing, ThreadGuard, check_upload, pread_into
+from workbench.strategies.toolkit import (UPLOADS, Evictor, MiB, StagingRing, ThreadGuard, check_upload, files_note,
+                                          pread_into)
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 
 
@@ -48,20 +49,22 @@ LANES_UPLOADS = tuple(u for u in UPLOADS if u != "registered")
 class Job(NamedTuple):
     tensor: int  # index into the device buffers the lanes upload to (one per tensor for ``lanes``)
     dst: int  # offset inside that device buffer
-    offset: int  # absolute file offset
+    offset: int  # absolute offset in ``file``
     nbytes: int
+    file: str  # the model file the piece is read from
 
 
-def cut_jobs(target: int, dst: int, offset: int, nbytes: int, chunk: int) -> list[Job]:
-    """One file range bound for buffer ``target`` at ``dst``, cut into pieces of at most ``chunk``."""
-    return [Job(target, dst + d, offset + d, min(chunk, nbytes - d)) for d in range(0, max(nbytes, 1), chunk)]
+def cut_jobs(target: int, dst: int, offset: int, nbytes: int, chunk: int, file: str) -> list[Job]:
+    """One range of ``file`` bound for buffer ``target`` at ``dst``, cut into pieces of at most ``chunk``."""
+    return [Job(target, dst + d, offset + d, min(chunk, nbytes - d), file) for d in range(0, max(nbytes, 1), chunk)]
 
 
 def plan_jobs(ctx: LoadContext, chunk: int) -> list[Job]:
-    """Every tensor in file order, cut into pieces of at most ``chunk`` bytes."""
+    """Every tensor in model order (file by file, by offset), cut into pieces of at most ``chunk`` bytes;
+    the lanes take them in that order, so they read across file boundaries without waiting."""
     jobs = []
     for i, t in enumerate(ctx.tensors):
-        jobs += cut_jobs(i, 0, t.offset, t.nbytes, chunk)
+        jobs += cut_jobs(i, 0, t.offset, t.nbytes, chunk, t.file)
     return jobs
 
 
@@ -116,10 +119,10 @@ class _Slot:
 class _Lanes:
     """Jobs handed out in file order to whichever lane asks next; pieces consumed in the same order."""
 
-    def __init__(self, ctx: LoadContext, fd: int, jobs: list[Job], staging: _Staging):
-        self.ctx, self.fd, self.jobs, self.staging = ctx, fd, jobs, staging
+    def __init__(self, ctx: LoadContext, jobs: list[Job], staging: _Staging):
+        self.ctx, self.jobs, self.staging = ctx, jobs, staging
         self.slots = [_Slot() for _ in jobs]
-        self.evictor = Evictor(ctx, fd)
+        self.evictor = Evictor(ctx)
         self._next = 0
         self._lock = threading.Lock()
 
@@ -142,8 +145,8 @@ class _Lanes:
             job = self.jobs[j]
             data = self.staging.buffer(token, job.nbytes)
             try:
-                pread_into(self.fd, data, job.offset, self.ctx.index.path)
-                self.evictor.drop(job.offset, job.nbytes)  # only when the policy says evict
+                pread_into(self.ctx.fd(job.file), data, job.offset, job.file)
+                self.evictor.drop(job.file, job.offset, job.nbytes)  # only when the policy says evict
             except BaseException:
                 self.staging.release(token, data)
                 raise
@@ -171,13 +174,12 @@ class LanesStrategy(Strategy):
 
     def _load(self, ctx: LoadContext) -> None:
         p = self.params
-        fd = ctx.open_fd()
         bufs = [ctx.place(t) for t in ctx.tensors]
-        run_lanes(ctx, fd, plan_jobs(ctx, p.chunk_mib * MiB), bufs, p.threads, p.chunk_mib, p.upload)
+        run_lanes(ctx, plan_jobs(ctx, p.chunk_mib * MiB), bufs, p.threads, p.chunk_mib, p.upload)
         ctx.note(f"evict={'on' if ctx.evict else 'off'} ({ctx.evict_source})")
 
 
-def run_lanes(ctx: LoadContext, fd: int, jobs: list[Job], bufs: Sequence[Any], threads: int, chunk_mib: int,
+def run_lanes(ctx: LoadContext, jobs: list[Job], bufs: Sequence[Any], threads: int, chunk_mib: int,
               upload: str) -> int:
     """Read ``jobs`` with ``threads`` lanes and upload each piece to ``bufs[job.tensor]`` at ``job.dst``,
     in job order, from the loading thread; records the path and the ``lanes`` (and ``pinned_staging``)
@@ -185,7 +187,7 @@ def run_lanes(ctx: LoadContext, fd: int, jobs: list[Job], bufs: Sequence[Any], t
     pinned = upload == "pinned"
     with ctx.phase("staging"):
         staging = _Staging(ctx, 2 * threads, chunk_mib * MiB, pinned)
-    lanes = _Lanes(ctx, fd, jobs, staging)
+    lanes = _Lanes(ctx, jobs, staging)
     n = min(threads, len(jobs))
     with ThreadGuard("lanes") as guard:
         for _ in range(n):
@@ -204,7 +206,8 @@ def run_lanes(ctx: LoadContext, fd: int, jobs: list[Job], bufs: Sequence[Any], t
         lanes.evictor.finish()
     _close(ctx, staging)
     ctx.set_path(readers=max(n, 1), copy_from=upload)
-    ctx.engage("lanes", n, threads, unit="threads", note=f"{len(jobs)} pieces, uploads from the main thread")
+    ctx.engage("lanes", n, threads, unit="threads",
+               note=f"{len(jobs)} pieces, uploads from the main thread{files_note(ctx)}")
     if staging.ring is not None:
         ring = staging.ring
         ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots),

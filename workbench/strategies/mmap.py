@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping
 
-from workbench.strategies.toolkit import (FileMapping, eviction_reason, open_mapping, pread_upload,
+from workbench.strategies.toolkit import (eviction_reason, files_note, open_mapping, pread_upload,
                                           probe_resident, upload_borrowed)
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 
@@ -51,36 +51,42 @@ class MmapStrategy(Strategy):
     Params: ClassVar[type] = MmapParams
 
     def _load(self, ctx: LoadContext) -> None:
-        fd = ctx.open_fd()
         n = len(ctx.tensors)
         reason = fallback_reason(ctx, self.params.gate)
         if reason or n == 0:
-            pread_upload(ctx, fd)
+            pread_upload(ctx)
             ctx.engage("zero_copy", 0, n, note=reason or "no tensors")
             return
-        mapping = open_mapping(ctx, fd)
         if self.params.register:
-            _upload_registered_mapping(ctx, mapping)
+            _upload_registered_mappings(ctx)
         else:
-            upload_borrowed(ctx, mapping)
+            upload_borrowed(ctx)
             ctx.set_path(readers=0, copy_from="mmap")  # no reader threads: the copy itself faults pages in
-        ctx.engage("zero_copy", n, n)
+        ctx.engage("zero_copy", n, n, note=f"one mapping per file{files_note(ctx)}" if len(ctx.files) > 1 else "")
 
 
-def _upload_registered_mapping(ctx: LoadContext, mapping: FileMapping) -> None:
-    with ctx.phase("prefetch"):  # registering pins the pages: every one is faulted in here
-        handle = ctx.device.register_host(mapping.view)
-    if handle is None:
-        ctx.engage("registered_mapping", 0, 1, unit="mappings",
-                   note="register_host refused (RLIMIT_MEMLOCK?): pageable copies instead")
-        upload_borrowed(ctx, mapping)
-        ctx.set_path(readers=0, copy_from="mmap")
-        return
-    ctx.cleanup(ctx.device.unregister_host, handle)  # after the template's synchronize, before unmap
-    for t in ctx.tensors:
-        buf = ctx.place(t)
-        with ctx.phase("upload"), mapping.slice(t.offset, t.nbytes) as src:
-            ctx.device.copy_h2d(buf, 0, src, asynchronous=True)
-            ctx.count("bytes", t.nbytes)
-    ctx.set_path(readers=0, copy_from="registered")
-    ctx.engage("registered_mapping", 1, 1, unit="mappings", note=f"{mapping.view.nbytes / 2**20:.0f} MiB pinned")
+def _upload_registered_mappings(ctx: LoadContext) -> None:
+    """Each file's mapping page-locked whole, then its slices copied asynchronously; a file whose
+    registration is refused is copied pageable."""
+    pinned = locked = 0
+    for f, tensors in ctx.by_file():
+        if not tensors:
+            continue
+        mapping = open_mapping(ctx, f)
+        with ctx.phase("prefetch"):  # registering pins the pages: every one is faulted in here
+            handle = ctx.device.register_host(mapping.view)
+        if handle is None:
+            upload_borrowed(ctx, tensors)
+            continue
+        ctx.cleanup(ctx.device.unregister_host, handle)  # after the template's synchronize, before unmap
+        locked, pinned = locked + 1, pinned + mapping.view.nbytes
+        for t in tensors:
+            buf = ctx.place(t)
+            with ctx.phase("upload"), mapping.slice(t.offset, t.nbytes) as src:
+                ctx.device.copy_h2d(buf, 0, src, asynchronous=True)
+                ctx.count("bytes", t.nbytes)
+    total = sum(1 for _, ts in ctx.by_file() if ts)
+    ctx.set_path(readers=0, copy_from="registered" if locked == total else "mmap")
+    ctx.engage("registered_mapping", locked, total, unit="mappings",
+               note=f"{pinned / 2**20:.0f} MiB pinned" if locked == total
+               else "register_host refused (RLIMIT_MEMLOCK?): pageable copies for those files")

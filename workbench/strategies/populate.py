@@ -12,9 +12,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from workbench.formats.index import PAGE_SIZE
+from workbench.formats.index import PAGE_SIZE, ModelFile
 from workbench.registry import Availability
-from workbench.strategies.toolkit import FileMapping, open_mapping, pread_upload, upload_borrowed
+from workbench.strategies.toolkit import FileMapping, files_note, open_mapping, pread_upload, upload_borrowed
 from workbench.strategies.base import BaseParams, LoadContext, Strategy
 from workbench.strategies.mmap import fallback_reason
 
@@ -39,24 +39,39 @@ def populate_supported() -> Availability:
         m.close()
 
 
-def _populate(ctx: LoadContext, mapping: FileMapping) -> None:
-    start, end = ctx.data_range
+def _populate(ctx: LoadContext, mapping: FileMapping, f: ModelFile) -> tuple[int, str]:
+    """Populate one file's data region: (pages, '' or the errno name the kernel refused it with)."""
+    start, end = f.data_range
     lo = start - start % PAGE_SIZE  # madvise wants a page-aligned address
     pages = -(-(end - lo) // PAGE_SIZE)
     mapping.require(end)
     with ctx.phase("prefetch"):
         try:
             mapping.map.madvise(MADV_POPULATE_READ, lo, end - lo)
-            ctx.engage("populate_read", pages, pages, unit="pages")
-            return
+            return pages, ""
         except OSError as exc:
             code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
         mapping.map.madvise(_mmap.MADV_WILLNEED, lo, end - lo)
         touched = np.frombuffer(mapping.map, dtype=np.uint8)[lo:end:PAGE_SIZE]
         int(touched.sum())  # one read per page: the fault happens here, not in the upload loop
         del touched
-    ctx.engage("populate_read", 0, pages, unit="pages", note=f"{code}: kernel refused it")
-    ctx.engage("willneed_touch", pages, pages, unit="pages", note="fallback: MADV_WILLNEED + one byte per page")
+    return pages, code
+
+
+def _populate_all(ctx: LoadContext) -> None:
+    """Every file populated (one mapping each) before the first upload; one fact over the set."""
+    done = refused = 0
+    code = ""
+    for f, tensors in ctx.by_file():
+        if tensors:
+            pages, why = _populate(ctx, open_mapping(ctx, f), f)
+            done, refused, code = (done + pages, refused, code) if not why else (done, refused + pages, why)
+    total = done + refused
+    if not refused:
+        ctx.engage("populate_read", total, total, unit="pages", note=files_note(ctx).lstrip(", "))
+        return
+    ctx.engage("populate_read", done, total, unit="pages", note=f"{code}: kernel refused it")
+    ctx.engage("willneed_touch", refused, refused, unit="pages", note="fallback: MADV_WILLNEED + one byte per page")
     ctx.note(f"MADV_POPULATE_READ refused ({code}); used MADV_WILLNEED + touch instead")
 
 
@@ -73,15 +88,13 @@ class PopulateStrategy(Strategy):
         return Availability(True, f"{got.reason}: falls back to MADV_WILLNEED + touch")
 
     def _load(self, ctx: LoadContext) -> None:
-        fd = ctx.open_fd()
         n = len(ctx.tensors)
         reason = fallback_reason(ctx, None)
         if reason or n == 0:
-            pread_upload(ctx, fd)
+            pread_upload(ctx)
             ctx.engage("zero_copy", 0, n, note=reason or "no tensors")
             return
-        mapping = open_mapping(ctx, fd)
-        _populate(ctx, mapping)
-        upload_borrowed(ctx, mapping)
+        _populate_all(ctx)
+        upload_borrowed(ctx)  # the mappings populated above, one per file
         ctx.set_path(readers=0, copy_from="mmap")
         ctx.engage("zero_copy", n, n)

@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from workbench.formats.index import TensorIndex
-from workbench.strategies.toolkit import (Evictor, MiB, StagingRing, check_upload, pread_into, pread_upload,
-                                          read_tensor)
+from workbench.strategies.toolkit import (Evictor, MiB, StagingRing, check_upload, files_note, pread_into,
+                                          pread_upload, read_tensor)
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 
 
@@ -61,16 +61,16 @@ def expert_pieces(index: TensorIndex) -> dict[str, list[tuple[int, int, int]]]:
     return pieces
 
 
-def _upload_per_expert(ctx: LoadContext, fd: int) -> int:
+def _upload_per_expert(ctx: LoadContext) -> int:
     """Every expert in a fresh heap buffer, uploaded to its place; other tensors whole. Returns the reads."""
-    pieces, evictor, reads = expert_pieces(ctx.index), Evictor(ctx, fd), 0
+    pieces, evictor, reads = expert_pieces(ctx.index), Evictor(ctx), 0
     for t in ctx.tensors:
         buf = ctx.place(t)
         for dst, offset, n in pieces.get(t.name, [(0, t.offset, t.nbytes)]):
             with ctx.phase("read"):
                 host = np.empty(n, dtype=np.uint8)
-                pread_into(fd, host, offset, ctx.index.path)
-                evictor.drop(offset, n)
+                pread_into(ctx.fd(t), host, offset, t.file)
+                evictor.drop(t.file, offset, n)
             with ctx.phase("upload"):
                 ctx.upload(buf, dst, host)
             reads += 1
@@ -79,13 +79,13 @@ def _upload_per_expert(ctx: LoadContext, fd: int) -> int:
     return reads
 
 
-def _upload_registered(ctx: LoadContext, fd: int) -> None:
-    evictor, locked = Evictor(ctx, fd), 0
+def _upload_registered(ctx: LoadContext) -> None:
+    evictor, locked = Evictor(ctx), 0
     for t in ctx.tensors:
         buf = ctx.place(t)
         with ctx.phase("read"):
-            host = read_tensor(fd, t, ctx.index.path)
-            evictor.drop(t.offset, t.nbytes)
+            host = read_tensor(ctx.fd(t), t)
+            evictor.drop(t.file, t.offset, t.nbytes)
         with ctx.phase("upload"):
             handle = ctx.device.register_host(memoryview(host))
             try:
@@ -100,8 +100,8 @@ def _upload_registered(ctx: LoadContext, fd: int) -> None:
                else "register_host refused (RLIMIT_MEMLOCK?): those copies were pageable")
 
 
-def _upload_pinned(ctx: LoadContext, fd: int, staging: int) -> None:
-    dev, evictor = ctx.device, Evictor(ctx, fd)
+def _upload_pinned(ctx: LoadContext, staging: int) -> None:
+    dev, evictor = ctx.device, Evictor(ctx)
     with ctx.phase("staging"):
         ring = StagingRing(dev, 2, staging)
     ctx.cleanup(ring.close, False)  # error path only (closed below otherwise); after the template's sync
@@ -115,8 +115,8 @@ def _upload_pinned(ctx: LoadContext, fd: int, staging: int) -> None:
             try:
                 with slot.view[:n] as view:  # released even on error, so the ring can unmap
                     with ctx.phase("read"):
-                        pread_into(fd, view, t.offset + dst, ctx.index.path)
-                        evictor.drop(t.offset + dst, n)
+                        pread_into(ctx.fd(t), view, t.offset + dst, t.file)
+                        evictor.drop(t.file, t.offset + dst, n)
                     with ctx.phase("upload"):
                         dev.copy_h2d(buf, dst, view, asynchronous=True)
                         ctx.count("bytes", n)
@@ -128,7 +128,7 @@ def _upload_pinned(ctx: LoadContext, fd: int, staging: int) -> None:
     with ctx.phase("staging"):
         ring.close()
     ctx.engage("pinned_staging", 2 if ring.locked else 0, 2, unit="buffers",
-               note=f"{k} pieces through {ring.describe()}")
+               note=f"{k} pieces through {ring.describe()}{files_note(ctx)}")
 
 
 class PreadStrategy(Strategy):
@@ -137,19 +137,19 @@ class PreadStrategy(Strategy):
     Params: ClassVar[type] = PreadParams
 
     def _load(self, ctx: LoadContext) -> None:
-        fd, mode = ctx.open_fd(), self.params.upload
+        mode = self.params.upload
         ctx.set_path(copy_from=mode)
         if mode == "pinned":
-            _upload_pinned(ctx, fd, self.params.staging_mib * MiB)
+            _upload_pinned(ctx, self.params.staging_mib * MiB)
             return
         if self.params.granularity == "expert":
-            reads = _upload_per_expert(ctx, fd)
+            reads = _upload_per_expert(ctx)
             ctx.engage("heap_copy", len(ctx.tensors), len(ctx.tensors),
-                       note=f"per expert: {reads} reads into fresh heap buffers ({mode})")
+                       note=f"per expert: {reads} reads into fresh heap buffers ({mode}){files_note(ctx)}")
             return
         if mode == "registered":
-            _upload_registered(ctx, fd)
+            _upload_registered(ctx)
         else:
-            pread_upload(ctx, fd)
+            pread_upload(ctx)
         ctx.engage("heap_copy", len(ctx.tensors), len(ctx.tensors),
-                   note=f"every tensor staged through a heap buffer ({mode})")
+                   note=f"every tensor staged through a heap buffer ({mode}){files_note(ctx)}")

@@ -1,6 +1,7 @@
 """The strategy toolkit: the public pieces a load strategy is built from (README, "Adding a strategy").
 
-Reading a tensor with pread, the per-read eviction policy, the plain pread → upload loop (the baseline
+A model may be several files: every tensor names its own (``t.file``), ``ctx.fd(t)`` gives that file's
+descriptor (one per file per load), and every piece below works file by file. Reading a tensor with pread, the per-read eviction policy, the plain pread → upload loop (the baseline
 and every fallback), one residency probe per load, a borrowed read-only mapping of the file, the host
 memory an upload may copy from, the staging ring (pinned slots with per-slot fences, shared by reader
 threads), and a thread guard that always stops and joins its threads.
@@ -15,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from workbench.errors import FormatError
-from workbench.formats.index import PAGE_SIZE, TensorInfo
+from workbench.formats.index import PAGE_SIZE, ModelFile, TensorInfo
 from workbench.io.pagecache import resident_fraction, sampled_resident_fraction
 from workbench.records import MiB
 from workbench.strategies.base import LoadContext
@@ -23,7 +24,7 @@ from workbench.strategies.params import check_param
 from workbench.upload.staging import StagingRing, Slot
 
 __all__ = ["UPLOADS", "Evictor", "FileMapping", "MiB", "Slot", "StagingRing", "ThreadGuard", "check_upload",
-           "eviction_reason", "open_mapping", "pread_into", "pread_upload", "probe_resident", "read_tensor",
+           "eviction_reason", "files_note", "open_mapping", "pread_into", "pread_upload", "probe_resident", "read_tensor",
            "upload_borrowed"]
 
 # The host memory an upload can copy from: the heap buffer as it is, the heap buffer page-locked for
@@ -53,10 +54,11 @@ def pread_into(fd: int, view: Any, offset: int, path: str = "") -> None:
             done += n
 
 
-def read_tensor(fd: int, tensor: TensorInfo, path: str = "") -> np.ndarray:
-    """The tensor's bytes in a fresh heap buffer (what an engine's per-tensor Vec is)."""
+def read_tensor(fd: int, tensor: TensorInfo) -> np.ndarray:
+    """The tensor's bytes in a fresh heap buffer (what an engine's per-tensor Vec is); ``fd`` is a
+    descriptor of ``tensor.file``."""
     buf = np.empty(tensor.nbytes, dtype=np.uint8)
-    pread_into(fd, buf, tensor.offset, path)
+    pread_into(fd, buf, tensor.offset, tensor.file)
     return buf
 
 
@@ -65,35 +67,41 @@ class Evictor:
 
     The kernel drops only pages a call covers fully, so a page shared by two tensors survives both
     per-tensor calls; :meth:`finish` releases those boundary pages once every read is done (the
-    boundary-page rule of seeds/pr143: release a shared page only when its neighbours are gone).
+    boundary-page rule of seeds/pr143: release a shared page only when its neighbours are gone), in
+    every file of the model. Thread-safe: readers of several files may share one.
     """
 
-    def __init__(self, ctx: LoadContext, fd: int):
-        self.ctx, self.fd, self.enabled = ctx, fd, ctx.evict
+    def __init__(self, ctx: LoadContext):
+        self.ctx, self.enabled = ctx, ctx.evict
 
-    def drop(self, offset: int, nbytes: int) -> None:
+    def drop(self, file: str, offset: int, nbytes: int) -> None:
+        """Evict ``[offset, offset + nbytes)`` of ``file`` (a model file's path) under the policy."""
         if self.enabled and nbytes > 0:
-            os.posix_fadvise(self.fd, offset, nbytes, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(self.ctx.fd(file), offset, nbytes, os.POSIX_FADV_DONTNEED)
             self.ctx.count("dontneed_calls")
 
     def finish(self) -> None:
-        """Release the partly covered boundary pages of the data region (whole pages, once)."""
-        if not self.enabled or not self.ctx.tensors:
+        """Release the partly covered boundary pages of each file's data region (whole pages, once)."""
+        if not self.enabled:
             return
-        start, end = self.ctx.data_range
-        lo, hi = start - start % PAGE_SIZE, -(-end // PAGE_SIZE) * PAGE_SIZE
-        os.posix_fadvise(self.fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
-        self.ctx.count("dontneed_calls")
+        for f, tensors in self.ctx.by_file():
+            if not tensors:
+                continue
+            start, end = f.data_range
+            lo, hi = start - start % PAGE_SIZE, -(-end // PAGE_SIZE) * PAGE_SIZE
+            os.posix_fadvise(self.ctx.fd(f), lo, hi - lo, os.POSIX_FADV_DONTNEED)
+            self.ctx.count("dontneed_calls")
 
 
-def pread_upload(ctx: LoadContext, fd: int, tensors: tuple[TensorInfo, ...] | None = None) -> None:
-    """Per tensor: pread into a fresh heap buffer, DONTNEED if the policy evicts, copy to the device."""
-    evictor = Evictor(ctx, fd)
+def pread_upload(ctx: LoadContext, tensors: tuple[TensorInfo, ...] | None = None) -> None:
+    """Per tensor: pread into a fresh heap buffer from its own file, DONTNEED if the policy evicts,
+    copy to the device."""
+    evictor = Evictor(ctx)
     for t in ctx.tensors if tensors is None else tensors:
         buf = ctx.place(t)
         with ctx.phase("read"):
-            host = read_tensor(fd, t, ctx.index.path)
-            evictor.drop(t.offset, t.nbytes)
+            host = read_tensor(ctx.fd(t), t)
+            evictor.drop(t.file, t.offset, t.nbytes)
         with ctx.phase("upload"):
             ctx.upload(buf, 0, host)
     with ctx.phase("read"):
@@ -102,22 +110,29 @@ def pread_upload(ctx: LoadContext, fd: int, tensors: tuple[TensorInfo, ...] | No
         ctx.note(f"evict ({ctx.evict_source}): DONTNEED after each read, then the boundary pages")
 
 
+def files_note(ctx: LoadContext) -> str:
+    """``", over 4 files"`` for a model of several files (what an engaged fact adds), else ``""``."""
+    return f", over {len(ctx.files)} files" if len(ctx.files) > 1 else ""
+
+
 def eviction_reason(ctx: LoadContext) -> str:
     """Why a prefetch or zero-copy path stood down: the eviction policy is on (and where it came from)."""
     return f"eviction policy on ({ctx.evict_source})"
 
 
 def probe_resident(ctx: LoadContext, sampled: bool = False) -> float:
-    """Resident fraction of the data region, probed once per load (prefetch phase).
+    """Resident fraction of the model's data — every file's data region, weighted by its size —
+    probed once per load (prefetch phase).
 
     Probing per tensor or per layer is the seed's ~17 s mistake: one mincore pass per load is enough.
-    ``sampled``: 4096 pages spread over the region instead of every page (mincore costs ~0.1 µs a page:
+    ``sampled``: 4096 pages spread over each region instead of every page (mincore costs ~0.1 µs a page:
     ~0.2 s for an 8 GB model, as long as a fast warm load itself) — enough to decide a gate.
     """
-    start, end = ctx.data_range
     probe = sampled_resident_fraction if sampled else resident_fraction
     with ctx.phase("prefetch"):
-        frac = probe(ctx.index.path, start, end - start)
+        spans = [(f, f.data_end - f.data_start) for f, ts in ctx.by_file() if ts]
+        total = sum(n for _, n in spans)
+        frac = sum(probe(f.path, f.data_start, n) * n for f, n in spans) / total if total else 1.0
     ctx.count("residency_probes")
     return frac
 
@@ -150,16 +165,24 @@ class FileMapping:
         self.map.close()  # BufferError if a backend kept a slice alive: a bug worth seeing
 
 
-def open_mapping(ctx: LoadContext, fd: int) -> FileMapping:
-    """Map the file for the whole load; unmapped when the load ends."""
-    m = FileMapping(fd, ctx.index.path)
-    ctx.cleanup(m.close)
-    return m
+def open_mapping(ctx: LoadContext, file: str | ModelFile | None = None) -> FileMapping:
+    """The load's one read-only mapping of a model file (``None``: the only one), made on first use and
+    unmapped when the load ends."""
+    path = file if isinstance(file, str) else (file.path if file else ctx.files[0].path)
+
+    def make() -> FileMapping:
+        m = FileMapping(ctx.fd(path), path)
+        ctx.cleanup(m.close)
+        return m
+
+    return ctx.once(("mapping", path), make)
 
 
-def upload_borrowed(ctx: LoadContext, mapping: FileMapping) -> None:
-    """Upload every tensor straight from the mapping: no heap copy; page faults happen in the copy."""
-    for t in ctx.tensors:
+def upload_borrowed(ctx: LoadContext, tensors: tuple[TensorInfo, ...] | None = None) -> None:
+    """Upload every tensor straight from a mapping of its file (one per file): no heap copy; page
+    faults happen in the copy."""
+    for t in ctx.tensors if tensors is None else tensors:
+        mapping = open_mapping(ctx, t.file)
         buf = ctx.place(t)
         with ctx.phase("upload"), mapping.slice(t.offset, t.nbytes) as src:
             ctx.upload(buf, 0, src)

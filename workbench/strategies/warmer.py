@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping
 
-from workbench.strategies.toolkit import MiB, ThreadGuard, eviction_reason, pread_upload, probe_resident
+from workbench.strategies.toolkit import (MiB, ThreadGuard, eviction_reason, files_note, pread_upload,
+                                          probe_resident)
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 
 
@@ -33,28 +34,29 @@ class WarmerParams(BaseParams):
 
 
 class _Chunks:
-    """The data region cut into chunks, handed out in file order to whichever reader asks next."""
+    """Each file's data region cut into chunks, handed out in model order to whichever reader asks next."""
 
-    def __init__(self, start: int, end: int, chunk: int):
-        self.starts = list(range(start, end, chunk))
-        self.end, self.chunk = end, chunk
+    def __init__(self, ctx: LoadContext, chunk: int):
+        self.ctx, self.chunk = ctx, chunk
+        self.starts = [(f.path, pos, f.data_end) for f in ctx.files for pos in range(f.data_start, f.data_end, chunk)]
         self._next, self.done = 0, 0
         self._lock = threading.Lock()
 
-    def take(self) -> int | None:
+    def take(self) -> tuple[str, int, int] | None:
         with self._lock:
             if self._next >= len(self.starts):
                 return None
             self._next += 1
             return self.starts[self._next - 1]
 
-    def warm(self, fd: int, stop: threading.Event) -> None:
+    def warm(self, stop: threading.Event) -> None:
         buf = bytearray(self.chunk)  # per reader; the bytes are discarded, the page cache keeps them
         while not stop.is_set():
-            pos = self.take()
-            if pos is None:
+            got = self.take()
+            if got is None:
                 return
-            os.preadv(fd, [memoryview(buf)[: min(self.chunk, self.end - pos)]], pos)
+            path, pos, end = got
+            os.preadv(self.ctx.fd(path), [memoryview(buf)[: min(self.chunk, end - pos)]], pos)
             with self._lock:
                 self.done += 1
 
@@ -66,27 +68,26 @@ class WarmerStrategy(Strategy):
 
     def _load(self, ctx: LoadContext) -> None:
         p = self.params
-        fd = ctx.open_fd()
         if ctx.evict:
             ctx.engage("warmer", 0, p.threads, unit="threads", note=f"skipped: {eviction_reason(ctx)}")
-            pread_upload(ctx, fd)
+            pread_upload(ctx)
             return
         frac = probe_resident(ctx)
         if frac >= p.gate:
             ctx.engage("warmer", 0, p.threads, unit="threads", note=f"skipped: {frac:.0%} resident")
-            pread_upload(ctx, fd)
+            pread_upload(ctx)
             return
-        start, end = ctx.data_range
-        chunks = _Chunks(start, end, p.chunk_mib * MiB)
+        chunks = _Chunks(ctx, p.chunk_mib * MiB)
         n = min(p.threads, len(chunks.starts))
         with ThreadGuard("warmer") as guard:
             for _ in range(n):
-                guard.spawn(chunks.warm, fd, guard.stop)
-            pread_upload(ctx, fd)
+                guard.spawn(chunks.warm, guard.stop)
+            pread_upload(ctx)
         if guard.error is not None:  # advisory reads: the load itself is complete and correct
             ctx.note(f"warmer thread failed: {guard.error!r}")
         ctx.count("warm_chunks", chunks.done)
         cap = f", {p.threads} asked" if n < p.threads else ""
         ctx.set_path(readers=n + 1)  # the warmers plus the loading thread read the file at once
         ctx.engage("warmer", n, n, unit="threads",
-                   note=f"{chunks.done}/{len(chunks.starts)} chunks warmed{cap}, {frac:.0%} resident at start")
+                   note=f"{chunks.done}/{len(chunks.starts)} chunks warmed{cap}, {frac:.0%} resident at start"
+                   f"{files_note(ctx)}")
