@@ -133,6 +133,15 @@ class UnrecordedDumpError(WorkbenchError):
         super().__init__(f"{self.path}: not a workbench unrecorded-results dump: {detail}")
 
 
+class OutputError(WorkbenchError):
+    """An output path a command refuses to write: its own input, or a ledger or model not asked to be
+    replaced."""
+
+    def __init__(self, path: object, detail: str):
+        self.path, self.detail = str(path), detail
+        super().__init__(f"{self.path}: {detail}")
+
+
 class LockError(WorkbenchError):
     """A device lock directory or file that is unsafe to use (someone else's, a link, not a file)."""
 

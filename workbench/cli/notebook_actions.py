@@ -28,6 +28,7 @@ def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size
     ``synth`` goes to ``write_synthetic`` (``alignment``, ``experts``, …)."""
     from workbench.formats import open_index
     from workbench.formats.synth import parse_size, write_synthetic
+    from workbench.outputs import SQLITE, describe_existing, refuse_overwrite
 
     path = Path(path)
     if path.is_file():
@@ -35,11 +36,9 @@ def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size
             open_index(path)
             return path
         except WorkbenchError:
-            pass  # a truncated file from an interrupted run: write it again
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    write_synthetic(tmp, format=format, layout=layout, size=parse_size(size), **synth)
-    os.replace(tmp, path)
+            pass  # a truncated model from an interrupted run: write it again (atomically) ...
+        refuse_overwrite(path, force=describe_existing(path) != SQLITE)  # ... but never over a ledger
+    write_synthetic(path, format=format, layout=layout, size=parse_size(size), force=True, **synth)
     return path
 
 

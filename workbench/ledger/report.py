@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench import defaults
 from workbench.errors import LedgerError
+from workbench.outputs import ledger_files, refuse_overwrite, write_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,6 +87,9 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     attempts, runs, ceilings = campaign_frames(ledger, campaign)
     directory = report_dir(campaign, out_dir)
     directory.mkdir(parents=True, exist_ok=True)
+    sources = ledger_files(ledger.path)  # a report never lands on the ledger it reads
+    for name in ("report.md", "report.html"):  # refused before any file is written
+        refuse_overwrite(directory / name, inputs=sources)
     csvs = export_csv(ledger, directory, campaign=campaign)
     table = markdown_table(ledger, campaign, all_attempts)
     note = few_runs_note(attempts)
@@ -94,10 +98,8 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     history = history_lines(attempts)
     figures = {**campaign_figures(attempts, runs, ceilings),
                **session_figures(ledger.turns(campaign=campaign), attempts)}
-    md = directory / "report.md"
-    md.write_text(_markdown(campaign, table, history, figures), encoding="utf-8")
-    page = directory / "report.html"
-    page.write_text(_html(campaign, table, history, figures), encoding="utf-8")
+    md = write_text(directory / "report.md", _markdown(campaign, table, history, figures), inputs=sources)
+    page = write_text(directory / "report.html", _html(campaign, table, history, figures), inputs=sources)
     return ReportPaths(directory, csvs[0], csvs[1], md, page, tuple(figures), csvs[2] if len(csvs) > 2 else None)
 
 

@@ -26,12 +26,14 @@ UNFINISHED = ("failed", "running")  # measured verdicts of attempts that did not
 
 
 def export_markdown(ledger: Ledger, path: str | os.PathLike[str], campaign: str | None = None,
-                    all_attempts: bool = False) -> Path:
-    """Write :func:`markdown_table` to ``path``; returns it."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(markdown_table(ledger, campaign, all_attempts) + "\n", encoding="utf-8")
-    return target
+                    all_attempts: bool = False, force: bool = False) -> Path:
+    """Write :func:`markdown_table` to ``path``; returns it. Never onto the ledger itself, and over an
+    existing ledger or model file only with ``force`` (:mod:`workbench.outputs`)."""
+    from workbench.outputs import ledger_files, refuse_overwrite, write_text
+
+    refuse_overwrite(path, inputs=ledger_files(ledger.path), force=force)  # before the table is built
+    return write_text(path, markdown_table(ledger, campaign, all_attempts) + "\n",
+                      inputs=ledger_files(ledger.path), force=force)
 
 
 def markdown_table(ledger: Ledger, campaign: str | None = None, all_attempts: bool = False) -> str:

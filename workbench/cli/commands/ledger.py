@@ -141,10 +141,12 @@ def verdict(ctx: click.Context, attempt_id: str, verdict: str, note: str, sub_le
 @click.option("--campaign", default=None, help="Only this campaign.")
 @click.option("--all", "all_attempts", is_flag=True,
               help="Every attempt in the Markdown table (default: the latest finished one per configuration).")
+@click.option("--force", is_flag=True,
+              help="Replace an existing ledger or model file at an output path (never the ledger exported).")
 @_ledger_option
 @click.pass_context
 def export(ctx: click.Context, csv_path: str | None, md_path: str | None, campaign: str | None,
-           all_attempts: bool, sub_ledger: str | None) -> None:
+           all_attempts: bool, force: bool, sub_ledger: str | None) -> None:
     """Write CSV and/or a PR-ready Markdown table."""
     from workbench.ledger import export_csv, export_markdown, markdown_table
     from workbench.ledger.export import attempts_frame, write_csv
@@ -158,11 +160,11 @@ def export(ctx: click.Context, csv_path: str | None, md_path: str | None, campai
     if csv_path == "-":
         write_csv(attempts_frame(led, campaign), sys.stdout)
     elif csv_path:
-        written += export_csv(led, csv_path, campaign)
+        written += export_csv(led, csv_path, campaign, force=force)
     if md_path == "-":
         click.echo(markdown_table(led, campaign, all_attempts))
     elif md_path:
-        written.append(export_markdown(led, md_path, campaign, all_attempts))
+        written.append(export_markdown(led, md_path, campaign, all_attempts, force=force))
     to_stdout = "-" in (csv_path, md_path)
     for path in written:  # beside data on standard output, say it where it does not mix in
         click.echo(f"wrote {path}", err=to_stdout)
