@@ -14,7 +14,7 @@ import sys
 import click
 
 from workbench.cli.options import RefuseRepeats
-from workbench.errors import MeasurementInterrupted, WorkbenchError
+from workbench.errors import MeasurementInterrupted, WorkbenchError, printable
 
 COMMANDS = {
     "env": ("workbench.cli.commands.env:env", "Machine, file system and device backends."),
@@ -53,7 +53,7 @@ class LazyGroup(RefuseRepeats, click.Group):
         try:
             return super().invoke(ctx)
         except WorkbenchError as exc:
-            click.echo(f"workbench: error: {exc}", err=True)
+            click.echo(f"workbench: error: {printable(str(exc))}", err=True)  # one line, whatever it quotes
             sys.exit(2)
         except MeasurementInterrupted as exc:  # Ctrl-C: say what was kept, not just "Aborted!"
             click.secho(f"{exc}; run the command again to measure afresh (an interrupted attempt is never "

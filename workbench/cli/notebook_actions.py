@@ -18,6 +18,7 @@ from workbench.cli.notebook_ui import Panel, ParamGrid, ledger_path, parse_list,
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.order import DEFAULT_ORDER, ORDERS
 from workbench.records import MiB
+from workbench.untrusted import for_html
 
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
@@ -181,8 +182,8 @@ def show_attempts(store: Path, campaign: str, ids: Sequence[str]) -> list[Any]:
         runs = runs[runs["attempt_id"].isin(ids)]
         ceilings = ledger.ceilings(host=host_id())
     figures = campaign_figures(attempts, runs, ceilings)
-    note = HTML(f"<p>{len(attempts)} attempt(s) recorded in <code>{store}</code>, campaign "
-                f"<code>{campaign}</code>.</p>")
+    note = HTML(f"<p>{len(attempts)} attempt(s) recorded in <code>{for_html(store)}</code>, campaign "
+                f"<code>{for_html(campaign)}</code>.</p>")
     return [note, results_html(attempts_table(attempts)), *figures.values()]
 
 
@@ -221,7 +222,8 @@ def run_h2d(device: str, sizes_mib: Sequence[float], paths: Sequence[str], repea
                           scratch_dir=str(root) if root.is_dir() else None, progress=say)
     ids = record_h2d(results, store, campaign=campaign)
     frame = results_frame(results)
-    note = HTML(f"<p>{len(ids)} attempt(s) recorded in <code>{store}</code>, campaign <code>{campaign}</code>.</p>")
+    note = HTML(f"<p>{len(ids)} attempt(s) recorded in <code>{for_html(store)}</code>, campaign "
+                f"<code>{for_html(campaign)}</code>.</p>")
     return [note, results_html(frame), h2d_lines(frame)]
 
 
@@ -261,7 +263,7 @@ def build_report(store: Path, campaign: str, out_dir: str | None = None,
         paths = write_report(ledger, campaign, target)
         attempts, runs, ceilings = campaign_frames(ledger, campaign)
     where = HTML("<p>Report written: " + ", ".join(
-        f"<code>{p}</code>" for p in (paths.attempts_csv, paths.runs_csv, paths.markdown, paths.html)) + "</p>")
+        f"<code>{for_html(p)}</code>" for p in (paths.attempts_csv, paths.runs_csv, paths.markdown, paths.html)) + "</p>")
     history = Markdown("**Attempt history (oldest first)**\n\n" + "\n".join(
         f"{i}. {line}" for i, line in enumerate(history_lines(attempts), 1)))
     figures = campaign_figures(attempts, runs, ceilings)

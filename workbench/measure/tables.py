@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 from workbench.measure.attempt import AttemptResult
 from workbench.records import format_spread
+from workbench.untrusted import for_terminal
 
 ATTEMPT_COLUMNS = ("attempt", "change", "cache", "median ms", "spread", "n", "GB/s", "% ceiling",
                    "vs baseline [95 % CI]", "verdict", "engaged")
@@ -107,10 +108,12 @@ def _detail(detail: Any) -> str:
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell, numbers right-aligned."""
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    """Columns padded to their widest cell, numbers right-aligned; every cell one printable line
+    (labels, notes and an engine's output are untrusted text: :func:`workbench.untrusted.for_terminal`)."""
+    table = [[for_terminal(c) for c in row] for row in [list(header), *rows]]
+    widths = [max(len(x) for x in col) for col in zip(*table)]
     lines = []
-    for row in [list(header), *rows]:
+    for row in table:
         cells = [str(c).rjust(w) if _numeric(str(c)) else str(c).ljust(w) for c, w in zip(row, widths)]
         lines.append("  ".join(cells).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -15,6 +15,7 @@ import click
 from workbench.cli.options import RefuseRepeats
 from workbench.errors import LedgerError, ParamError
 from workbench.records import USER_VERDICTS, format_effect, format_spread
+from workbench.untrusted import for_terminal
 
 _LEDGER_HELP = "Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."
 
@@ -65,7 +66,7 @@ def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> N
     frame = led.attempts(campaign)
     if frame.empty:
         known = ", ".join(led.campaigns()["name"]) or "none"
-        click.echo(f"no attempts{f' in campaign {campaign!r}' if campaign else ''} (campaigns: {known})")
+        click.echo(for_terminal(f"no attempts{f' in campaign {campaign!r}' if campaign else ''} (campaigns: {known})"))
         return
     rows = [
         (a["id"][:8], a["campaign"], a["host"], _file(a["file_path"]), a["label"], a["cache"] or "",
@@ -86,13 +87,13 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     led = _opened(ctx, sub_ledger, readonly=True)
     attempt = led.attempt(attempt_id)
     width = max(len(k) for k in attempt)
-    for key, value in attempt.items():
+    for key, value in attempt.items():  # every value is untrusted text: one printable line each
         if key not in ("environment", "device_info") or not value:
-            click.echo(f"{key:<{width}}  {value}")
+            click.echo(f"{key:<{width}}  {for_terminal(value)}")
     click.echo(f"{'effect':<{width}}  {_effect(attempt)}")
     for key in ("device_info", "environment"):
         for sub, value in (attempt[key] or {}).items():
-            click.echo(f"{key}.{sub}: {value}")
+            click.echo(f"{key}.{for_terminal(sub)}: {for_terminal(value)}")
     if attempt.get("kind") == "session":
         _show_turns(led, attempt["id"])
         return
@@ -224,7 +225,7 @@ def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_l
     words = {"imported": "imported", "completed": "completed", "present": "already present"}
     for item in done:
         runs = f" (+{item.runs_added} runs)" if item.status != "present" else ""
-        click.echo(f"{item.ledger_id[:8]}  {item.label}: {words[item.status]}{runs}")
+        click.echo(f"{item.ledger_id[:8]}  {for_terminal(item.label)}: {words[item.status]}{runs}")
     count = {status: sum(i.status == status for i in done) for status in words}
     click.echo(f"{len(done)} attempts in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
                f"completed, {count['present']} already present; "
@@ -232,7 +233,7 @@ def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_l
 
 
 def _echo_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-    cells = [tuple(header)] + [tuple("" if c is None else str(c) for c in row) for row in rows]
+    cells = [tuple(header)] + [tuple("" if c is None else for_terminal(c) for c in row) for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())

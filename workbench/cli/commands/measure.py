@@ -335,12 +335,14 @@ def _unrecorded_printed(ledger: Any, as_json: bool, single: bool, earlier: list[
 
 def _report(results: list[Any], ledger: Any, as_json: bool, single: bool, recorded: bool = True) -> None:
     from workbench.measure.tables import attempts_table, phases_table
+    from workbench.untrusted import for_terminal
 
     for r in results:  # loud, on stderr, in every mode: an unstable number must not pass unseen
         if r.warning:
-            click.secho(f"{r.label}: {r.warning}", fg="yellow", bold=True, err=True)
+            click.secho(for_terminal(f"{r.label}: {r.warning}"), fg="yellow", bold=True, err=True)
         if r.verdict == "failed" or r.cache != r.cache_requested:
-            click.secho(f"{r.label}: {r.verdict.upper()}: {r.notes or r.cache}", fg="red", bold=True, err=True)
+            click.secho(for_terminal(f"{r.label}: {r.verdict.upper()}: {r.notes or r.cache}"), fg="red", bold=True,
+                        err=True)
     reported = sum(r.report.host_memory_reported_mib or 0 for a in results for r in a.runs)
     if reported > 0:
         click.secho(f"note: this machine handed {reported:,.0f} MiB of freed memory back to its hypervisor "
