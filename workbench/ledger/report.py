@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench import defaults
 from workbench.errors import LedgerError
+from workbench.records import campaign_name_problem
 from workbench.outputs import ledger_files, refuse_overwrite, write_text
 from workbench.untrusted import for_html, for_markdown, for_markdown_code
 
@@ -46,8 +47,13 @@ class ReportPaths:
 
 def report_dir(campaign: str, root: str | os.PathLike[str] | None = None) -> Path:
     """``root`` when given, else ``<data root>/reports/<campaign>`` with the campaign name made safe
-    for a path."""
-    return Path(root) if root is not None else defaults.reports_dir() / _SAFE.sub("-", campaign)
+    for a path (a name that is no directory name, such as ``..`` in an older ledger, is refused)."""
+    if root is not None:
+        return Path(root)
+    problem = campaign_name_problem(campaign)
+    if problem is not None:
+        raise LedgerError(campaign, f"{problem}; name the report's directory instead")
+    return defaults.reports_dir() / _SAFE.sub("-", campaign)
 
 
 def campaign_frames(ledger: Ledger, campaign: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
