@@ -13,15 +13,16 @@ from __future__ import annotations
 import os
 import pty
 import re
-import select
 import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from workbench.errors import FormatError, WorkbenchError
+from workbench.errors import FormatError, ParamError, WorkbenchError
 from workbench.measure.attempt import AttemptResult
+from workbench.measure.engine_build import within
+from workbench.measure.engine_output import MAX_LINE, LineSplitter, read_until_marker
 from workbench.measure.engine_command import (
     EngineCommand, Patterns, check_command, compile_patterns, default_labels, identify,
 )
@@ -116,7 +117,7 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
     finally:
         os.close(slave)  # the child holds its copy; EOF (EIO) arrives when every writer is gone
     try:
-        hit = _read_until_marker(master, watch, watch.t0 + timeout_s)
+        hit = read_until_marker(master, watch, watch.t0 + timeout_s)
         exited = None if hit else _exit_code(proc, watch.t0 + timeout_s)
     finally:
         kill_group(proc)
@@ -169,30 +170,6 @@ def _report(command: EngineCommand, pid: int | None, watch: _Watch, exited: int 
     return WorkerReport(pid=pid, device_info=dict(device_info or {"backend": "external"}), external=run)
 
 
-def _read_until_marker(fd: int, watch: _Watch, deadline: float) -> bool:
-    """Feed lines to ``watch`` until the end marker (True), the output ends or the deadline passes."""
-    pending = b""
-    while True:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            return False
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the terminal's last writer closed it
-            chunk = b""
-        at = time.perf_counter()
-        lines = re.split(rb"[\r\n]", pending + chunk)
-        pending = lines.pop() if chunk else b""
-        for line in lines:
-            if watch.feed(line, at):
-                return True
-        if not chunk:
-            return False
-
-
 def _exit_code(proc: subprocess.Popen, deadline: float) -> int | None:
     """The command's own exit code once its output ended; None if it is still running at the deadline."""
     try:
@@ -225,18 +202,20 @@ class _Engines:
     def __call__(self, config: RunConfig) -> Outcome:
         key = id(config)
         command = self.commands[key]
-        try:
-            build = identify(self.files[key])
-        except (OSError, FormatError) as exc:
+        began = time.monotonic()
+        try:  # the run's timeout covers hashing the build too: a file that blocks cannot hang the run
+            build = within(self.timeout_s, lambda: identify(self.files[key]), "--cmd", command.cmd,
+                           "hashing the engine's files")
+        except (OSError, FormatError, ParamError) as exc:
             return Outcome(pid=None, load_s=None, wall_s=None, error=f"cannot hash the engine's files: {exc}")
+        left = max(0.001, self.timeout_s - (time.monotonic() - began))
         first = self.first.setdefault(key, build)
         if build[1] != first[1]:
             error = (f"BINARY CHANGED within the attempt: {build[0]} is {build[1]} now, {first[1]} at its "
                      "first run — two builds in one attempt; not run (rerun once the build is stable)")
             report = _report(command, None, _Watch(compile_patterns(command), 0.0), None, build, self.device_info)
             return Outcome(pid=None, load_s=None, wall_s=None, error=error, report=report)
-        return time_external(command, timeout_s=self.timeout_s, nbytes=self.nbytes, binary=build,
-                             device_info=self.device_info)
+        return time_external(command, timeout_s=left, nbytes=self.nbytes, binary=build, device_info=self.device_info)
 
 
 def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int = 5, cache: str = "cold",
@@ -255,7 +234,7 @@ def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int =
 
     if not commands:
         raise WorkbenchError("nothing to measure: no engine command given")
-    checked = [check_command(c) for c in commands]
+    checked = [check_command(c, timeout_s) for c in commands]
     if not os.path.isfile(file):
         raise WorkbenchError(f"{file}: no such file (the model the command loads)")
     nbytes = file_nbytes(file)
@@ -280,5 +259,5 @@ def measure_external(cmd: str, marker: str, file: str, *, runs: int = 5, cache: 
                            baseline=baseline, **options)[0]
 
 
-__all__ = ["EngineCommand", "file_nbytes", "measure_engines", "measure_external", "sum_phases",
+__all__ = ["MAX_LINE", "EngineCommand", "LineSplitter", "file_nbytes", "measure_engines", "measure_external", "sum_phases",
            "time_external"]

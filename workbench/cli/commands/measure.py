@@ -218,8 +218,9 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
              timeout_s: float, as_json: bool) -> None:
     """Time external engines: spawn (or --start-marker) → the first output line matching --marker, then
     kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts."""
-    from workbench.measure.engine_command import check_command
+    from workbench.measure.engine_command import check_command, describe_build
     from workbench.measure.external import EngineCommand, measure_engines
+    from workbench.untrusted import for_terminal
     from workbench.measure.runner import open_ledger
 
     n = len(commands)
@@ -231,7 +232,9 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
                    commands, _per_command(markers, n, "--marker"), _per_command(start_markers, n, "--start-marker"),
                    _per_command(binaries, n, "--binary"), labels or [""] * n)]
     for engine in engines:  # before the ledger opens or a bar draws: a bad command is one line, nothing else
-        check_command(engine)
+        _, files = check_command(engine, timeout_s)
+        if not as_json:  # what identifies each build, so a hash that stays the same says why
+            click.echo(for_terminal(f"build of {engine.display()}: {describe_build(files)}"), err=True)
     if device is None:
         from workbench.upload import best_device
 
