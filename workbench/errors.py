@@ -175,6 +175,15 @@ class TraceError(WorkbenchError):
         super().__init__(f"{self.path}: {detail}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled like Ctrl-C (the CLI installs the handler): every ``finally`` and
+    ``except BaseException`` that closes attempts and kills workers runs. ``signum`` is the signal."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"terminated by signal {signum}")
+
+
 class MeasurementInterrupted(KeyboardInterrupt):
     """Ctrl-C during a measurement, after the runner closed the attempts it had opened as failed.
 

@@ -115,6 +115,27 @@ class Ledger:
         self._insert("attempts", row)
         return row["id"]
 
+    def describe_attempt(self, attempt_id: str, *, device_info: Mapping[str, Any] | None = None,
+                         binary: Mapping[str, Any] | None = None,
+                         environment: Mapping[str, Any] | None = None) -> None:
+        """Add what an attempt's first run reported to the attempt opened before it: the device the
+        worker opened, an engine's build, keys of its environment (an attempt is recorded before its
+        first run, so a runner killed during that run leaves it, read as interrupted)."""
+        sets, args = [], []
+        if device_info is not None:
+            sets.append("device_info = ?")
+            args.append(encode(dict(device_info)))
+            environment = {**(environment or {}), "device": dict(device_info)}
+        if environment:  # one json_set for every key: one column assigned twice keeps only the last
+            sets.append(f"environment = json_set(coalesce(environment, '{{}}'){', ?, json(?)' * len(environment)})")
+            args += [x for key, value in environment.items() for x in (f"$.{key}", encode(value))]
+        if binary is not None and binary.get("hash"):
+            sets.append("binary_path = ?, binary_hash = ?")
+            args += [binary.get("path"), binary.get("hash")]
+        if sets:
+            with transaction(self._conn, self.path) as c:
+                c.execute(f"UPDATE attempts SET {', '.join(sets)} WHERE id = ?", (*args, attempt_id))
+
     def add_run(self, attempt_id: str, run: RunRecord) -> str:
         """Record one finished (or failed) run of an attempt at once; returns the run's id."""
         row = {

@@ -73,13 +73,13 @@ def read_until_marker(fd: int, watch: Any, deadline: float) -> bool:
             try:
                 chunk = os.read(fd, READ_BYTES)
             except BlockingIOError:
-                left = deadline - time.perf_counter()
+                left = deadline - time.monotonic()
                 if left <= 0 or not select.select([fd], [], [], left)[0]:
                     return False
                 continue
             except OSError:  # EIO: the terminal's last writer closed it
                 chunk = b""
-            at = time.perf_counter()
+            at = time.monotonic()
             if at > deadline:
                 return False
             for line in lines.feed(chunk):

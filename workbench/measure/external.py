@@ -1,12 +1,13 @@
 """External engine mode: time other programs' loads, from spawn (or a start-marker line) to an end-marker
 line, then kill them; compare several engine commands interleaved like strategies.
 
-The command runs as an argument list (no shell unless asked) in its own session (process group), with
-stdout and stderr on a pseudo-terminal, so a C or Python program line-buffers its output as it would in
-a terminal: with a plain pipe, stdio's block buffering would hold the marker line back and silently add
-time to the measurement. Every line (split on ``\\n`` or ``\\r``) up to the end marker is read for the
-engine's own phase lines; at the end marker the clock stops and the whole process group is killed, so
-prompt evaluation and generation are never timed.
+The command runs as an argument list (no shell unless asked) under a reaper in its own session
+(:mod:`workbench.measure.reaper`), with stdout and stderr on a pseudo-terminal, so a C or Python program
+line-buffers its output as it would in a terminal: with a plain pipe, stdio's block buffering would hold
+the marker line back and silently add time to the measurement. Every line (split on ``\\n`` or ``\\r``)
+up to the end marker is read for the engine's own phase lines (:mod:`workbench.measure.engine_output`);
+at the end marker the clock stops and everything the engine started is killed — its process group and
+any process that left it — so prompt evaluation and generation are never timed and nothing lives on.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from workbench.measure.engine_command import (
     EngineCommand, Patterns, check_command, compile_patterns, default_labels, identify,
 )
 from workbench.measure.order import DEFAULT_ORDER
-from workbench.measure.spawn import Outcome, kill_group
+from workbench.measure import reaper
+from workbench.measure.spawn import Outcome
 from workbench.records import EnginePhase, ExternalRun, RunConfig, WorkerReport
 
 TAIL_LINES = 20
@@ -106,29 +108,42 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
         command = EngineCommand(command, marker or "")
     watch = _Watch(compile_patterns(command), 0.0)
     master, slave = pty.openpty()
-    watch.t0 = time.perf_counter()
+    began = time.monotonic()  # the timeout covers start-up too: a program that blocks in exec is cut
     try:
-        proc = subprocess.Popen(command.cmd if command.shell else command.argv(), shell=command.shell,
-                                stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, start_new_session=True,
-                                close_fds=True)
+        proc, status = reaper.spawn([command.cmd] if command.shell else command.argv(), shell=command.shell,
+                                    stdout=slave, stderr=slave)
     except OSError as exc:
         os.close(master)
         return Outcome(pid=None, load_s=None, wall_s=None, error=f"cannot start {command.cmd!r}: {exc}")
     finally:
-        os.close(slave)  # the child holds its copy; EOF (EIO) arrives when every writer is gone
+        os.close(slave)  # the engine holds its copy; EOF (EIO) arrives when every writer is gone
     try:
+        started = reaper.read_started(status, began + timeout_s)
+        if not isinstance(started, tuple):
+            return _not_started(command, proc, started, timeout_s, began)
+        watch.t0 = started[1]  # the engine's fork: the reaper's own start-up is not in the window
         hit = read_until_marker(master, watch, watch.t0 + timeout_s)
         exited = None if hit else _exit_code(proc, watch.t0 + timeout_s)
     finally:
-        kill_group(proc)
+        reaper.stop(proc)  # the engine and everything it started, in its group or not
         os.close(master)
-    killed_s = time.perf_counter() - watch.t0
-    report = _report(command, proc.pid, watch, exited, binary, device_info)
+    killed_s = time.monotonic() - watch.t0
+    engine = started[0]
+    report = _report(command, engine, watch, exited, binary, device_info)
     error = _failure(command, watch, hit, exited, timeout_s)
     if error is not None:
-        return Outcome(pid=proc.pid, load_s=None, wall_s=killed_s, bytes=nbytes, error=error[-2000:], report=report)
-    return Outcome(pid=proc.pid, load_s=_window(watch), wall_s=killed_s if watch.start_at is None else
+        return Outcome(pid=engine, load_s=None, wall_s=killed_s, bytes=nbytes, error=error[-2000:], report=report)
+    return Outcome(pid=engine, load_s=_window(watch), wall_s=killed_s if watch.start_at is None else
                    watch.end_at - watch.t0, bytes=nbytes, phases=sum_phases(watch.phases), report=report)
+
+
+def _not_started(command: EngineCommand, proc: subprocess.Popen, why: str | None, timeout_s: float,
+                 began: float) -> Outcome:
+    """The outcome of an engine that could not be started, or not within the timeout."""
+    if why is None:
+        why = f"timed out after {timeout_s:g} s before the engine started (a program that blocks in exec?)"
+    return Outcome(pid=proc.pid, load_s=None, wall_s=time.monotonic() - began,
+                   error=f"cannot start {command.cmd!r}: {why}")
 
 
 def _window(watch: _Watch) -> float:
@@ -173,7 +188,7 @@ def _report(command: EngineCommand, pid: int | None, watch: _Watch, exited: int 
 def _exit_code(proc: subprocess.Popen, deadline: float) -> int | None:
     """The command's own exit code once its output ended; None if it is still running at the deadline."""
     try:
-        return proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         return None
 

@@ -154,7 +154,7 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
 
 
 def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple[str, ...], total: int) -> None:
-    """Say what Ctrl-C kept, and how to measure the rest; exit 130 (the shell's code for SIGINT)."""
+    """Say what Ctrl-C (or SIGTERM) kept, and how to measure the rest; exit 128 + the signal (130 for Ctrl-C)."""
     done_states = list(dict.fromkeys(r.cache_requested for r in finished))
     left = [c for c in caches if c not in done_states]
     kept = sum(len(r.runs) for r in finished)
@@ -164,7 +164,9 @@ def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple
     click.secho(f"interrupted: {kept + exc.done}/{total} runs recorded: {'; '.join(parts)}; resume with: "
                 f"{_resume_command(left)} (an interrupted attempt is measured afresh, never continued)",
                 fg="red", bold=True, err=True)
-    sys.exit(130)
+    from workbench.cli import interrupted_status
+
+    sys.exit(interrupted_status(exc))
 
 
 def _resume_command(caches: list[str]) -> str:
