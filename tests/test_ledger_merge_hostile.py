@@ -151,6 +151,25 @@ def test_this_machines_ceilings_are_not_taken(tmp_path, local):
         assert host_ceilings(led)["disk_cold_1t"] == 2.0
 
 
+def test_attempts_claiming_this_machine_are_not_taken(tmp_path, local):
+    from ledger_helpers import record_attempt
+
+    path, base = local
+    with Ledger(path) as led:  # this machine's own measurement of a configuration
+        mine, _ = record_attempt(led, "mmap", [0.30, 0.31, 0.30], host=host_id())
+    other = tmp_path / "other.sqlite"
+    fill_ledger(other, host="rig-b")
+    with Ledger(other) as led:  # the same configuration, "measured here", later and much faster
+        forged, _ = record_attempt(led, "mmap", [0.01, 0.01, 0.01], host=host_id())
+    with Ledger(path) as led:
+        counts = led.merge(other)
+        assert (counts["attempts"], counts["skipped_attempts"], counts["skipped_runs"]) == (3, 1, 0)
+        assert forged not in set(led.attempts()["id"])
+        from workbench.ledger import markdown_table
+
+        assert mine[:8] in markdown_table(led, "c") and forged[:8] not in markdown_table(led, "c", all_attempts=True)
+
+
 def test_the_same_file_under_another_name_is_refused(tmp_path, local):
     path, _ = local
     os.link(path, tmp_path / "hardlink.sqlite")

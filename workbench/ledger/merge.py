@@ -8,8 +8,10 @@ rewrites a row this ledger already holds:
   row could add a fake run to a local attempt, or outrank a local verdict with a later date);
 - an attempt this ledger holds stays exactly as it is, even ``running`` here and finished there
   (``attempts_running_here``: merge that later state into a ledger that does not hold the attempt yet);
-- a ceiling of this machine is not taken (this machine's walls are measured here, and a merged one
-  would bound every later result);
+- nothing it says about this machine is taken: no attempt recorded under this machine's host name
+  (``skipped_attempts``: it would pass for a local measurement, and as the latest of its configuration
+  outrank the local one in the PR table) and no ceiling of it (it would bound every later result). Two
+  ledgers of one machine merge when each names its rig (``WORKBENCH_HOST``);
 - campaigns are matched by name, and a campaign's description here is kept.
 
 Rows carry globally unique ids, so merging the same file twice adds nothing. The other file is first
@@ -53,7 +55,9 @@ def _copy_rows(conn: sqlite3.Connection, other: sqlite3.Connection) -> dict[str,
     campaign_ids, counts = _campaigns(conn, other)
     ours = {r[0] for r in conn.execute("SELECT id FROM attempts")}
     theirs = _rows(other, "attempts", _shared(conn, other, "attempts"))
-    new = [a for a in theirs if a["id"] not in ours]
+    here = host_id()
+    new = [a for a in theirs if a["id"] not in ours and a["host"] != here]
+    counts["skipped_attempts"] = sum(a["id"] not in ours and a["host"] == here for a in theirs)
     for attempt in new:
         attempt["campaign_id"] = campaign_ids[attempt["campaign_id"]]
     counts["attempts"] = _insert(conn, "attempts", new)
@@ -68,7 +72,6 @@ def _copy_rows(conn: sqlite3.Connection, other: sqlite3.Connection) -> dict[str,
         # new rows for an attempt held here would attach to it: not taken (a row held already is no news)
         counts[f"skipped_{table}"] = sum(r["attempt_id"] in ours and r["id"] not in held for r in rows)
     ceilings = _rows(other, "ceilings", _shared(conn, other, "ceilings"))
-    here = host_id()
     counts["ceilings"] = _insert(conn, "ceilings", [c for c in ceilings if c["host"] != here])
     counts["skipped_ceilings"] = sum(c["host"] == here for c in ceilings)
     return counts

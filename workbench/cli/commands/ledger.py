@@ -182,11 +182,11 @@ def merge(ctx: click.Context, other: str, sub_ledger: str | None) -> None:
     counts = _opened(ctx, sub_ledger, create=True).merge(other)
     added = {k: v for k, v in counts.items() if not k.startswith(("skipped_", "attempts_running_here"))}
     click.echo(", ".join(f"{table}: +{count}" for table, count in added.items()))
-    skipped = [f"{count} {key.removeprefix('skipped_').replace('_', ' ')} row(s) naming attempts or this "
-               "machine already here" for key, count in counts.items() if key.startswith("skipped_") and count]
-    if counts.get("attempts_running_here"):
-        skipped.append(f"{counts['attempts_running_here']} attempt(s) running here and finished there kept as "
-                       "they are")
+    why = {"skipped_attempts": "attempt(s) recorded under this machine's name",
+           "skipped_ceilings": "ceiling(s) of this machine",
+           "attempts_running_here": "attempt(s) running here and finished there, kept as they are"}
+    skipped = [f"{count} {why.get(key) or key.removeprefix('skipped_').replace('_', ' ') + ' row(s) of attempts held here'}"
+               for key, count in counts.items() if count and (key.startswith("skipped_") or key in why)]
     if skipped:  # a merge only adds: what it did not take, and why, in one line
         click.echo("not taken (a merge never attaches to or rewrites a row this ledger holds): " + "; ".join(skipped))
 
