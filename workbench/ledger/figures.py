@@ -213,10 +213,10 @@ def threads_chunk_heatmap(attempts: pd.DataFrame,
     panels = _heatmap_panels(attempts, axes)
     if not panels:
         return None
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _, _ in panels])
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[for_plotly(t) for t, _, _ in panels])
     for col, (_, (rows, cols), table) in enumerate(panels, start=1):
         fig.add_trace(go.Heatmap(
-            z=table.values, x=[str(c) for c in table.columns], y=[str(i) for i in table.index],
+            z=table.values, x=[for_plotly(c) for c in table.columns], y=[for_plotly(i) for i in table.index],
             coloraxis="coloraxis", text=table.round(2).values, texttemplate="%{text}",
             hovertemplate=f"{rows} %{{y}}, {cols} %{{x}}<br>%{{z:.2f}} GB/s<extra></extra>"), row=1, col=col)
         fig.update_xaxes(title_text=cols, type="category", row=1, col=col)

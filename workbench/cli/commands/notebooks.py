@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from workbench.untrusted import for_terminal
+
 
 @click.command()
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
@@ -35,7 +37,8 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
     def say(outcome) -> None:  # noqa: ANN001 - a PointOutcome
         done.append(outcome)
         if outcome.status == "failed":
-            click.echo(f"  failed: {outcome.point.name}: {outcome.error} (notebook: {outcome.output})", err=True)
+            click.echo(for_terminal(f"  failed: {outcome.point.name}: {outcome.error} (notebook: {outcome.output})"),
+                       err=True)
 
     try:
         report = run_sweep(spec, ledger_path=ledger_path, resume=resume, out_dir=out, on_point=say)
@@ -65,11 +68,11 @@ def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
         with Ledger(ledger, readonly=True) as opened:
             history = RunHistory(opened)
     defaults = notebook_defaults(spec.notebook)
-    click.echo(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {len(points)} point(s)")
+    click.echo(for_terminal(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {len(points)} point(s)"))
     for p in points:
         state = " (completed)" if point_completed(p.output(out), lid) else ""
-        click.echo(f"  {p.index:3d}  {describe_point(p)}  → {p.output(out)}{state}")
-        click.echo(f"       {describe_plan(p, defaults, history)}")
+        click.echo(for_terminal(f"  {p.index:3d}  {describe_point(p)}  → {p.output(out)}{state}"))
+        click.echo(for_terminal(f"       {describe_plan(p, defaults, history)}"))
 
 
 @click.command()
