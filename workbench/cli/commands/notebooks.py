@@ -58,15 +58,14 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
 
 def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
     """Each point, what it will measure and about how long that takes; runs nothing, creates nothing."""
-    from workbench.cli.sweep import describe_point, ledger_identity, point_completed
+    from workbench.cli.sweep import describe_point, point_completed
     from workbench.cli.sweep_plan import RunHistory, describe_plan, notebook_defaults
     from workbench.ledger import Ledger
 
     lid, history = "", None
-    if ledger.exists():  # a missing ledger holds no completed point and no history
-        lid = ledger_identity(ledger)
+    if ledger.exists():  # a missing ledger holds no completed point and no history; read, never changed
         with Ledger(ledger, readonly=True) as opened:
-            history = RunHistory(opened)
+            lid, history = opened.ledger_id, RunHistory(opened)
     defaults = notebook_defaults(spec.notebook)
     click.echo(for_terminal(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {len(points)} point(s)"))
     for p in points:
