@@ -157,10 +157,12 @@ def test_an_older_ledger_is_read_only_after_ledger_upgrade(tmp_path):
         one_line(cli("ledger", "--ledger", str(path), *args), "schema version 1", "workbench ledger upgrade")
     assert state(tmp_path) == before  # not upgraded in place by a reader
     upgraded = cli("ledger", "--ledger", str(path), "upgrade")
-    assert upgraded.exit_code == 0 and "schema version 1 → 2" in upgraded.output, upgraded.output
+    from workbench.ledger.schema import SCHEMA_VERSION
+
+    assert upgraded.exit_code == 0 and f"schema version 1 → {SCHEMA_VERSION}" in upgraded.output, upgraded.output
     assert cli("ledger", "--ledger", str(path), "list").exit_code == 0
     again = cli("ledger", "--ledger", str(path), "upgrade")
-    assert again.exit_code == 0 and "already at schema version 2; nothing changed" in again.output
+    assert again.exit_code == 0 and f"already at schema version {SCHEMA_VERSION}; nothing changed" in again.output
 
 
 @pytest.mark.parametrize("version", ["'two'", "2.5", "X'02'", "'v2'"])

@@ -23,7 +23,7 @@ _BY_COLUMN = {
     "label": 4 * KiB, "cache": 4 * KiB, "file_path": PATH, "binary_path": 4 * PATH,
     "hypothesis": PROSE, "notes": PROSE, "description": PROSE, "error": PROSE, "note": PROSE,
     "verdict_reason": PROSE, "params": JSON, "device_info": JSON, "environment": JSON, "engaged": JSON,
-    "phases": JSON, "detail": JSON, "extra": JSON, "result": RESULT,
+    "phases": JSON, "detail": JSON, "extra": JSON, "resident_files": JSON, "result": RESULT,
 }
 
 
