@@ -160,8 +160,8 @@ def row_json(result: Any, wall: float) -> dict[str, Any]:
     ts = times(result)
     med = statistics.median(ts) if ts else None
     gbps = result.stats.gbps
-    engaged = "; ".join(f"{e.feature} {e.done}/{e.total}" for e in (result.runs[0].engaged or ())) \
-        if result.runs else ""
+    first = next((r for r in result.runs if r.ok), None)
+    engaged = "; ".join(first.engaged) if first is not None else ""
     return {"label": result.label, "n": len(ts), "runs": len(result.runs), "median_ms": med and med * 1e3,
             "min_ms": ts and min(ts) * 1e3, "max_ms": ts and max(ts) * 1e3, "gbps": gbps,
             "wall_fraction": gbps / wall if gbps and wall else None, "engaged": engaged,
