@@ -20,7 +20,8 @@ def test_merge_twice_adds_nothing_the_second_time(tmp_path):
         assert (first["campaigns"], first["attempts"], first["runs"]) == (0, 3, 13)  # "c" matched by name
         assert (first["ceilings"], first["verdict_history"]) == (1, 1)
         second = led.merge(tmp_path / "b.sqlite")
-        assert all(count == 0 for count in second.values()), second
+        added = {k: v for k, v in second.items() if not k.startswith(("skipped_", "attempts_running"))}
+        assert all(count == 0 for count in added.values()), second
         frame = led.attempts("c")
         assert len(frame) == 6 and set(frame["host"]) == {"rig-a", "rig-b"}
         assert len(led.runs()) == 26 and len(led.campaigns()) == 1
@@ -29,11 +30,12 @@ def test_merge_twice_adds_nothing_the_second_time(tmp_path):
         edited = other.set_verdict(other.attempts()["id"][0], "reference", note="the rig-b baseline")
     with Ledger(tmp_path / "a.sqlite") as led:
         counts = led.merge(tmp_path / "b.sqlite")
-        assert (counts["verdict_history"], counts["verdicts_updated"], counts["attempts"]) == (1, 1, 0)
-        assert led.attempt(edited)["verdict"] == "reference"
+        # an attempt this ledger already holds is never rewritten by a merge, its verdict included
+        assert (counts["verdict_history"], counts["skipped_verdict_history"], counts["attempts"]) == (0, 1, 0)
+        assert led.attempt(edited)["verdict"] == "baseline"
 
 
-def test_merge_brings_new_campaigns_and_finishes_running_attempts(tmp_path):
+def test_merge_brings_new_campaigns_and_never_rewrites_an_attempt_it_holds(tmp_path):
     with Ledger(tmp_path / "b.sqlite") as other:
         record_attempt(other, "pread", [0.1, 0.1], campaign="apu", host="rig-b")
         running = other.start_attempt(campaign="apu", config=RunConfig("/m", "mmap"), cache="cold",
@@ -50,9 +52,13 @@ def test_merge_brings_new_campaigns_and_finishes_running_attempts(tmp_path):
                              verdict="inconclusive")
     with Ledger(tmp_path / "a.sqlite") as led:
         counts = led.merge(tmp_path / "b.sqlite")
-        assert (counts["attempts"], counts["attempts_finished"], counts["runs"]) == (0, 1, 1)
+        assert (counts["attempts"], counts["attempts_running_here"], counts["runs"], counts["skipped_runs"]) \
+            == (0, 1, 0, 1)
         a = led.attempt(running)
-        assert a["verdict"] == "inconclusive" and a["campaign"] == "apu"
+        assert a["verdict"] == RUNNING and a["campaign"] == "apu" and led.runs(running).empty
+    with Ledger(tmp_path / "fresh.sqlite") as led:  # a ledger that does not hold it takes the finished state
+        led.merge(tmp_path / "b.sqlite")
+        assert led.attempt(running)["verdict"] == "inconclusive" and len(led.runs(running)) == 1
 
 
 def test_merge_refuses_missing_self_and_foreign_files(tmp_path):

@@ -49,6 +49,10 @@ def invoke(path: Path, *args: str):
 def test_old_ledger_lists_every_attempt(old_ledger):
     ids = attempt_ids(old_ledger)
     assert len(ids) == 11
+    from workbench.ledger.schema import SCHEMA_VERSION
+
+    upgraded = invoke(old_ledger, "upgrade").strip()  # list never upgrades a ledger: upgrade does
+    assert upgraded == f"{old_ledger}: schema version 1 → {SCHEMA_VERSION}"
     lines = invoke(old_ledger, "list").splitlines()[1:]
     assert [line.split()[0] for line in lines] == [i[:8] for i in ids]
     assert all("fixture-rig" in line for line in lines)
@@ -56,7 +60,7 @@ def test_old_ledger_lists_every_attempt(old_ledger):
 
 
 def test_old_ledger_shows_every_attempt_with_its_runs(old_ledger):
-    with Ledger(old_ledger) as ledger:
+    with Ledger(old_ledger) as ledger:  # a ledger opened to record is brought up to date
         runs = ledger.runs()
     for attempt_id in attempt_ids(old_ledger):
         shown = invoke(old_ledger, "show", attempt_id[:8])

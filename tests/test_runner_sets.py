@@ -12,6 +12,7 @@ import pytest
 from workbench.formats.synth import write_synthetic
 from workbench.io.envinfo import eviction_support
 from workbench.io.identity import model_identity
+from workbench import defaults
 from workbench.ledger import Ledger
 from workbench.measure import RunConfig, measure
 from workbench.measure.runner import measure_with
@@ -102,7 +103,9 @@ def test_a_shard_deleted_after_preflight_fails_the_attempt_and_the_ledger_stays_
     assert res.verdict == "failed" and "the model changed during the measurement" in res.notes
     stored = ledger.attempt(res.attempt_id)
     assert stored["verdict"] == "failed" and len(ledger.runs(res.attempt_id)) == 2
-    with Ledger(tmp_path / "other.sqlite") as other:  # every row passes the checks a merge applies
+    # every row passes the checks a merge applies (merged on another rig: a merge takes nothing
+    # recorded under its own machine's name, issue 19)
+    with defaults.set_host("other-rig"), Ledger(tmp_path / "other.sqlite") as other:
         assert other.merge(ledger.path)["runs"] == 2
 
 
@@ -151,7 +154,7 @@ def test_merge_keeps_attempts_of_two_sets_at_one_path_apart(isolated_cache, lock
                      ledger=led, campaign="c", lock_dir=locks)
     shutil.rmtree(model)
     write_set(model, 5)  # another set under the same name, on another rig
-    with Ledger(tmp_path / "b.sqlite") as led:
+    with defaults.set_host("rig-b"), Ledger(tmp_path / "b.sqlite") as led:
         measure_with(FakeRuns(), [RunConfig(str(model), "pread", label="pread")], runs=2, cache="asis",
                      ledger=led, campaign="c", lock_dir=locks)
     fixture = Path(__file__).resolve().parent / "fixtures" / "ledger-pre-arch.sqlite"

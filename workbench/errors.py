@@ -133,6 +133,23 @@ class UnrecordedDumpError(WorkbenchError):
         super().__init__(f"{self.path}: not a workbench unrecorded-results dump: {detail}")
 
 
+class OutputError(WorkbenchError):
+    """An output path a command refuses to write: its own input, or a ledger or model not asked to be
+    replaced."""
+
+    def __init__(self, path: object, detail: str):
+        self.path, self.detail = str(path), detail
+        super().__init__(f"{self.path}: {detail}")
+
+
+class LockError(WorkbenchError):
+    """A device lock directory or file that is unsafe to use (someone else's, a link, not a file)."""
+
+    def __init__(self, path: object, detail: str):
+        self.path, self.detail = str(path), detail
+        super().__init__(f"{self.path}: {detail}; set WORKBENCH_LOCK_DIR to a directory of your own to go on")
+
+
 class SweepError(WorkbenchError):
     """A sweep file that is malformed, or a sweep that cannot start."""
 
@@ -156,6 +173,15 @@ class TraceError(WorkbenchError):
     def __init__(self, path: object, detail: str):
         self.path, self.detail = str(path), detail
         super().__init__(f"{self.path}: {detail}")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled like Ctrl-C (the CLI installs the handler): every ``finally`` and
+    ``except BaseException`` that closes attempts and kills workers runs. ``signum`` is the signal."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"terminated by signal {signum}")
 
 
 class MeasurementInterrupted(KeyboardInterrupt):

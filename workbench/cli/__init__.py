@@ -9,12 +9,13 @@ option that takes one value given twice (:mod:`workbench.cli.options`).
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import click
 
 from workbench.cli.options import RefuseRepeats
-from workbench.errors import MeasurementInterrupted, WorkbenchError
+from workbench.errors import MeasurementInterrupted, Terminated, WorkbenchError, printable
 
 COMMANDS = {
     "env": ("workbench.cli.commands.env:env", "Machine, file system and device backends."),
@@ -50,15 +51,45 @@ class LazyGroup(RefuseRepeats, click.Group):
             formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
+        previous = _terminate_like_ctrl_c()
         try:
             return super().invoke(ctx)
         except WorkbenchError as exc:
-            click.echo(f"workbench: error: {exc}", err=True)
+            click.echo(f"workbench: error: {printable(str(exc))}", err=True)  # one line, whatever it quotes
             sys.exit(2)
         except MeasurementInterrupted as exc:  # Ctrl-C: say what was kept, not just "Aborted!"
             click.secho(f"{exc}; run the command again to measure afresh (an interrupted attempt is never "
                         "continued)", fg="red", bold=True, err=True)
-            sys.exit(130)
+            sys.exit(interrupted_status(exc))
+        except Terminated as exc:
+            click.secho(f"workbench: {exc}", fg="red", err=True)
+            sys.exit(128 + exc.signum)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def _terminate_like_ctrl_c() -> dict[int, object]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` (a KeyboardInterrupt): a runner stopped by them closes
+    its attempts as interrupted and kills its workers, as on Ctrl-C. Returns the handlers replaced."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        previous[signum] = signal.signal(signum, terminate)
+    return previous
+
+
+def interrupted_status(exc: MeasurementInterrupted) -> int:
+    """128 + the signal that interrupted the measurement (SIGINT for Ctrl-C)."""
+    cause = exc.__cause__
+    return 128 + (cause.signum if isinstance(cause, Terminated) else signal.SIGINT)
 
 
 @click.group(cls=LazyGroup)

@@ -19,6 +19,7 @@ from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.order import DEFAULT_ORDER, ORDERS
 from workbench.records import MiB
 from workbench.records import plural
+from workbench.untrusted import for_html
 
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
@@ -29,6 +30,7 @@ def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size
     ``synth`` goes to ``write_synthetic`` (``alignment``, ``experts``, …)."""
     from workbench.formats import open_index
     from workbench.formats.synth import parse_size, write_synthetic
+    from workbench.outputs import SQLITE, describe_existing, refuse_overwrite
 
     path = Path(path)
     if path.is_file():
@@ -36,11 +38,9 @@ def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size
             open_index(path)
             return path
         except WorkbenchError:
-            pass  # a truncated file from an interrupted run: write it again
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    write_synthetic(tmp, format=format, layout=layout, size=parse_size(size), **synth)
-    os.replace(tmp, path)
+            pass  # a truncated model from an interrupted run: write it again (atomically) ...
+        refuse_overwrite(path, force=describe_existing(path) != SQLITE)  # ... but never over a ledger
+    write_synthetic(path, format=format, layout=layout, size=parse_size(size), force=True, **synth)
     return path
 
 
@@ -185,8 +185,8 @@ def show_attempts(store: Path, campaign: str, ids: Sequence[str]) -> list[Any]:
         runs = runs[runs["attempt_id"].isin(ids)]
         ceilings = ledger.ceilings(host=host_id())
     figures = campaign_figures(attempts, runs, ceilings)
-    note = HTML(f"<p>{plural(len(attempts), 'attempt')} recorded in <code>{store}</code>, campaign "
-                f"<code>{campaign}</code>.</p>")
+    note = HTML(f"<p>{plural(len(attempts), 'attempt')} recorded in <code>{for_html(store)}</code>, campaign "
+                f"<code>{for_html(campaign)}</code>.</p>")
     return [note, results_html(attempts_table(attempts)), *figures.values()]
 
 
@@ -225,7 +225,8 @@ def run_h2d(device: str, sizes_mib: Sequence[float], paths: Sequence[str], repea
                           scratch_dir=str(root) if root.is_dir() else None, progress=say)
     ids = record_h2d(results, store, campaign=campaign)
     frame = results_frame(results)
-    note = HTML(f"<p>{plural(len(ids), 'attempt')} recorded in <code>{store}</code>, campaign <code>{campaign}</code>.</p>")
+    note = HTML(f"<p>{plural(len(ids), 'attempt')} recorded in <code>{for_html(store)}</code>, campaign "
+                f"<code>{for_html(campaign)}</code>.</p>")
     return [note, results_html(frame), h2d_lines(frame)]
 
 
@@ -238,7 +239,7 @@ def report_panel(*, campaign: str, ledger: str = "", out_dir: str = "") -> Panel
     store = ledger_path(ledger)
     known: list[str] = []
     if store.is_file():  # a report reads: it never creates a ledger at a mistyped path
-        with Ledger(store, create=False) as opened:
+        with Ledger(store, readonly=True) as opened:
             known = list(opened.campaigns()["name"])
     controls = {
         "campaign": w.Combobox(value=campaign, options=known, description="campaign"),
@@ -261,11 +262,11 @@ def build_report(store: Path, campaign: str, out_dir: str | None = None,
 
     say(f"writing the report of '{campaign}' …")
     target = Path(out_dir) if out_dir else report_dir(campaign)
-    with Ledger(store, create=False) as ledger:
+    with Ledger(store, readonly=True) as ledger:
         paths = write_report(ledger, campaign, target)
         attempts, runs, ceilings = campaign_frames(ledger, campaign)
     where = HTML("<p>Report written: " + ", ".join(
-        f"<code>{p}</code>" for p in (paths.attempts_csv, paths.runs_csv, paths.markdown, paths.html)) + "</p>")
+        f"<code>{for_html(p)}</code>" for p in (paths.attempts_csv, paths.runs_csv, paths.markdown, paths.html)) + "</p>")
     history = Markdown("**Attempt history (oldest first)**\n\n" + "\n".join(
         f"{i}. {line}" for i, line in enumerate(history_lines(attempts), 1)))
     figures = campaign_figures(attempts, runs, ceilings)

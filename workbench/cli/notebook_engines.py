@@ -7,7 +7,6 @@ drive it without a kernel; :func:`engine_ab_panel` wraps them in the shared
 """
 from __future__ import annotations
 
-import html
 import os
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from workbench.errors import WorkbenchError
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.order import DEFAULT_ORDER, ORDERS
 from workbench.records import plural
+from workbench.untrusted import for_html
 
 DEFAULT_PHASE = r"phase (?P<name>\w+): (?P<ms>[0-9.]+) ms"
 DEFAULT_MARKER = "engine ready"
@@ -128,14 +128,14 @@ def show_engine_ab(store: Path, campaign: str, results: Sequence[Any], out_dir: 
         runs = ledger.runs(campaign=campaign)
         runs = runs[runs["attempt_id"].isin(ids)]
         paths = write_report(ledger, campaign, Path(out_dir) if out_dir else report_dir(campaign))
-    verdicts = "".join(f"<li>{html.escape(line)}</li>" for line in verdict_lines(results))
+    verdicts = "".join(f"<li>{for_html(line)}</li>" for line in verdict_lines(results))
     note = HTML(f'<div class="wb-verdict"><ul>{verdicts or "<li>one engine: no comparison</li>"}</ul>'
-                f"<p>{plural(len(ids), 'attempt')} recorded in <code>{html.escape(str(store))}</code>, campaign "
-                f"<code>{html.escape(campaign)}</code>.</p></div>")
+                f"<p>{plural(len(ids), 'attempt')} recorded in <code>{for_html(str(store))}</code>, campaign "
+                f"<code>{for_html(campaign)}</code>.</p></div>")
     phases = phases_table(results)
-    phase_text = HTML(f'<pre class="wb-phases">{html.escape(phases)}</pre>') if phases else HTML(
+    phase_text = HTML(f'<pre class="wb-phases">{for_html(phases)}</pre>') if phases else HTML(
         "<p><i>No phase line matched: give the engine's own phase pattern (groups name and ms or s).</i></p>")
-    exports = HTML("<p>Exports: " + ", ".join(f"<code>{html.escape(str(p))}</code>" for p in (
+    exports = HTML("<p>Exports: " + ", ".join(f"<code>{for_html(str(p))}</code>" for p in (
         paths.attempts_csv, paths.runs_csv, paths.markdown, paths.html)) + "</p>")
     return [note, results_html(engine_table(results)), phase_text, phase_bars(attempts, runs),
             median_with_range(attempts), exports]

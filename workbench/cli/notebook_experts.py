@@ -16,6 +16,7 @@ from workbench.cli.notebook_actions import _best, _devices, ensure_model
 from workbench.cli.notebook_ui import Panel, ledger_path, results_html
 from workbench.errors import WorkbenchError
 from workbench.records import plural
+from workbench.untrusted import for_html
 
 # (strategy, params, what it stands for): the first is the baseline of each measured group
 SLICE_METHODS = (
@@ -100,11 +101,12 @@ def expert_slices_outputs(store: Path, campaign: str, ids: Sequence[str], files:
            "vs per-expert": [_effect(a) for a in attempts.to_dict("records")],
            "engaged": [" · ".join(facts.get(i, ())) for i in attempts["id"]]}
     )[["label", "cache", "n", "median ms", "spread %", "vs per-expert", "verdict", "engaged"]]
-    out = [HTML(f"<p>{plural(len(attempts), 'attempt')} recorded in <code>{store}</code>, campaign <code>{campaign}</code>."
-                "</p>"), results_html(table), slices_median(attempts), shift_copy_bars(attempts, counters)]
+    out = [HTML(f"<p>{plural(len(attempts), 'attempt')} recorded in <code>{for_html(store)}</code>, campaign "
+                f"<code>{for_html(campaign)}</code>.</p>"), results_html(table), slices_median(attempts),
+           shift_copy_bars(attempts, counters)]
     for alignment, path in files.items():
         frame, report = placement_frame(path)
-        out += [HTML(f"<h4>Alignment {alignment}: {report}</h4>"), results_html(frame, "wb-placement")]
+        out += [HTML(f"<h4>Alignment {for_html(alignment)}: {for_html(report)}</h4>"), results_html(frame, "wb-placement")]
     return out
 
 

@@ -14,6 +14,7 @@ from workbench.cli.notebook_experts import moe_model, session_plan
 from workbench.cli.notebook_ui import Panel, ledger_path, results_html
 from workbench.errors import WorkbenchError
 from workbench.records import plural
+from workbench.untrusted import for_html
 
 MiB = 1 << 20
 
@@ -69,7 +70,8 @@ def long_session_outputs(store: Path, campaign: str, ids: Sequence[str]) -> list
     summary = sessions_frame(turns, attempts)
     long_ids = [i for i, label in zip(attempts["id"], attempts["label"]) if str(label).startswith("long")]
     figures = session_figures(turns[turns["attempt_id"].isin(long_ids)], attempts)
-    note = HTML(f"<p>{plural(len(ids), 'session')} recorded in <code>{store}</code>, campaign <code>{campaign}</code> "
+    note = HTML(f"<p>{plural(len(ids), 'session')} recorded in <code>{for_html(store)}</code>, campaign "
+                f"<code>{for_html(campaign)}</code> "
                 "(per turn: <code>workbench ledger show ID</code>).</p>")
     return [note, results_html(summary, "wb-sessions"), session_ends(summary), *figures.values()]
 

@@ -7,7 +7,6 @@ draws into its output area. The measuring itself lives in :mod:`workbench.cli.no
 """
 from __future__ import annotations
 
-import html
 import os
 import traceback
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from workbench import defaults
 from workbench.errors import WorkbenchError
+from workbench.untrusted import for_html
 
 Action = Callable[[Mapping[str, Any], Callable[[str], None]], Sequence[Any]]
 
@@ -53,10 +53,21 @@ def parse_list(text: str) -> list[Any]:
 
 
 def results_html(frame: Any, css_class: str = "wb-results") -> Any:
-    """A DataFrame as an HTML table the tests and the browser can find by its class."""
+    """A DataFrame as an HTML table the tests and the browser can find by its class; every text cell
+    cleaned by :func:`workbench.untrusted.for_html` (ledger text is untrusted)."""
     from IPython.display import HTML
 
-    return HTML(f'<div class="{css_class}">{frame.to_html(index=False, na_rep="—", escape=True)}</div>')
+    cleaned = frame.rename(columns=for_html).map(_html_cell)
+    return HTML(f'<div class="{for_html(css_class)}">{cleaned.to_html(index=False, na_rep="—", escape=False)}</div>')
+
+
+def _html_cell(value: Any) -> Any:
+    """A number or a missing value as it is (na_rep shows the latter); anything else as escaped text."""
+    import numbers
+
+    if value is None or isinstance(value, numbers.Number):
+        return value
+    return for_html(value)
 
 
 class Panel:
@@ -86,7 +97,7 @@ class Panel:
     def widget(self) -> Any:
         import ipywidgets as w
 
-        header = w.HTML(f"<h3>{html.escape(self.title)}</h3>")
+        header = w.HTML(f"<h3>{for_html(self.title)}</h3>")
         # A control may be a composite (a ParamGrid) that shows its widgets through ``box``.
         controls = [getattr(c, "box", c) for c in self.controls.values()]
         rows = [header, *controls, *self.extra, w.HBox([self.button, self.status]), self.output]
@@ -138,7 +149,7 @@ class Panel:
 
     def _say(self, text: str, error: bool = False) -> None:
         color = "#b00" if error else "#333"
-        self.status.value = f'<span class="wb-status" style="color:{color}">{html.escape(text)}</span>'
+        self.status.value = f'<span class="wb-status" style="color:{color}">{for_html(text)}</span>'
 
 
 class _Bundle:
@@ -166,7 +177,7 @@ def with_static_images(items: Sequence[Any]) -> list[Any]:
     static = render_static(figures)
     out: list[Any] = []
     if static.unavailable:
-        out.append(HTML(f'<p class="wb-static-note"><i>{html.escape(static.unavailable)}</i></p>'))
+        out.append(HTML(f'<p class="wb-static-note"><i>{for_html(static.unavailable)}</i></p>'))
     for i, item in enumerate(items):
         key = str(i)
         out.append(_Bundle(mime_bundle(item, static.images.get(key))) if key in figures else item)

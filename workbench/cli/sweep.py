@@ -20,9 +20,10 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from workbench import defaults
-from workbench.cli.sweep_params import check_files_exist, check_types, resolve_paths
+from workbench.cli.sweep_params import check_files_exist, check_types, path_parameters, resolve_paths
 from workbench.cli.sweep_plan import RunWatch, notebook_defaults, plan_point
 from workbench.errors import SweepError, WorkbenchError
+from workbench.records import campaign_name_problem
 
 SWEEP_KEYS = {"notebook", "campaign", "description", "hypothesis", "parameters", "grid"}
 KERNEL_NAME = "python3"  # ipykernel's own kernel; present wherever the project's deps are installed
@@ -131,9 +132,13 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     both = sorted(set(parameters) & set(grid))
     if both:
         raise SweepError(path, f"{', '.join(both)} both fixed and in the grid; pick one")
+    problem = campaign_name_problem(doc["campaign"].strip())
+    if problem is not None:  # the campaign names data/runs/<campaign>: never '..' or a path
+        raise SweepError(path, f"campaign {doc['campaign']!r}: {problem}")
     notebook = find_notebook(doc["notebook"], path)
-    parameters = resolve_paths(path, parameters)
-    grid = {k: [resolve_paths(path, {k: v})[k] for v in values] for k, values in grid.items()}
+    kinds = path_parameters(notebook, [*parameters, *grid])
+    parameters = resolve_paths(path, parameters, kinds)
+    grid = {k: [resolve_paths(path, {k: v}, kinds)[k] for v in values] for k, values in grid.items()}
     return Sweep(path, notebook, doc["campaign"].strip(), parameters, grid,
                  str(doc.get("description") or ""), str(doc.get("hypothesis") or ""))
 
@@ -201,7 +206,10 @@ def _stamp_completed(output: Path, point: SweepPoint, seconds: float, ledger_id:
 
 
 def default_out_dir(campaign: str) -> Path:
-    """``<data root>/runs/<campaign>``."""
+    """``<data root>/runs/<campaign>`` (a campaign name that is no directory name is refused)."""
+    problem = campaign_name_problem(campaign)
+    if problem is not None:
+        raise SweepError(campaign, problem)
     return defaults.runs_dir() / _SLUG_BAD.sub("-", campaign)
 
 
@@ -230,7 +238,8 @@ def run_sweep(
     from workbench.ledger.schema import resolve_path
 
     declared = check_parameters(sweep)
-    check_files_exist(sweep.path, sweep.parameters, sweep.grid)  # a dry run may plan for files still to come
+    kinds = path_parameters(sweep.notebook, [*sweep.parameters, *sweep.grid])
+    check_files_exist(sweep.path, sweep.parameters, sweep.grid, kinds)  # a dry run may plan for files to come
     out = Path(out_dir) if out_dir is not None else default_out_dir(sweep.campaign)
     out.mkdir(parents=True, exist_ok=True)
     ledger = resolve_path(ledger_path).resolve()

@@ -4,16 +4,20 @@ papermill reads a notebook's ``parameters`` cell: each name, its default as sour
 when the cell annotates one (``runs: int = 3``). A value is checked against the annotation if there is
 one, else against the default's own type — ``runs = 3`` takes an integer, ``caches = ["cold"]`` a list of
 strings, ``autorun = None`` anything — so a typo'd ``runs: "5"`` fails in one line instead of deep inside
-the first point. A parameter named ``file``, ``files`` or ``*_file``, ``*_path``, ``*_dir`` is a path: a
-relative one is resolved inside the data root (never outside it), an absolute one is kept.
+the first point. A parameter is a path when the notebook declares it one (its metadata's
+``workbench.path_parameters``: ``{"file": "model", "binaries": "files", "out_dir": "directory", …}``), or,
+for a notebook that declares nothing about it, when its name says so (``file``, ``files``, ``*_file``,
+``*_path``, ``*_dir``): a relative one is resolved inside the data root (never outside it, links
+followed), an absolute one is kept; a declared model or input file must exist.
 """
 from __future__ import annotations
 
 import ast
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from workbench import defaults
 from workbench.errors import SweepError
@@ -82,14 +86,40 @@ def check_types(sweep_path: Path, notebook: Path, declared: Mapping[str, Mapping
                                          f"(its default is {declared[name].get('default')})")
 
 
-def is_path_parameter(name: str) -> bool:
-    """Whether a parameter holds a path, by the naming rule the notebooks follow."""
-    return name in ("file", "files") or name.endswith(("_file", "_path", "_dir"))
+PATH_KINDS = {"model": "a model file that must exist", "file": "a file that must exist",
+              "files": "files that must exist", "directory": "a directory", "ledger": "a ledger file",
+              "path": "a path"}
+MUST_EXIST = ("model", "file", "files")
+
+
+def path_parameters(notebook: Path, names: Iterable[str] = ()) -> dict[str, str]:
+    """The notebook's path parameters and their kinds (:data:`PATH_KINDS`), as its metadata declares
+    them (``metadata.workbench.path_parameters``: name → kind), and — a safety net for notebooks that
+    declare nothing — every one of ``names`` the old naming rule calls a path (``file``, ``files``,
+    ``*_file``, ``*_path``, ``*_dir``). A declaration that is not a mapping of names to known kinds is a
+    SweepError naming the notebook."""
+    try:
+        meta = json.loads(notebook.read_text(encoding="utf-8")).get("metadata", {})
+    except (OSError, ValueError) as exc:
+        raise SweepError(notebook, f"cannot read the notebook: {exc}") from None
+    declared = (meta.get("workbench") or {}).get("path_parameters") or {}
+    if not isinstance(declared, dict) or not all(isinstance(k, str) and v in PATH_KINDS for k, v in declared.items()):
+        raise SweepError(notebook, f"metadata.workbench.path_parameters must map parameter names to one of "
+                                   f"{', '.join(PATH_KINDS)}; found {str(declared)[:120]}")
+    by_name = {n: _kind_by_name(n) for n in names if _kind_by_name(n)}
+    return {**by_name, **declared}
+
+
+def _kind_by_name(name: str) -> str:
+    if name in ("file", "files") or name.endswith("_file"):
+        return "file"
+    return "directory" if name.endswith("_dir") else "path" if name.endswith("_path") else ""
 
 
 def resolve_path_value(sweep_path: Path, name: str, value: Any) -> Any:
-    """``value`` with every path in it resolved: relative → inside the data root; absolute → kept;
-    an empty string keeps meaning "the notebook's default"."""
+    """``value`` with every path in it resolved: relative → inside the data root (through any link:
+    a path that leaves it is refused); absolute → kept; an empty string keeps meaning "the notebook's
+    default"."""
     if isinstance(value, (list, tuple)):
         return [resolve_path_value(sweep_path, name, v) for v in value]
     if not isinstance(value, str) or not value.strip():
@@ -105,16 +135,17 @@ def resolve_path_value(sweep_path: Path, name: str, value: Any) -> Any:
     return str(resolved)
 
 
-def resolve_paths(sweep_path: Path, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters with their path values resolved (others untouched)."""
-    return {k: resolve_path_value(sweep_path, k, v) if is_path_parameter(k) else v for k, v in values.items()}
+def resolve_paths(sweep_path: Path, values: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
+    """The parameters with the values of every path parameter (``kinds``) resolved, others untouched."""
+    return {k: resolve_path_value(sweep_path, k, v) if k in kinds else v for k, v in values.items()}
 
 
-def check_files_exist(sweep_path: Path, parameters: Mapping[str, Any], grid: Mapping[str, list[Any]]) -> None:
-    """The model files a sweep names (``file``/``files`` and ``*_file``) must exist before it starts."""
+def check_files_exist(sweep_path: Path, parameters: Mapping[str, Any], grid: Mapping[str, list[Any]],
+                      kinds: Mapping[str, str]) -> None:
+    """The files a sweep names for parameters declared as model or input files must exist before it starts."""
     values = [(k, v) for k, v in parameters.items()] + [(k, v) for k, vs in grid.items() for v in vs]
     for name, value in values:
-        if name in ("file", "files") or name.endswith("_file"):
+        if kinds.get(name) in MUST_EXIST:
             for one in value if isinstance(value, (list, tuple)) else [value]:
                 if isinstance(one, str) and one and not os.path.isfile(one):
                     raise SweepError(sweep_path, f"parameter '{name}': {one}: no such file")

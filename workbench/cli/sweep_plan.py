@@ -139,7 +139,7 @@ class RunWatch:
     def _poll(self) -> None:
         from workbench.ledger import Ledger
 
-        with Ledger(self.path, create=False) as ledger:  # its own connection: SQLite's are per thread
+        with Ledger(self.path, readonly=True) as ledger:  # its own connection: SQLite's are per thread
             while not self._stop.wait(POLL_S):
                 done = ledger.count_runs(self.campaign, self.since)
                 if done != self.bar.n:

@@ -33,6 +33,7 @@ from workbench.formats.index import TensorIndex
 from workbench.formats.synth_layout import LAYOUTS, plan_model
 from workbench.formats.synth_shards import write_set
 from workbench.formats.synth_write import CHUNK_BYTES, _write_content, write_gguf, write_safetensors
+from workbench.outputs import partial_path, refuse_overwrite
 
 __all__ = ["CHUNK_BYTES", "FORMATS", "_write_content", "parse_size", "write_synthetic"]
 FORMATS = ("gguf", "safetensors")
@@ -59,13 +60,13 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
                     experts: int = 8, alignment: int = 32, seed: int = 0,
                     expert_layout: str | None = None, dtype: str = "f16",
                     shape: str | None = None, shards: int = 1,
-                    max_shard_size: int | None = None) -> TensorIndex:
+                    max_shard_size: int | None = None, force: bool = True) -> TensorIndex:
     """Write a synthetic model of about ``size`` bytes — one file, or a sharded set — and return its index.
 
     Parameters
     ----------
     path
-        Output file; written as ``path + ".partial"`` and renamed when complete. For a sharded model
+        Output file; written to a new ``.<name>.<random>.partial`` file beside it and renamed when complete. For a sharded model
         (``shards`` > 1 or ``max_shard_size``), a directory to hold ``model-0000i-of-0000N.<ext>``, or a
         file name whose stem names the shards (``dir/x.gguf`` → ``dir/x-00001-of-00003.gguf``).
     format
@@ -96,15 +97,21 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
         start a new file whenever the next tensor would pass ``max_shard_size`` bytes (as
         ``save_pretrained`` and gguf-split do). safetensors sets get ``model.safetensors.index.json``
         with Hugging Face's file names and ``metadata.total_size``; GGUF sets ``split.*`` keys.
+    force
+        Replace an existing model or ledger file at an output path; ``False`` (the ``synth`` command's
+        default) refuses it in one line before anything is written. Each file is written to a new file
+        beside it and renamed over it when complete.
     """
     _check_args(format, layout, size, experts, alignment, seed)
     specs, meta = plan_model(format, layout, size, experts, alignment, expert_layout, dtype, shape)
     if shards != 1 or max_shard_size is not None:
-        return write_set(path, format, specs, meta, alignment, seed, shards, max_shard_size)
+        return write_set(path, format, specs, meta, alignment, seed, shards, max_shard_size, force)
     path = os.fspath(path)
-    tmp = path + ".partial"
+    refuse_overwrite(path, force=force)
+    tmp = ""
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # `synth data/models/m.gguf` in a fresh clone
+        tmp = partial_path(path)
         numbered = list(enumerate(specs))
         if format == "gguf":
             write_gguf(tmp, numbered, meta, alignment, seed)
@@ -114,7 +121,7 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
     except OSError as exc:
         raise ParamError("synth", "out", f"{path}: {exc.strerror or exc}") from None
     finally:
-        if os.path.exists(tmp):
+        if tmp and os.path.lexists(tmp):
             os.unlink(tmp)
     from workbench.formats import open_index
 

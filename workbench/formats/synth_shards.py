@@ -14,6 +14,7 @@ import re
 from typing import Sequence
 
 from workbench.errors import ParamError
+from workbench.outputs import partial_path, refuse_overwrite
 from workbench.formats.index import TensorIndex
 from workbench.formats.synth_layout import TensorSpec
 from workbench.formats.synth_write import Numbered, write_gguf, write_safetensors
@@ -86,13 +87,16 @@ def shard_paths(out: str, fmt: str, count: int) -> tuple[str, list[str]]:
 
 
 def write_set(out: str | os.PathLike[str], fmt: str, specs: list[TensorSpec], meta: dict[str, int | str],
-              alignment: int, seed: int, shards: int, max_shard_size: int | None) -> TensorIndex:
-    """Write the set (each file through ``.partial`` and a rename, the safetensors index last) and
-    return its index."""
+              alignment: int, seed: int, shards: int, max_shard_size: int | None, force: bool = True) -> TensorIndex:
+    """Write the set (each file through a new ``.partial`` file and a rename, the safetensors index last)
+    and return its index; without ``force`` an existing model or ledger among its files is refused first."""
     from workbench.formats import open_index
 
     files = plan_shards(specs, shards, max_shard_size)
     directory, names = shard_paths(os.fspath(out), fmt, len(files))
+    outputs = names + ([_st_index_name(names[0])] if fmt == "safetensors" else [])
+    for name in outputs:
+        refuse_overwrite(os.path.join(directory, name), force=force)
     try:
         os.makedirs(directory, exist_ok=True)
         for no, (name, numbered) in enumerate(zip(names, files)):
@@ -121,10 +125,10 @@ def _write_json(path: str, doc: dict) -> None:
 
 
 def _write_atomic(path: str, write) -> None:  # noqa: ANN001 - write(tmp_path)
-    tmp = path + ".partial"
+    tmp = partial_path(path)  # a new file of ours: never a link or file planted at a fixed name
     try:
         write(tmp)
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)

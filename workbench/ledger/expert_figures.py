@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
+from workbench.untrusted import for_plotly
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -32,7 +34,7 @@ _METRICS = {
 def session_names(turns: pd.DataFrame, attempts: pd.DataFrame | None = None) -> dict[str, str]:
     """attempt id → ``label [id prefix]`` (the id keeps two sessions with one label apart)."""
     labels = {} if attempts is None else dict(zip(attempts["id"], attempts["label"]))
-    return {a: f"{labels.get(a, 'session')} [{str(a)[:6]}]" for a in dict.fromkeys(turns["attempt_id"])}
+    return {a: for_plotly(f"{labels.get(a, 'session')} [{str(a)[:6]}]") for a in dict.fromkeys(turns["attempt_id"])}
 
 
 def turn_metric(turns: pd.DataFrame, key: str, attempts: pd.DataFrame | None = None) -> go.Figure:
@@ -76,7 +78,8 @@ def slices_median(attempts: pd.DataFrame, group: str = "alignment") -> go.Figure
     for (value, cache), g in frame.groupby([group, "cache"], sort=False):
         err = dict(type="data", symmetric=False, array=(g["max_s"] - g["median_s"]) * 1000,
                    arrayminus=(g["median_s"] - g["min_s"]) * 1000)
-        fig.add_trace(go.Bar(x=g["method"], y=g["median_s"] * 1000, name=f"{group} {value} · {cache}", error_y=err,
+        fig.add_trace(go.Bar(x=g["method"].map(for_plotly), y=g["median_s"] * 1000,
+                             name=for_plotly(f"{group} {value} · {cache}"), error_y=err,
                              hovertemplate="%{x}<br>median %{y:.1f} ms<extra></extra>"))
     fig.update_layout(title="Median load time: per-expert vs blob, bounce vs in place (whiskers min–max)",
                       yaxis_title="load window (ms)", barmode="group", **_LAYOUT)
@@ -86,7 +89,7 @@ def slices_median(attempts: pd.DataFrame, group: str = "alignment") -> go.Figure
 def shift_copy_bars(attempts: pd.DataFrame, counters: pd.DataFrame, group: str = "alignment") -> go.Figure:
     """MiB memcpy'd out of O_DIRECT bounce buffers per load: experts' share and the rest (dense tensors)."""
     frame = attempts[attempts["id"].isin(counters.index) & (attempts["strategy"] == "odirect")]
-    names = [f"{m} · {group} {v} · {c}" for m, v, c in zip(frame["method"], frame[group], frame["cache"])]
+    names = [for_plotly(f"{m} · {group} {v} · {c}") for m, v, c in zip(frame["method"], frame[group], frame["cache"])]
     expert = [counters.loc[i].get("expert_shift_copy_bytes", 0) / MiB for i in frame["id"]]
     total = [counters.loc[i].get("shift_copy_bytes", 0) / MiB for i in frame["id"]]
     fig = go.Figure([go.Bar(x=names, y=expert, name="expert blobs"),

@@ -32,7 +32,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from workbench.errors import OutputError
 from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
+from workbench.outputs import ledger_files, refuse_overwrite, write_text
 from workbench.records import COST_FIELDS, format_effect
 
 if TYPE_CHECKING:
@@ -40,40 +42,52 @@ if TYPE_CHECKING:
 
     from workbench.ledger.store import Ledger
 
-__all__ = ["attempts_frame", "export_csv", "export_markdown", "markdown_table", "neutralize", "runs_frame",
+__all__ = ["attempts_frame", "csv_text", "export_csv", "export_markdown", "markdown_table", "neutralize", "runs_frame",
            "strategy_kind", "turns_frame", "write_csv"]
 
 _JSON_COLUMNS = ("params", "device_info", "environment", "engaged", "phases", "result", "detail", "extra")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campaign: str | None = None) -> list[Path]:
+def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campaign: str | None = None,
+               force: bool = False) -> list[Path]:
     """Write attempts and runs as CSV; returns ``[attempts, runs]`` paths, then ``turns`` when the
     campaign has long sessions (one row per turn).
 
     A directory gets ``attempts.csv``, ``runs.csv`` (and ``turns.csv``); a ``*.csv`` path gets the
-    attempts and siblings ``<stem>_runs.csv`` (and ``<stem>_turns.csv``).
+    attempts and siblings ``<stem>_runs.csv`` (and ``<stem>_turns.csv``). None of them is ever written
+    onto the ledger, nor over an existing ledger or model file without ``force`` (:mod:`workbench.outputs`).
     """
     target = Path(directory_or_path)
     if target.suffix.lower() == ".csv":
         paths = [target, target.with_name(f"{target.stem}_runs.csv"), target.with_name(f"{target.stem}_turns.csv")]
     else:
         paths = [target / "attempts.csv", target / "runs.csv", target / "turns.csv"]
-    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    sources = ledger_files(ledger.path)
+    if target.suffix.lower() != ".csv" and os.path.lexists(target) and not target.is_dir():
+        refuse_overwrite(target, inputs=sources, force=False)  # the ledger itself: its own input
+        raise OutputError(target, "is a file, not a directory: give a directory or a path ending in .csv")
+    for path in paths:  # every refusal before any file is written
+        refuse_overwrite(path, inputs=sources, force=force)
     frames = [attempts_frame(ledger, campaign), runs_frame(ledger, campaign), turns_frame(ledger, campaign)]
     if frames[2].empty:  # no long session: the two files every campaign has
         frames, paths = frames[:2], paths[:2]
     for frame, path in zip(frames, paths):
-        write_csv(frame, path)
+        write_text(path, csv_text(frame), inputs=sources, force=force)
     return paths
 
 
-def write_csv(frame: pd.DataFrame, target: str | os.PathLike[str] | TextIO | None = None) -> None:
-    """``frame`` as CSV, neutralized, to a path or a text stream (default standard output).
+def write_csv(frame: pd.DataFrame, target: TextIO | None = None) -> None:
+    """``frame`` as CSV, neutralized, to a text stream (default standard output)."""
+    (sys.stdout if target is None else target).write(csv_text(frame))
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """``frame`` as CSV text, neutralized.
 
     Lines end in CRLF (RFC 4180): with a bare LF the csv writer leaves a carriage return inside a
     cell unquoted, and a reader splits the row there."""
-    neutralize(frame).to_csv(sys.stdout if target is None else target, index=False, lineterminator="\r\n")
+    return neutralize(frame).to_csv(index=False, lineterminator="\r\n")
 
 
 def attempts_frame(ledger: Ledger, campaign: str | None = None) -> pd.DataFrame:

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from workbench.ledger.heatmap import log_ticks, threads_chunk_heatmap, tick_text
 from workbench.records import PHASES
+from workbench.untrusted import for_plotly
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,13 +23,14 @@ _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=30, t=60, b=60), hei
 
 
 def attempt_names(attempts: pd.DataFrame) -> list[str]:
-    """One readable, unique name per attempt: ``label · cache`` (+ id prefix when two collide)."""
+    """One readable, unique name per attempt: ``label · cache`` (+ id prefix when two collide), cleaned for
+    plotly (labels are untrusted text: :func:`workbench.untrusted.for_plotly`)."""
     names = [f"{_text(l) or _text(s)} · {_cache(c)}" for l, s, c in
              zip(attempts["label"], attempts["strategy"], attempts["cache"])]
     seen: dict[str, int] = {}
     for n in names:
         seen[n] = seen.get(n, 0) + 1
-    return [f"{n} [{str(i)[:6]}]" if seen[n] > 1 else n for n, i in zip(names, attempts["id"])]
+    return [for_plotly(f"{n} [{str(i)[:6]}]" if seen[n] > 1 else n) for n, i in zip(names, attempts["id"])]
 
 
 def median_with_range(attempts: pd.DataFrame) -> go.Figure:
@@ -38,10 +40,10 @@ def median_with_range(attempts: pd.DataFrame) -> go.Figure:
     for cache, group in frame.groupby(frame["cache"].map(_cache), sort=False):
         ms = group["median_s"] * 1000
         fig.add_trace(go.Scatter(
-            x=group["name"], y=ms, mode="markers", name=cache, marker=dict(size=11, color=_color(cache)),
+            x=group["name"], y=ms, mode="markers", name=for_plotly(cache), marker=dict(size=11, color=_color(cache)),
             error_y=dict(type="data", symmetric=False, array=group["max_s"] * 1000 - ms,
                          arrayminus=ms - group["min_s"] * 1000, thickness=1.5, width=6),
-            customdata=list(zip(group["verdict"], group["n"], group["spread_pct"])),
+            customdata=list(zip(group["verdict"].map(for_plotly), group["n"], group["spread_pct"])),
             hovertemplate="%{x}<br>median %{y:.2f} ms<br>verdict %{customdata[0]}"
                           "<br>n %{customdata[1]}, spread %{customdata[2]:.1f} %<extra></extra>"))
     fig.update_layout(title="Load time per attempt: median, whiskers min–max", yaxis_title="load window (ms)",
@@ -67,7 +69,8 @@ def gbps_vs_ceilings(attempts: pd.DataFrame, ceilings: pd.DataFrame | None) -> g
         line = dict(color=WALL_COLORS[i % len(WALL_COLORS)], dash="dash", width=2)
         fig.add_hline(y=gbps, line=line)
         # Named in the legend rather than by annotations, which pile up when two walls are close.
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=line, name=f"{name}: {gbps:.2f} GB/s"))
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=line,
+                                 name=for_plotly(f"{name}: {gbps:.2f} GB/s")))
     axis: dict[str, Any] = dict(title="GB/s (bytes / median load window)", type="log" if log else "linear")
     if log:
         low = float(frame["gbps"][frame["gbps"] > 0].min())
@@ -109,9 +112,10 @@ def phase_bars(attempts: pd.DataFrame, runs: pd.DataFrame) -> go.Figure:
     order = [aid for aid in attempts["id"] if aid in medians]
     fig = go.Figure()
     for phase in _phase_order(ok):
-        fig.add_trace(go.Bar(name=phase, x=[names[a] for a in order],
+        shown = for_plotly(phase).replace("%", "%%")  # an engine's phase name: untrusted, and no template
+        fig.add_trace(go.Bar(name=for_plotly(phase), x=[names[a] for a in order],
                              y=[medians[a].get(phase, 0.0) * 1000 for a in order],
-                             hovertemplate=f"%{{x}}<br>{phase} %{{y:.2f}} ms<extra></extra>"))
+                             hovertemplate=f"%{{x}}<br>{shown} %{{y:.2f}} ms<extra></extra>"))
     title = "Where the load window goes: median per phase"
     if external & set(order):
         title += " (an engine's bar: spawn → end marker)"

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import plotly.graph_objects as go
 
+from workbench.untrusted import for_plotly
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -68,12 +70,12 @@ def threads_chunk_heatmap(attempts: pd.DataFrame,
         return None
     cols = min(MAX_COLUMNS, len(panels))
     rows_n = math.ceil(len(panels) / cols)
-    fig = make_subplots(rows=rows_n, cols=cols, subplot_titles=[t for t, _, _ in panels],
+    fig = make_subplots(rows=rows_n, cols=cols, subplot_titles=[for_plotly(t) for t, _, _ in panels],
                         horizontal_spacing=0.12, vertical_spacing=max(0.08, 0.3 / rows_n))
     for i, (_, (rows, columns), table) in enumerate(panels):
         row, col = divmod(i, cols)
         fig.add_trace(go.Heatmap(
-            z=table.values, x=[str(c) for c in table.columns], y=[str(r) for r in table.index],
+            z=table.values, x=[for_plotly(c) for c in table.columns], y=[for_plotly(r) for r in table.index],
             coloraxis="coloraxis", texttemplate="%{z:.3g}",
             hovertemplate=f"{axis_label(rows)} %{{y}}, {axis_label(columns)} %{{x}}<br>%{{z:.3g}} GB/s<extra></extra>"),
             row=row + 1, col=col + 1)

@@ -1,114 +1,112 @@
 """Merge another machine's ledger into this one: several test rigs, one history.
 
-Rows carry globally unique ids, so a merge inserts the rows it does not have and nothing else;
-merging the same file twice adds nothing. Campaigns are matched by name (two rigs that both ran
-"cold-start" share one campaign). Two things are reconciled rather than only inserted, because
-a copy taken mid-campaign would otherwise freeze: an attempt still ``running`` here that the other
-ledger has finished takes the finished row, and an attempt's verdict follows the latest entry of
-its (merged) verdict history.
+A merge only adds. It brings the attempts this ledger does not hold, each with its own runs, turns and
+verdict history, and the ceilings of other machines; nothing it brings attaches to, outranks or
+rewrites a row this ledger already holds:
+
+- a run, turn or verdict-history row naming an attempt this ledger already holds is not taken (such a
+  row could add a fake run to a local attempt, or outrank a local verdict with a later date);
+- an attempt this ledger holds stays exactly as it is, even ``running`` here and finished there
+  (``attempts_running_here``: merge that later state into a ledger that does not hold the attempt yet);
+- nothing it says about this machine is taken: no attempt recorded under this machine's host name
+  (``skipped_attempts``: it would pass for a local measurement, and as the latest of its configuration
+  outrank the local one in the PR table) and no ceiling of it (it would bound every later result). Two
+  ledgers of one machine merge when each names its rig (``WORKBENCH_HOST``);
+- campaigns are matched by name, and a campaign's description here is kept.
+
+Rows carry globally unique ids, so merging the same file twice adds nothing. The other file is first
+copied page by page into a private temporary database (SQLite unlinks it as soon as it is opened, so a
+merge killed at any point leaves no copy behind) and checked whole there
+(:mod:`workbench.ledger.validate`); any problem is one LedgerError and this ledger is not written at all.
 """
 from __future__ import annotations
 
+import os
 import sqlite3
-import tempfile
 from pathlib import Path
+from typing import Any, Iterable
 
+from workbench.defaults import host_id
 from workbench.errors import LedgerError
 from workbench.ledger.schema import COLUMNS, table_columns, transaction
 from workbench.ledger.validate import check_ledger, snapshot_ledger
 
-_PLAIN_TABLES = ("runs", "ceilings", "verdict_history", "turns")
+CHILD_TABLES = ("runs", "turns", "verdict_history")  # rows that belong to one attempt (attempt_id)
 
 
 def merge_into(conn: sqlite3.Connection, own_path: Path, other_path: Path) -> dict[str, int]:
-    """Import ``other_path`` into the open ledger ``conn``; returns rows added per table.
-
-    The other file is snapshotted and checked whole first (:mod:`workbench.ledger.validate`); any
-    problem is one LedgerError and this ledger is not written at all.
-    """
+    """Import ``other_path`` into the open ledger ``conn``; returns rows added per table and rows not
+    taken (``skipped_*``, ``attempts_running_here``)."""
     if not other_path.is_file():
         raise LedgerError(other_path, "no such ledger file")
-    if other_path.resolve() == own_path.resolve():
+    if own_path.exists() and os.path.samefile(other_path, own_path):
         raise LedgerError(other_path, "cannot merge a ledger into itself")
-    with tempfile.TemporaryDirectory(prefix="wb-merge-") as tmp:
-        copy = Path(tmp) / "other.sqlite"
-        snapshot_ledger(other_path, copy)
-        check_ledger(copy, other_path, conn)
-        try:
-            conn.execute("ATTACH DATABASE ? AS other", (str(copy),))
-        except sqlite3.Error as exc:
-            raise LedgerError(other_path, f"cannot open for merging: {exc}") from exc
-        try:
-            with transaction(conn, own_path):
-                return _copy_rows(conn)
-        finally:
-            conn.execute("DETACH DATABASE other")
+    snapshot = sqlite3.connect("", isolation_level=None)  # a private temporary database, unlinked at once
+    try:
+        snapshot_ledger(other_path, snapshot)
+        check_ledger(snapshot, other_path, conn)
+        with transaction(conn, own_path):
+            return _copy_rows(conn, snapshot)
+    finally:
+        snapshot.close()
 
 
-def _copy_rows(conn: sqlite3.Connection) -> dict[str, int]:
-    counts = {"campaigns": _insert_campaigns(conn), "attempts": _insert_attempts(conn)}
-    counts["attempts_finished"] = _take_finished(conn)
-    for table in _PLAIN_TABLES:
-        cols = ", ".join(_shared_columns(conn, table))
-        if not cols:  # a table the other (older) ledger does not have
-            counts[table] = 0
-            continue
-        cur = conn.execute(f"INSERT OR IGNORE INTO main.{table} ({cols}) SELECT {cols} FROM other.{table}")
-        counts[table] = cur.rowcount
-    counts["verdicts_updated"] = _follow_history(conn)
+def _copy_rows(conn: sqlite3.Connection, other: sqlite3.Connection) -> dict[str, int]:
+    campaign_ids, counts = _campaigns(conn, other)
+    ours = {r[0] for r in conn.execute("SELECT id FROM attempts")}
+    theirs = _rows(other, "attempts", _shared(conn, other, "attempts"))
+    here = host_id()
+    new = [a for a in theirs if a["id"] not in ours and a["host"] != here]
+    counts["skipped_attempts"] = sum(a["id"] not in ours and a["host"] == here for a in theirs)
+    for attempt in new:
+        attempt["campaign_id"] = campaign_ids[attempt["campaign_id"]]
+    counts["attempts"] = _insert(conn, "attempts", new)
+    finished_there = {a["id"] for a in theirs if a["verdict"] != "running"}
+    counts["attempts_running_here"] = sum(attempt_id in finished_there for (attempt_id,) in conn.execute(
+        "SELECT id FROM attempts WHERE verdict = 'running'"))
+    brought = {a["id"] for a in new}
+    for table in CHILD_TABLES:
+        rows = _rows(other, table, _shared(conn, other, table))
+        held = {r[0] for r in conn.execute(f"SELECT id FROM {table}")}
+        counts[table] = _insert(conn, table, [r for r in rows if r["attempt_id"] in brought])
+        # new rows for an attempt held here would attach to it: not taken (a row held already is no news)
+        counts[f"skipped_{table}"] = sum(r["attempt_id"] in ours and r["id"] not in held for r in rows)
+    ceilings = _rows(other, "ceilings", _shared(conn, other, "ceilings"))
+    counts["ceilings"] = _insert(conn, "ceilings", [c for c in ceilings if c["host"] != here])
+    counts["skipped_ceilings"] = sum(c["host"] == here for c in ceilings)
     return counts
 
 
-def _shared_columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
-    """Our columns that the other ledger has too: an older ledger lacks the newer ones, which then
-    take their defaults here."""
-    theirs = set(table_columns(conn, table, "other"))
+def _campaigns(conn: sqlite3.Connection, other: sqlite3.Connection) -> tuple[dict[str, str], dict[str, int]]:
+    """Their campaign ids mapped to ours of the same name, inserting the campaigns we lack."""
+    by_name = dict(conn.execute("SELECT name, id FROM campaigns").fetchall())
+    theirs = _rows(other, "campaigns", COLUMNS["campaigns"])
+    new = [c for c in theirs if c["name"] not in by_name]
+    added = _insert(conn, "campaigns", new)
+    by_name.update({c["name"]: c["id"] for c in new})
+    return {c["id"]: by_name[c["name"]] for c in theirs}, {"campaigns": added}
+
+
+def _shared(conn: sqlite3.Connection, other: sqlite3.Connection, table: str) -> tuple[str, ...]:
+    """Our columns that the other ledger has too: an older ledger lacks the newer ones, which then take
+    their defaults here."""
+    theirs = set(table_columns(other, table))
     return tuple(c for c in COLUMNS[table] if c in theirs)
 
 
-def _insert_campaigns(conn: sqlite3.Connection) -> int:
-    cols = ", ".join(COLUMNS["campaigns"])
-    cur = conn.execute(
-        f"INSERT OR IGNORE INTO main.campaigns ({cols}) SELECT {cols} FROM other.campaigns"
-        " WHERE name NOT IN (SELECT name FROM main.campaigns)"
-    )
-    return cur.rowcount
+def _rows(other: sqlite3.Connection, table: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    if not columns:  # a table the other (older) ledger does not have
+        return []
+    cur = other.execute(f"SELECT {', '.join(columns)} FROM {table}")
+    return [dict(zip(columns, row)) for row in cur]
 
 
-def _mapped_attempt_columns(conn: sqlite3.Connection, alias: str) -> str:
-    """The other ledger's attempt columns with its campaign id replaced by ours of the same name."""
-    mapped = (
-        f"(SELECT m.id FROM main.campaigns m JOIN other.campaigns o ON o.name = m.name"
-        f" WHERE o.id = {alias}.campaign_id)"
-    )
-    return ", ".join(mapped if c == "campaign_id" else f"{alias}.{c}" for c in _shared_columns(conn, "attempts"))
-
-
-def _insert_attempts(conn: sqlite3.Connection) -> int:
-    cols = ", ".join(_shared_columns(conn, "attempts"))
-    cur = conn.execute(
-        f"INSERT OR IGNORE INTO main.attempts ({cols}) SELECT {_mapped_attempt_columns(conn, 'a')} FROM other.attempts a"
-    )
-    return cur.rowcount
-
-
-def _take_finished(conn: sqlite3.Connection) -> int:
-    cols = ", ".join(_shared_columns(conn, "attempts"))
-    cur = conn.execute(
-        f"UPDATE main.attempts SET ({cols}) = (SELECT {_mapped_attempt_columns(conn, 'o')} FROM other.attempts o"
-        " WHERE o.id = main.attempts.id)"
-        " WHERE verdict = 'running' AND id IN (SELECT id FROM other.attempts WHERE verdict != 'running')"
-    )
-    return cur.rowcount
-
-
-def _follow_history(conn: sqlite3.Connection) -> int:
-    latest = (
-        "(SELECT h.new FROM main.verdict_history h WHERE h.attempt_id = main.attempts.id"
-        " ORDER BY h.at DESC, h.id DESC LIMIT 1)"
-    )
-    cur = conn.execute(
-        f"UPDATE main.attempts SET verdict = {latest}"
-        f" WHERE id IN (SELECT attempt_id FROM main.verdict_history) AND verdict IS NOT {latest}"
-    )
-    return cur.rowcount
+def _insert(conn: sqlite3.Connection, table: str, rows: Iterable[dict[str, Any]]) -> int:
+    """Insert rows whose id is new here; returns how many went in."""
+    added = 0
+    for row in rows:
+        names = ", ".join(row)
+        cur = conn.execute(f"INSERT OR IGNORE INTO {table} ({names}) VALUES ({', '.join('?' * len(row))})",
+                           tuple(row.values()))
+        added += cur.rowcount
+    return added

@@ -105,9 +105,9 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
-def reap_abandoned(conn: sqlite3.Connection, path: Path) -> list[str]:
-    """Mark failed (interrupted) every ``running`` attempt whose owner is gone; returns their ids."""
-    here, gone = current_owner(), []
+def abandoned(conn: sqlite3.Connection) -> dict[str, Owner]:
+    """Every ``running`` attempt whose owner is gone, with that owner (reads only)."""
+    here, gone = current_owner(), {}
     rows = conn.execute("SELECT id, environment FROM attempts WHERE verdict = ?", (RUNNING,)).fetchall()
     for attempt_id, text in rows:
         try:
@@ -115,25 +115,48 @@ def reap_abandoned(conn: sqlite3.Connection, path: Path) -> list[str]:
         except ValueError:
             continue
         owner = Owner.from_json(env.get("runner") if isinstance(env, dict) else None)
-        if owner_state(owner, here) == GONE and _mark_interrupted(conn, path, attempt_id, owner):
-            gone.append(attempt_id)
+        if owner_state(owner, here) == GONE:
+            gone[attempt_id] = owner
     return gone
+
+
+def reap_abandoned(conn: sqlite3.Connection, path: Path) -> list[str]:
+    """Mark failed (interrupted) every ``running`` attempt whose owner is gone; returns their ids."""
+    return [attempt_id for attempt_id, owner in abandoned(conn).items()
+            if _mark_interrupted(conn, path, attempt_id, owner)]
+
+
+# What an abandoned attempt reads once reaped: column → SQL over its row and runs. One definition for
+# the writer (an UPDATE) and a read-only reader (a SELECT), so both say the same.
+_INTERRUPTED = {
+    "verdict": "'failed'", "auto_verdict": "'failed'", "finished": ":at", "verdict_reason": "'interrupted'",
+    "n": f"(SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id AND {_OK_RUN})",
+    "n_failed": f"(SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id AND NOT ({_OK_RUN}))",
+    "notes": "CASE WHEN notes = '' THEN :note ELSE notes || char(10) || :note END",
+    # a state some recorded run missed must not stay labelled as reached
+    "cache": (f"CASE WHEN cache IN ('cold', 'warm') AND {_MISSED} > 0 THEN 'asis(unreachable: ' || cache"
+              f" || ', ' || {_MISSED} || '/' || (SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id)"
+              " || ' runs)' ELSE cache END"),
+}
+
+
+def _note(owner: Owner) -> str:
+    return (f"interrupted: its runner (pid {owner.pid} on {owner.host}) is gone, killed or crashed "
+            "before it finished; the runs it recorded are kept")
+
+
+def interrupted_values(conn: sqlite3.Connection, attempt_id: str, owner: Owner) -> dict[str, Any]:
+    """The columns of an abandoned attempt as reaping would write them, computed without writing."""
+    exprs = ", ".join(f"{sql} AS {col}" for col, sql in _INTERRUPTED.items())
+    cur = conn.execute(f"SELECT {exprs} FROM attempts WHERE id = :id",
+                       {"at": now(), "note": _note(owner), "id": attempt_id})
+    return dict(zip(_INTERRUPTED, cur.fetchone()))
 
 
 def _mark_interrupted(conn: sqlite3.Connection, path: Path, attempt_id: str, owner: Owner) -> bool:
     """Close one abandoned attempt as failed, counting the runs it kept (unless another reader did)."""
-    note = (f"interrupted: its runner (pid {owner.pid} on {owner.host}) is gone, killed or crashed "
-            "before it finished; the runs it recorded are kept")
+    sets = ", ".join(f"{col} = {sql}" for col, sql in _INTERRUPTED.items())
     with transaction(conn, path) as c:
-        cur = c.execute(
-            "UPDATE attempts SET verdict = 'failed', auto_verdict = 'failed', finished = ?,"
-            " verdict_reason = 'interrupted',"
-            f" n = (SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id AND {_OK_RUN}),"
-            f" n_failed = (SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id AND NOT ({_OK_RUN})),"
-            " notes = CASE WHEN notes = '' THEN ? ELSE notes || char(10) || ? END,"
-            # a state some recorded run missed must not stay labelled as reached
-            f" cache = CASE WHEN cache IN ('cold', 'warm') AND {_MISSED} > 0 THEN 'asis(unreachable: ' || cache"
-            f" || ', ' || {_MISSED} || '/' || (SELECT COUNT(*) FROM runs WHERE attempt_id = attempts.id)"
-            " || ' runs)' ELSE cache END"
-            " WHERE id = ? AND verdict = ?", (now(), note, note, attempt_id, RUNNING))
+        cur = c.execute(f"UPDATE attempts SET {sets} WHERE id = :id AND verdict = :running",
+                        {"at": now(), "note": _note(owner), "id": attempt_id, "running": RUNNING})
         return cur.rowcount == 1

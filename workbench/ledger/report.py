@@ -9,7 +9,6 @@ draw them the Markdown says why in one line).
 """
 from __future__ import annotations
 
-import html
 import os
 import re
 from dataclasses import dataclass
@@ -18,6 +17,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from workbench import defaults
 from workbench.errors import LedgerError
+from workbench.records import campaign_name_problem
+from workbench.outputs import ledger_files, refuse_overwrite, write_text
+from workbench.untrusted import for_html, for_markdown, for_markdown_code
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 FIGURES_DIR = "figures"
+_INLINE = re.compile(r"\\([!-/:-@\[-`{-~])|`([^`]*)`|\*\*(.+?)\*\*|(?<![\w\\])_(.+?)_(?!\w)")
 CLAIM_RUNS = 5  # runs a side below which the report says its numbers are not a claim
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
@@ -49,8 +52,13 @@ class ReportPaths:
 
 def report_dir(campaign: str, root: str | os.PathLike[str] | None = None) -> Path:
     """``root`` when given, else ``<data root>/reports/<campaign>`` with the campaign name made safe
-    for a path."""
-    return Path(root) if root is not None else defaults.reports_dir() / _SAFE.sub("-", campaign)
+    for a path (a name that is no directory name, such as ``..`` in an older ledger, is refused)."""
+    if root is not None:
+        return Path(root)
+    problem = campaign_name_problem(campaign)
+    if problem is not None:
+        raise LedgerError(campaign, f"{problem}; name the report's directory instead")
+    return defaults.reports_dir() / _SAFE.sub("-", campaign)
 
 
 def campaign_frames(ledger: Ledger, campaign: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -90,6 +98,9 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     attempts, runs, ceilings = campaign_frames(ledger, campaign)
     directory = report_dir(campaign, out_dir)
     directory.mkdir(parents=True, exist_ok=True)
+    sources = ledger_files(ledger.path)  # a report never lands on the ledger it reads
+    for name in ("report.md", "report.html"):  # refused before any file is written
+        refuse_overwrite(directory / name, inputs=sources)
     csvs = export_csv(ledger, directory, campaign=campaign)
     table = markdown_table(ledger, campaign, all_attempts)
     note = few_runs_note(attempts)
@@ -99,10 +110,9 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     figures = all_figures(ledger, campaign, (attempts, runs, ceilings))
     static = render_static(figures, scale=2.0)
     images = write_static(static, directory / FIGURES_DIR)
-    md = directory / "report.md"
-    md.write_text(_markdown(campaign, table, history, figures, static.images, static.unavailable), encoding="utf-8")
-    page = directory / "report.html"
-    page.write_text(_html(campaign, table, history, figures), encoding="utf-8")
+    md = write_text(directory / "report.md", _markdown(campaign, table, history, figures, static.images,
+                                                      static.unavailable), inputs=sources)
+    page = write_text(directory / "report.html", _html(campaign, table, history, figures), inputs=sources)
     return ReportPaths(directory, csvs[0], csvs[1], md, page, tuple(figures), csvs[2] if len(csvs) > 2 else None,
                        tuple(images), static.unavailable)
 
@@ -157,32 +167,33 @@ def history_lines(attempts: pd.DataFrame) -> list[str]:
 
     lines, last_hypothesis = [], None
     for a in attempts.to_dict("records"):
-        when = str(a["created"])[:16].replace("T", " ")
-        what = f"{a['label']} ({a['cache']}, {a['device']})"
-        verdict = f"**{a['verdict']}**"
+        # every value from the ledger is untrusted text (README, "The ledger"): for_markdown each
+        when = for_markdown(str(a["created"])[:16].replace("T", " "))
+        what = for_markdown(f"{a['label']} ({a['cache']}, {a['device']})")
+        verdict = f"**{for_markdown(a['verdict'])}**"
         if _present(a.get("speedup")) and a.get("auto_verdict") != "baseline":
             verdict += f" {format_effect(a['speedup'], _number(a.get('ci_low')), _number(a.get('ci_high')))}"
             if _present(a.get("verdict_reason")):
-                verdict += f": {a['verdict_reason']}"
-        parts = [f"{when}", f"`{str(a['id'])[:8]}` {what}", verdict]
+                verdict += f": {for_markdown(a['verdict_reason'])}"
+        parts = [f"{when}", f"`{for_markdown_code(str(a['id'])[:8])}` {what}", verdict]
         if _present(a["hypothesis"]) and a["hypothesis"] != last_hypothesis:  # said once, until it changes
-            parts.append(f"hypothesis: {a['hypothesis']}")
+            parts.append(f"hypothesis: {for_markdown(a['hypothesis'])}")
         last_hypothesis = a["hypothesis"]
         if _present(a["notes"]):
-            parts.append(" / ".join(str(a["notes"]).strip().splitlines()))
+            parts.append(for_markdown(" / ".join(str(a["notes"]).strip().splitlines())))
         lines.append(" — ".join(parts))
     return lines
 
 
 def _markdown(campaign: str, table: str, history: list[str], figures: dict[str, Any],
               images: Mapping[str, Any], images_note: str) -> str:
-    out = [f"# Campaign `{campaign}`", "", table, "", "## Attempt history (oldest first)", ""]
+    out = [f"# Campaign `{for_markdown_code(campaign)}`", "", table, "", "## Attempt history (oldest first)", ""]
     out += [f"{i}. {line}" for i, line in enumerate(history, 1)] or ["_No attempts._"]
     out += ["", "## Figures", "", "Interactive in `report.html` beside this file.", ""]
     if images_note:
         out += [f"_{images_note}._", ""]
     for key, fig in figures.items():
-        title = _alt(fig.layout.title.text or key)
+        title = for_markdown(_alt(fig.layout.title.text or key))
         if key in images:
             out += [f"![{title}]({FIGURES_DIR}/{key}.png)", "",
                     f"[SVG]({FIGURES_DIR}/{key}.svg) · {title}", ""]
@@ -195,7 +206,7 @@ def _markdown(campaign: str, table: str, history: list[str], figures: dict[str, 
 
 def _html(campaign: str, table: str, history: list[str], figures: dict[str, Any]) -> str:
     turns = '<a href="turns.csv">turns.csv</a>, ' if any(k.startswith("session_") for k in figures) else ""
-    body = [f"<h1>Campaign <code>{html.escape(campaign)}</code></h1>", _table_html(table),
+    body = [f"<h1>Campaign <code>{for_html(campaign)}</code></h1>", _table_html(table),
             "<h2>Attempt history (oldest first)</h2>", "<ol>"]
     body += [f"<li>{_inline(line)}</li>" for line in history] + ["</ol>", "<h2>Figures</h2>"]
     for i, (key, fig) in enumerate(figures.items()):
@@ -203,7 +214,7 @@ def _html(campaign: str, table: str, history: list[str], figures: dict[str, Any]
         div = fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{key}")
         body.append(f'<div class="figure" id="figure-{key}">{div}</div>')
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-            f"<title>workbench report: {html.escape(campaign)}</title><style>{_CSS}</style></head>"
+            f"<title>workbench report: {for_html(campaign)}</title><style>{_CSS}</style></head>"
             f"<body>{''.join(body)}<p>Raw data: <a href=\"attempts.csv\">attempts.csv</a>, "
             f"<a href=\"runs.csv\">runs.csv</a>, {turns}<a href=\"report.md\">report.md</a>.</p></body></html>\n")
 
@@ -220,7 +231,7 @@ def _table_html(markdown: str) -> str:
         if line.startswith("| ---"):
             continue
         if line.startswith("|"):
-            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
             rows.append(cells)
         elif line.strip():
             out.append(f"<p>{_inline(line)}</p>")
@@ -232,10 +243,21 @@ def _table_html(markdown: str) -> str:
 
 
 def _inline(text: str) -> str:
-    """Markdown's ``code`` and **bold** (all the table and history use) as HTML, everything escaped."""
-    escaped = html.escape(text)
-    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
+    """The Markdown the table and history use — backslash escapes, ``code``, **bold**, ``_italics_`` —
+    as HTML; every other character is text, escaped (:func:`workbench.untrusted.for_html`)."""
+    out, pos = [], 0
+    for m in _INLINE.finditer(text):
+        out.append(for_html(text[pos:m.start()]))
+        escaped, code, bold, italic = m.groups()
+        if escaped is not None:
+            out.append(for_html(escaped))
+        elif code is not None:
+            out.append(f"<code>{for_html(code)}</code>")
+        else:
+            out.append(f"<b>{_inline(bold)}</b>" if bold is not None else f"<i>{_inline(italic)}</i>")
+        pos = m.end()
+    out.append(for_html(text[pos:]))
+    return "".join(out)
 
 
 def _number(value: Any) -> float | None:

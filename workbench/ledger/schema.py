@@ -21,6 +21,7 @@ from workbench import defaults
 from workbench.errors import LedgerError
 
 SCHEMA_VERSION = 3
+CANNOT_READ = "cannot read the ledger"  # how a read failure that is not about the file's content begins
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "campaigns": ("id", "name", "description", "created"),
@@ -124,6 +125,7 @@ def connect(path: Path) -> sqlite3.Connection:
         raise LedgerError(path, f"cannot open the ledger: {exc}") from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {max(1, round(timeout_s * 1000))}")
+        _refuse_foreign(conn, path)  # before the WAL switch: another program's database stays as it was
         _retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL"))
         conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across process crashes
         conn.execute("PRAGMA foreign_keys = ON")
@@ -142,6 +144,13 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """An SQLite file that holds tables but no ledger is another program's: never made into a ledger."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables and "schema_version" not in tables:
+        raise LedgerError(path, _foreign(path, tables))
+
+
 def _unwritable(path: Path) -> str:
     """Why SQLite cannot write there, when the reason is the file system rather than the file."""
     for place in (path.parent, path):
@@ -153,14 +162,40 @@ def _unwritable(path: Path) -> str:
 
 
 def check_version(conn: sqlite3.Connection, path: Path, schema: str = "main") -> None:
-    """Refuse a ledger written by a newer workbench (its columns may mean something else)."""
+    """Refuse a ledger written by a newer workbench (its columns may mean something else), or a file
+    that is no workbench ledger."""
+    ledger_version(conn, path, schema)
+
+
+def ledger_version(conn: sqlite3.Connection, path: Path, schema: str = "main") -> int:
+    """The schema version of a workbench ledger, or a LedgerError saying in one line what the file is."""
     try:
-        row = conn.execute(f"SELECT MAX(version) FROM {schema}.schema_version").fetchone()
-    except sqlite3.Error as exc:
-        raise LedgerError(path, f"not a workbench ledger ({exc})") from exc
-    if row is None or row[0] is None or row[0] > SCHEMA_VERSION:
-        found = None if row is None else row[0]
-        raise LedgerError(path, f"ledger schema version {found}; this workbench reads {SCHEMA_VERSION}")
+        tables = {r[0] for r in conn.execute(f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")}
+        if "schema_version" not in tables:
+            raise LedgerError(path, _foreign(path, tables))
+        values = [r[0] for r in conn.execute(f"SELECT version FROM {schema}.schema_version")]
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(path, unreadable(exc)) from None
+    if len(values) != 1 or not isinstance(values[0], int) or isinstance(values[0], bool):
+        shown = ", ".join(repr(v)[:20] for v in values[:3]) or "none"
+        raise LedgerError(path, f"not a workbench ledger: its schema version is {shown}, not one whole number")
+    if values[0] > SCHEMA_VERSION or values[0] < 1:
+        raise LedgerError(path, f"ledger schema version {values[0]}; this workbench reads {SCHEMA_VERSION}")
+    return values[0]
+
+
+def _foreign(path: Path, tables: set[str]) -> str:
+    if not tables and os.path.getsize(path) == 0:
+        return "not a workbench ledger: an empty file (only commands that record create a ledger)"
+    names = ", ".join(sorted(tables)[:5]) + (" …" if len(tables) > 5 else "")
+    return f"not a workbench ledger: an SQLite database without a schema_version table (tables: {names or 'none'})"
+
+
+def unreadable(exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "not a database" in text:
+        return "not a workbench ledger: not an SQLite database"
+    return f"{CANNOT_READ}: {text}"
 
 
 def columns_at(version: int) -> dict[str, tuple[str, ...]]:

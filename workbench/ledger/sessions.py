@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from workbench.untrusted import for_markdown, for_markdown_code
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -26,7 +28,8 @@ def session_lines(attempts: pd.DataFrame, turns: pd.DataFrame) -> list[str]:
         first, last = t.iloc[0], t.iloc[-1]
         rates = t["tokens_per_s"].astype(float)
         out.append(
-            f"`{str(attempt_id)[:8]}` {labels[attempt_id]}: {len(t)} turns × {int(first['tokens'])} tokens; "
+            f"`{for_markdown_code(str(attempt_id)[:8])}` {for_markdown(labels[attempt_id])}: {len(t)} turns × "
+            f"{int(first['tokens'])} tokens; "
             f"unreleased pages {int(first['unreleased_pages']):,} → {int(last['unreleased_pages']):,} (first → last "
             f"turn); anon − accounted {_gap(first):.1f} → {_gap(last):.1f} MiB; faults {int(t['minflt'].sum()):,} "
             f"minor, {int(t['majflt'].sum()):,} major; tok/s median {rates.median():.1f} "

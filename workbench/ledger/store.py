@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 from workbench.defaults import host_id
 from workbench.errors import LedgerError
 from workbench.ledger import schema
-from workbench.ledger.owner import RUNNING, current_owner, reap_abandoned
+from workbench.ledger.owner import RUNNING, abandoned, current_owner, interrupted_values, reap_abandoned
+from workbench.ledger.reading import connect_readonly
 from workbench.ledger.schema import ATTEMPT_KINDS, decode, encode, new_id, now, transaction, tristate
-from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
+from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord, campaign_name_problem
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,15 +34,19 @@ class Ledger:
     Safe for several processes at once; use one ``Ledger`` per process (or thread).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True):
-        """``create=False`` (reading commands) refuses a ledger that does not exist instead of making
-        an empty one at a mistyped path."""
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True,
+                 readonly: bool = False):
+        """``create=False`` refuses a ledger that does not exist instead of making an empty one at a
+        mistyped path; ``readonly=True`` (reading commands: list, show, export, reports) also changes
+        nothing at all (:mod:`workbench.ledger.reading`): attempts whose runner is gone read as
+        interrupted without being written so."""
         self.path: Path = schema.resolve_path(path)
-        if not create and not self.path.is_file():
+        self.readonly = readonly
+        if (readonly or not create) and not self.path.is_file():
             where = "" if self.path.parent.is_dir() else f" (and no directory {self.path.parent})"
             raise LedgerError(self.path, f"no ledger here{where}; check --ledger or $WORKBENCH_LEDGER "
                                          "(only commands that record create a ledger)")
-        self._conn = schema.connect(self.path)
+        self._conn = connect_readonly(self.path) if readonly else schema.connect(self.path)
 
     def __enter__(self) -> Ledger:
         return self
@@ -58,6 +63,11 @@ class Ledger:
         so a sweep's resume can tell its points were recorded in *this* ledger."""
         return str(self._conn.execute("SELECT value FROM ledger_info WHERE key = 'ledger_id'").fetchone()[0])
 
+    @property
+    def schema_version(self) -> int:
+        """The schema version of this ledger file."""
+        return schema.ledger_version(self._conn, self.path)
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         self._conn.close()
@@ -66,8 +76,9 @@ class Ledger:
 
     def ensure_campaign(self, name: str, description: str = "") -> str:
         """The id of campaign ``name``, created when missing (a description fills an empty one)."""
-        if not name or not name.strip():
-            raise LedgerError(self.path, "a campaign needs a non-empty name")
+        problem = campaign_name_problem(name)
+        if problem is not None:
+            raise LedgerError(self.path, problem)
         with transaction(self._conn, self.path) as c:
             c.execute("INSERT OR IGNORE INTO campaigns VALUES (?, ?, ?, ?)", (new_id(), name, description, now()))
             if description:
@@ -103,6 +114,27 @@ class Ledger:
         }
         self._insert("attempts", row)
         return row["id"]
+
+    def describe_attempt(self, attempt_id: str, *, device_info: Mapping[str, Any] | None = None,
+                         binary: Mapping[str, Any] | None = None,
+                         environment: Mapping[str, Any] | None = None) -> None:
+        """Add what an attempt's first run reported to the attempt opened before it: the device the
+        worker opened, an engine's build, keys of its environment (an attempt is recorded before its
+        first run, so a runner killed during that run leaves it, read as interrupted)."""
+        sets, args = [], []
+        if device_info is not None:
+            sets.append("device_info = ?")
+            args.append(encode(dict(device_info)))
+            environment = {**(environment or {}), "device": dict(device_info)}
+        if environment:  # one json_set for every key: one column assigned twice keeps only the last
+            sets.append(f"environment = json_set(coalesce(environment, '{{}}'){', ?, json(?)' * len(environment)})")
+            args += [x for key, value in environment.items() for x in (f"$.{key}", encode(value))]
+        if binary is not None and binary.get("hash"):
+            sets.append("binary_path = ?, binary_hash = ?")
+            args += [binary.get("path"), binary.get("hash")]
+        if sets:
+            with transaction(self._conn, self.path) as c:
+                c.execute(f"UPDATE attempts SET {', '.join(sets)} WHERE id = ?", (*args, attempt_id))
 
     def add_run(self, attempt_id: str, run: RunRecord) -> str:
         """Record one finished (or failed) run of an attempt at once; returns the run's id."""
@@ -195,10 +227,22 @@ class Ledger:
         return reap_abandoned(self._conn, self.path)
 
     def _reap_quietly(self) -> None:
+        if self.readonly:  # read as interrupted by _as_reaped, never written so
+            return
         try:  # a reader must still read a ledger it cannot write (locked, full disk)
             self.reap_abandoned()
         except (LedgerError, sqlite3.Error):
             pass
+
+    def _as_reaped(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """On a read-only ledger: ``rows`` with every abandoned attempt as reaping would leave it."""
+        if not self.readonly or not any(r["verdict"] == RUNNING for r in rows):
+            return rows
+        gone = abandoned(self._conn)
+        for row in rows:
+            if row["id"] in gone:
+                row.update(interrupted_values(self._conn, row["id"], gone[row["id"]]))
+        return rows
 
     def merge(self, other_path: str | os.PathLike[str]) -> dict[str, int]:
         """Import another ledger (another machine's); returns rows added per table. Idempotent."""
@@ -224,14 +268,14 @@ class Ledger:
         """One attempt as a dict (JSON columns decoded, campaign by name); accepts an id prefix."""
         full = self.resolve_id(attempt_id)
         self._reap_quietly()
-        return _decode_attempt(self._query(f"{_ATTEMPT_SELECT} WHERE a.id = ?", (full,))[0])
+        return _decode_attempt(self._as_reaped(self._query(f"{_ATTEMPT_SELECT} WHERE a.id = ?", (full,)))[0])
 
     def attempts(self, campaign: str | None = None) -> pd.DataFrame:
         """All attempts (of one campaign), oldest first, with ``ceiling_fraction`` = gbps / ceiling;
         attempts whose runner died unfinished read as failed (interrupted), see :meth:`reap_abandoned`."""
         self._reap_quietly()
         where, args = ("WHERE c.name = ?", (campaign,)) if campaign else ("", ())
-        rows = self._query(f"{_ATTEMPT_SELECT} {where} ORDER BY a.created, a.id", args)
+        rows = self._as_reaped(self._query(f"{_ATTEMPT_SELECT} {where} ORDER BY a.created, a.id", args))
         frame = _frame([_decode_attempt(r) for r in rows], ("campaign",) + schema.COLUMNS["attempts"])
         frame["ceiling_fraction"] = frame["gbps"].astype(float) / frame["ceiling_gbps"].astype(float)
         return frame

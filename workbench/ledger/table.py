@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.ledger.sessions import session_facts, session_lines
 from workbench.ledger.settings_diff import settings_lines
 from workbench.records import failure_reason, format_effect, format_spread
+from workbench.untrusted import for_markdown, for_markdown_code
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,15 +26,18 @@ if TYPE_CHECKING:
 
 COLUMNS = ("attempt", "change", "cache", "median", "spread", "n", "GB/s", "vs baseline", "verdict", "engaged")
 UNFINISHED = ("failed", "running")  # measured verdicts of attempts that did not finish
+_UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
 
 
 def export_markdown(ledger: Ledger, path: str | os.PathLike[str], campaign: str | None = None,
-                    all_attempts: bool = False) -> Path:
-    """Write :func:`markdown_table` to ``path``; returns it."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(markdown_table(ledger, campaign, all_attempts) + "\n", encoding="utf-8")
-    return target
+                    all_attempts: bool = False, force: bool = False) -> Path:
+    """Write :func:`markdown_table` to ``path``; returns it. Never onto the ledger itself, and over an
+    existing ledger or model file only with ``force`` (:mod:`workbench.outputs`)."""
+    from workbench.outputs import ledger_files, refuse_overwrite, write_text
+
+    refuse_overwrite(path, inputs=ledger_files(ledger.path), force=force)  # before the table is built
+    return write_text(path, markdown_table(ledger, campaign, all_attempts) + "\n",
+                      inputs=ledger_files(ledger.path), force=force)
 
 
 def markdown_table(ledger: Ledger, campaign: str | None = None, all_attempts: bool = False) -> str:
@@ -40,7 +45,7 @@ def markdown_table(ledger: Ledger, campaign: str | None = None, all_attempts: bo
     the latest finished attempt per configuration, or every attempt with ``all_attempts``."""
     attempts = ledger.attempts(campaign)
     if attempts.empty:
-        return f"_No attempts{f' in campaign {campaign!r}' if campaign else ''}._"
+        return f"_No attempts{f' in campaign {for_markdown(campaign)}' if campaign else ''}._"
     runs = ledger.runs(campaign=campaign)
     by_attempt = {key: group for key, group in runs.groupby("attempt_id")}
     shown = attempts if all_attempts else latest_finished(attempts, by_attempt)
@@ -119,7 +124,7 @@ def _binary(a: dict[str, Any]) -> str:
     if not a.get("binary_hash"):
         return "—"
     names = " + ".join(Path(p).name for p in str(a.get("binary_path") or "").split(" + "))
-    return f"{names}@`{str(a['binary_hash']).rpartition(':')[2][:8]}`"
+    return f"{for_markdown(names)}@`{for_markdown_code(str(a['binary_hash']).rpartition(':')[2][:8])}`"
 
 
 def strategy_kind(attempt: dict[str, Any]) -> str:
@@ -130,16 +135,19 @@ def strategy_kind(attempt: dict[str, Any]) -> str:
 
 
 def _change(a: dict[str, Any]) -> str:
-    return f"{a['label']} (peer)" if strategy_kind(a) == "peer" else str(a["label"])
+    return for_markdown(f"{a['label']} (peer)" if strategy_kind(a) == "peer" else str(a["label"]))
 
 
 def _cells(a: dict[str, Any], runs: pd.DataFrame | None, several_hosts: bool) -> list[str]:
-    ident = f"`{a['id'][:8]}`" + (f" ({a['host']})" if several_hosts else "")
+    # Every value from the ledger is untrusted text (it may come from another machine's ledger): each
+    # goes through for_markdown, or for_markdown_code inside a code span; numbers are formatted here.
+    ident = f"`{for_markdown_code(a['id'][:8])}`" + (f" ({for_markdown(a['host'])})" if several_hosts else "")
     n = "—" if a["n"] is None else str(a["n"]) + (f" + {a['n_failed']} failed" if a["n_failed"] else "")
     return [
-        ident, _change(a), _cache(a["cache"], runs), _ms(a["median_s"]),
-        format_spread(a["spread_pct"], a["n"], a["stable"]), n, _gbps(a), _vs_baseline(a), _verdict(a, runs),
-        session_facts(a) if a.get("kind") == "session" else _engaged(runs),
+        ident, _change(a), for_markdown(_cache(a["cache"], runs)), _ms(a["median_s"]),
+        format_spread(a["spread_pct"], a["n"], a["stable"]), n, for_markdown(_gbps(a)), _vs_baseline(a),
+        for_markdown(_verdict(a, runs)),
+        for_markdown(session_facts(a) if a.get("kind") == "session" else _engaged(runs)),
     ]
 
 
@@ -181,9 +189,9 @@ def _header(attempts: pd.DataFrame, campaign: str | None) -> str:
     files = _most_specific({str(a["file_path"]): _file(a) for a in records if a["file_hash"]}, records, "file_path")
     first, last = attempts["created"].min()[:10], attempts["created"].max()[:10]
     dates = first if first == last else f"{first} – {last}"
-    scope = f"**Campaign** {campaign} · " if campaign else ""
-    return (f"{scope}**Machine** {hosts} · **device** {devices or '—'} · **file** {files or '—'} · "
-            f"**date** {dates}")
+    scope = f"**Campaign** {for_markdown(campaign)} · " if campaign else ""
+    return (f"{scope}**Machine** {for_markdown(hosts)} · **device** {for_markdown(devices or '—')} · "
+            f"**file** {for_markdown(files or '—')} · **date** {for_markdown(dates)}")
 
 
 def _most_specific(known: dict[str, str], records: list[dict[str, Any]], key: str) -> str:
@@ -267,7 +275,8 @@ def _size(nbytes: int) -> str:
 
 
 def _row(cells: Any) -> str:
-    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+    # cells arrive cleaned (for_markdown escapes a pipe); an unescaped one left anywhere is escaped too
+    return "| " + " | ".join(_UNESCAPED_PIPE.sub(r"\\|", " ".join(str(c).splitlines())) for c in cells) + " |"
 
 
 def _none(value: Any) -> Any:

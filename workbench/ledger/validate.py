@@ -3,11 +3,13 @@
 A merged ledger's rows become part of this machine's history, so they are held to what this
 workbench itself writes: the same schema version and columns, intact SQLite pages, ids that are
 unique and references that resolve, verdicts and cache states from the known sets, times and rates
-that are finite and not negative, and JSON where a column holds JSON. The first problem found (and
+that are finite and not negative, JSON where a column holds JSON, campaign names that are no path, text
+within its size bound and no time in the future (:mod:`workbench.ledger.limits`). The first problem found (and
 how many more there are) is one :class:`LedgerError` line naming the file; nothing is merged.
 
-The checks run on a snapshot of the file (SQLite's backup API), and the merge reads that same
-snapshot, so a file that changes after it was checked cannot slip anything past them.
+The checks run on a snapshot of the file (SQLite's backup API, into a private temporary database), and
+the merge reads that same snapshot, so a file that changes after it was checked cannot slip anything
+past them.
 """
 from __future__ import annotations
 
@@ -19,15 +21,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from workbench.errors import LedgerError
+from workbench.ledger.limits import future_problem, oversized
 from workbench.ledger.schema import ATTEMPT_KINDS, SCHEMA_VERSION, columns_at
-from workbench.records import AUTO_VERDICTS, CACHE_STATES, VERDICTS
+from workbench.records import AUTO_VERDICTS, CACHE_STATES, VERDICTS, campaign_name_problem
 
 Rule = Callable[[Any], "str | None"]  # a value → what is wrong with it, or None
 MAX_REPORTED = 1000  # stop counting problems after this many; one is enough to refuse
 
 
-def snapshot_ledger(source: Path, copy: Path) -> None:
-    """Copy ``source`` page by page into ``copy`` without writing beside the source.
+def snapshot_ledger(source: Path, copy: sqlite3.Connection) -> None:
+    """Copy ``source`` page by page into the open database ``copy`` without writing beside the source.
 
     A source with a ``-wal`` file beside it is opened read-only through SQLite's locking (the WAL
     holds committed rows); otherwise it is opened as immutable, which creates no -wal/-shm files.
@@ -38,28 +41,21 @@ def snapshot_ledger(source: Path, copy: Path) -> None:
     except sqlite3.Error as exc:
         raise LedgerError(source, f"cannot open for merging: {exc}") from exc
     try:
-        dst = sqlite3.connect(str(copy))
-        try:
-            src.backup(dst)
-        finally:
-            dst.close()
+        src.backup(copy)
     except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
         raise LedgerError(source, f"not a readable SQLite ledger: {exc}; nothing merged") from exc
     finally:
         src.close()
 
 
-def check_ledger(copy: Path, shown: Path, target: sqlite3.Connection) -> None:
-    """Refuse (LedgerError naming ``shown``) a snapshot that this workbench would not have written."""
-    conn = sqlite3.connect(str(copy))
+def check_ledger(conn: sqlite3.Connection, shown: Path, target: sqlite3.Connection) -> None:
+    """Refuse (LedgerError naming ``shown``) a snapshot ``conn`` that this workbench would not have written."""
     try:
         _check_pages(conn, shown)
         version = _check_schema(conn, shown)
         problems = list(_value_problems(conn, target, version))
     except sqlite3.DatabaseError as exc:
         raise LedgerError(shown, f"not a readable SQLite ledger: {exc}; nothing merged") from exc
-    finally:
-        conn.close()
     if problems:
         more = f"; {len(problems) - 1}{'+' if len(problems) >= MAX_REPORTED else ''} more problem(s)" \
             if len(problems) > 1 else ""
@@ -79,7 +75,7 @@ def _check_schema(conn: sqlite3.Connection, shown: Path) -> int:
     if "schema_version" not in tables:
         raise LedgerError(shown, "not a workbench ledger (no schema_version table); nothing merged")
     versions = [r[0] for r in conn.execute("SELECT version FROM schema_version")]
-    if len(versions) != 1 or versions[0] not in range(1, SCHEMA_VERSION + 1):
+    if len(versions) != 1 or not isinstance(versions[0], int) or versions[0] not in range(1, SCHEMA_VERSION + 1):
         raise LedgerError(shown, f"ledger schema version {versions[:3]}; this workbench merges one of "
                                  f"{list(range(1, SCHEMA_VERSION + 1))}; nothing merged")
     for table, columns in columns_at(versions[0]).items():
@@ -162,18 +158,23 @@ def _time(null: bool = False) -> Rule:
         if v is None:
             return None if null else "is NULL"
         try:
-            datetime.fromisoformat(v)
+            when = datetime.fromisoformat(v)
         except (TypeError, ValueError):
             return "is not an ISO 8601 time"
-        return None
+        return future_problem(when)
     return rule
+
+
+def _campaign_name(v: Any) -> str | None:
+    problem = campaign_name_problem(v)
+    return None if problem is None else f"is not a usable campaign name: {problem}"
 
 
 _ID, _NAME, _TXT, _OPT = _text(nonempty=True), _text(nonempty=True), _text(), _text(null=True)
 _SECONDS, _COUNT, _FLAG = _number(), _number(integer=True), _number(0, 1, integer=True)
 _STATES = VERDICTS + ("running",)
 RULES: dict[str, dict[str, Rule]] = {
-    "campaigns": {"id": _ID, "name": _NAME, "description": _TXT, "created": _time()},
+    "campaigns": {"id": _ID, "name": _campaign_name, "description": _TXT, "created": _time()},
     "attempts": {
         "id": _ID, "host": _NAME, "campaign_id": _ID, "label": _TXT, "hypothesis": _TXT, "strategy": _NAME,
         "params": _json(dict, null=False), "device": _OPT, "device_info": _json(dict), "file_path": _OPT,
@@ -222,6 +223,11 @@ def _value_problems(conn: sqlite3.Connection, target: sqlite3.Connection, versio
 
 def _all_problems(conn: sqlite3.Connection, target: sqlite3.Connection,
                   columns: dict[str, tuple[str, ...]]) -> Iterable[str]:
+    sizes = [p for table, rules in RULES.items() if table in columns
+             for p in oversized(conn, table, [c for c in rules if c in columns[table]])]
+    if sizes:  # refused before any value is loaded
+        yield from sizes
+        return
     ids = {t: {r[0] for r in conn.execute(f"SELECT id FROM {t}")} for t in ("campaigns", "attempts")}
     ours = {r[0] for r in target.execute("SELECT id FROM main.attempts")}
     for table, all_rules in RULES.items():

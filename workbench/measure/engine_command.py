@@ -1,35 +1,20 @@
 """An external engine's command, checked before anything runs: its argument list, its markers and
-phase patterns, and the files that identify the build it runs.
-
-What identifies a build:
-
-- a compiled engine (``./llama-cli …``, ``hipfire-daemon …``): the executable, resolved from the
-  command's first word through ``PATH`` like a shell would;
-- a script run by an interpreter (``python engine.py``, ``bash run.sh``) or a script with a ``#!``
-  line: the interpreter *and* the script, each hashed, the two hashes combined into one — a new
-  script or a new interpreter is a new build;
-- anything else (``python -m pkg``, code after ``-c``, a shell line whose program cannot be told):
-  ``--binary FILE`` names the file that does (the engine's shared library, its main module).
-
-Libraries a script imports (torch, transformers) are not hashed: name the one that matters with
-``--binary``.
+phase patterns, and the files that identify the build it runs (:mod:`workbench.measure.engine_build`).
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
-import shutil
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from workbench.errors import FormatError, ParamError
-from workbench.records import BinaryFile
+from workbench.errors import ParamError
+from workbench.measure.engine_build import build_files, check_build, describe_build, identify
 
-_INTERPRETER = re.compile(r"^(?:(?:python|pypy)[\d.]*|bash|sh|dash|zsh|node|perl|ruby|julia|Rscript)$")
-_VALUE_OPTIONS = frozenset({"-X", "-W", "--check-hash-based-pycs"})  # python options that take a value
-_NO_SCRIPT = frozenset({"-c", "-m", "-e", "-"})  # the program is not in a file after these
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+__all__ = ["EngineCommand", "Patterns", "build_files", "check_command", "compile_pattern", "compile_patterns",
+           "default_labels", "describe_build", "identify", "short_hash"]
+
 LABEL_WIDTH = 60
 
 
@@ -117,60 +102,13 @@ def compile_patterns(command: EngineCommand) -> Patterns:
     return Patterns(compile_pattern(command.marker), start, tuple(phases))
 
 
-def build_files(command: EngineCommand) -> list[tuple[str, str]]:
-    """(role, real path) of every file that identifies the build ``command`` runs; see the module doc."""
-    if command.binary:
-        path = os.path.realpath(os.path.expanduser(command.binary))
-        if not os.path.isfile(path):
-            raise ParamError("--binary", command.binary, "no such file")
-        return [("given", path)]
-    words = _program_words(command)
-    found = shutil.which(words[0])
-    if found is None:
-        raise ParamError("--cmd", command.cmd, f"'{words[0]}' is not an executable file or on PATH "
-                         "(give its path, or name the engine's file with --binary)")
-    exe = os.path.realpath(found)
-    interpreter = _shebang_interpreter(exe)
-    if interpreter is not None:
-        return [("interpreter", interpreter), ("script", exe)]
-    if _INTERPRETER.match(os.path.basename(exe)) or _INTERPRETER.match(os.path.basename(words[0])):
-        script = _script_argument(words[1:])
-        if script is not None:
-            return [("interpreter", exe), ("script", os.path.realpath(script))]
-    return [("executable", exe)]
-
-
-def identify(files: Sequence[tuple[str, str]]) -> tuple[str, str, tuple[BinaryFile, ...]]:
-    """(path, hash, files) of a build: one file's own hash, or for several an xxh3_128 over their
-    hashes in order, so either file changing changes it. Hashes come from the identity cache when a
-    file's realpath, size, mtime and inode are unchanged (the model file is hashed the same way)."""
-    import xxhash
-
-    from workbench.io.identity import file_identity
-
-    parts = []
-    for role, path in files:
-        ident = file_identity(path)
-        parts.append(BinaryFile(role, ident.path, ident.hash, ident.size))
-    if len(parts) == 1:
-        return parts[0].path, parts[0].hash, tuple(parts)
-    digest = xxhash.xxh3_128("\n".join(p.hash for p in parts).encode()).hexdigest()
-    return " + ".join(p.path for p in parts), f"xxh3_128:{digest}", tuple(parts)
-
-
-def check_command(command: EngineCommand) -> tuple[Patterns, list[tuple[str, str]]]:
+def check_command(command: EngineCommand, timeout_s: float | None = None) -> tuple[Patterns, list[tuple[str, str]]]:
     """Everything that can be refused before a run: quoting, patterns, the build's files (and that
-    they can be read and hashed)."""
+    they can be read and hashed, within ``timeout_s``)."""
     if not command.shell:
         command.argv()
     patterns = compile_patterns(command)
-    files = build_files(command)
-    try:
-        identify(files)
-    except (OSError, FormatError) as exc:
-        raise ParamError("--binary" if command.binary else "--cmd", command.cmd,
-                         f"cannot hash the engine's files: {exc}") from None
-    return patterns, files
+    return patterns, check_build(command, timeout_s)
 
 
 def default_labels(commands: Sequence[EngineCommand]) -> list[str]:
@@ -208,54 +146,3 @@ def _common_length(lists: Sequence[Sequence[str]]) -> int:
 def short_hash(value: str | None, width: int = 8) -> str:
     """``xxh3_128:1a2b3c4d…`` → ``1a2b3c4d``; '' for None."""
     return "" if not value else str(value).rpartition(":")[2][:width]
-
-
-def _program_words(command: EngineCommand) -> list[str]:
-    """The program and its arguments; for a shell line, the first simple command after ``VAR=x``."""
-    if not command.shell:
-        return command.argv()
-    try:
-        words = shlex.split(command.cmd, comments=True)
-    except ValueError:
-        words = []
-    while words and _ASSIGNMENT.match(words[0]):
-        words = words[1:]
-    if not words or words[0] in ("exec", "env", "cd", "(", "{") or any(c in words[0] for c in ";&|$`<>"):
-        raise ParamError("--cmd", command.cmd, "cannot tell which program this shell line runs: "
-                         "name the engine's file with --binary")
-    return words
-
-
-def _shebang_interpreter(path: str) -> str | None:
-    """The interpreter a ``#!`` line names (``env NAME`` resolved through PATH), or None."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(256)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
-        return None
-    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
-    if not words:
-        return None
-    program = words[0]
-    if os.path.basename(program) == "env":
-        names = [w for w in words[1:] if not w.startswith("-")]
-        program = shutil.which(names[0]) if names else None
-    return os.path.realpath(program) if program and os.path.isfile(program) else None
-
-
-def _script_argument(args: Sequence[str]) -> str | None:
-    """The script file an interpreter is given (its first non-option argument), or None."""
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg in _NO_SCRIPT:
-            return None
-        if arg.startswith("-"):
-            skip = arg in _VALUE_OPTIONS
-            continue
-        return arg if os.path.isfile(arg) else None
-    return None

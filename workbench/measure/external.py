@@ -1,32 +1,35 @@
 """External engine mode: time other programs' loads, from spawn (or a start-marker line) to an end-marker
 line, then kill them; compare several engine commands interleaved like strategies.
 
-The command runs as an argument list (no shell unless asked) in its own session (process group), with
-stdout and stderr on a pseudo-terminal, so a C or Python program line-buffers its output as it would in
-a terminal: with a plain pipe, stdio's block buffering would hold the marker line back and silently add
-time to the measurement. Every line (split on ``\\n`` or ``\\r``) up to the end marker is read for the
-engine's own phase lines; at the end marker the clock stops and the whole process group is killed, so
-prompt evaluation and generation are never timed.
+The command runs as an argument list (no shell unless asked) under a reaper in its own session
+(:mod:`workbench.measure.reaper`), with stdout and stderr on a pseudo-terminal, so a C or Python program
+line-buffers its output as it would in a terminal: with a plain pipe, stdio's block buffering would hold
+the marker line back and silently add time to the measurement. Every line (split on ``\\n`` or ``\\r``)
+up to the end marker is read for the engine's own phase lines (:mod:`workbench.measure.engine_output`);
+at the end marker the clock stops and everything the engine started is killed — its process group and
+any process that left it — so prompt evaluation and generation are never timed and nothing lives on.
 """
 from __future__ import annotations
 
 import os
 import pty
 import re
-import select
 import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from workbench.errors import FormatError, WorkbenchError
+from workbench.errors import FormatError, ParamError, WorkbenchError
 from workbench.measure.attempt import AttemptResult
+from workbench.measure.engine_build import within
+from workbench.measure.engine_output import MAX_LINE, LineSplitter, read_until_marker
 from workbench.measure.engine_command import (
     EngineCommand, Patterns, check_command, compile_patterns, default_labels, identify,
 )
 from workbench.measure.order import DEFAULT_ORDER
-from workbench.measure.spawn import Outcome, kill_group
+from workbench.measure import reaper
+from workbench.measure.spawn import Outcome
 from workbench.records import EnginePhase, ExternalRun, RunConfig, WorkerReport
 
 TAIL_LINES = 20
@@ -105,29 +108,42 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
         command = EngineCommand(command, marker or "")
     watch = _Watch(compile_patterns(command), 0.0)
     master, slave = pty.openpty()
-    watch.t0 = time.perf_counter()
+    began = time.monotonic()  # the timeout covers start-up too: a program that blocks in exec is cut
     try:
-        proc = subprocess.Popen(command.cmd if command.shell else command.argv(), shell=command.shell,
-                                stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, start_new_session=True,
-                                close_fds=True)
+        proc, status = reaper.spawn([command.cmd] if command.shell else command.argv(), shell=command.shell,
+                                    stdout=slave, stderr=slave)
     except OSError as exc:
         os.close(master)
         return Outcome(pid=None, load_s=None, wall_s=None, error=f"cannot start {command.cmd!r}: {exc}")
     finally:
-        os.close(slave)  # the child holds its copy; EOF (EIO) arrives when every writer is gone
+        os.close(slave)  # the engine holds its copy; EOF (EIO) arrives when every writer is gone
     try:
-        hit = _read_until_marker(master, watch, watch.t0 + timeout_s)
+        started = reaper.read_started(status, began + timeout_s)
+        if not isinstance(started, tuple):
+            return _not_started(command, proc, started, timeout_s, began)
+        watch.t0 = started[1]  # the engine's fork: the reaper's own start-up is not in the window
+        hit = read_until_marker(master, watch, watch.t0 + timeout_s)
         exited = None if hit else _exit_code(proc, watch.t0 + timeout_s)
     finally:
-        kill_group(proc)
+        reaper.stop(proc)  # the engine and everything it started, in its group or not
         os.close(master)
-    killed_s = time.perf_counter() - watch.t0
-    report = _report(command, proc.pid, watch, exited, binary, device_info)
+    killed_s = time.monotonic() - watch.t0
+    engine = started[0]
+    report = _report(command, engine, watch, exited, binary, device_info)
     error = _failure(command, watch, hit, exited, timeout_s)
     if error is not None:
-        return Outcome(pid=proc.pid, load_s=None, wall_s=killed_s, bytes=nbytes, error=error[-2000:], report=report)
-    return Outcome(pid=proc.pid, load_s=_window(watch), wall_s=killed_s if watch.start_at is None else
+        return Outcome(pid=engine, load_s=None, wall_s=killed_s, bytes=nbytes, error=error[-2000:], report=report)
+    return Outcome(pid=engine, load_s=_window(watch), wall_s=killed_s if watch.start_at is None else
                    watch.end_at - watch.t0, bytes=nbytes, phases=sum_phases(watch.phases), report=report)
+
+
+def _not_started(command: EngineCommand, proc: subprocess.Popen, why: str | None, timeout_s: float,
+                 began: float) -> Outcome:
+    """The outcome of an engine that could not be started, or not within the timeout."""
+    if why is None:
+        why = f"timed out after {timeout_s:g} s before the engine started (a program that blocks in exec?)"
+    return Outcome(pid=proc.pid, load_s=None, wall_s=time.monotonic() - began,
+                   error=f"cannot start {command.cmd!r}: {why}")
 
 
 def _window(watch: _Watch) -> float:
@@ -169,34 +185,10 @@ def _report(command: EngineCommand, pid: int | None, watch: _Watch, exited: int 
     return WorkerReport(pid=pid, device_info=dict(device_info or {"backend": "external"}), external=run)
 
 
-def _read_until_marker(fd: int, watch: _Watch, deadline: float) -> bool:
-    """Feed lines to ``watch`` until the end marker (True), the output ends or the deadline passes."""
-    pending = b""
-    while True:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            return False
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the terminal's last writer closed it
-            chunk = b""
-        at = time.perf_counter()
-        lines = re.split(rb"[\r\n]", pending + chunk)
-        pending = lines.pop() if chunk else b""
-        for line in lines:
-            if watch.feed(line, at):
-                return True
-        if not chunk:
-            return False
-
-
 def _exit_code(proc: subprocess.Popen, deadline: float) -> int | None:
     """The command's own exit code once its output ended; None if it is still running at the deadline."""
     try:
-        return proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         return None
 
@@ -224,18 +216,20 @@ class _Engines:
     def __call__(self, config: RunConfig) -> Outcome:
         key = id(config)
         command = self.commands[key]
-        try:
-            build = identify(self.files[key])
-        except (OSError, FormatError) as exc:
+        began = time.monotonic()
+        try:  # the run's timeout covers hashing the build too: a file that blocks cannot hang the run
+            build = within(self.timeout_s, lambda: identify(self.files[key]), "--cmd", command.cmd,
+                           "hashing the engine's files")
+        except (OSError, FormatError, ParamError) as exc:
             return Outcome(pid=None, load_s=None, wall_s=None, error=f"cannot hash the engine's files: {exc}")
+        left = max(0.001, self.timeout_s - (time.monotonic() - began))
         first = self.first.setdefault(key, build)
         if build[1] != first[1]:
             error = (f"BINARY CHANGED within the attempt: {build[0]} is {build[1]} now, {first[1]} at its "
                      "first run — two builds in one attempt; not run (rerun once the build is stable)")
             report = _report(command, None, _Watch(compile_patterns(command), 0.0), None, build, self.device_info)
             return Outcome(pid=None, load_s=None, wall_s=None, error=error, report=report)
-        return time_external(command, timeout_s=self.timeout_s, nbytes=self.nbytes, binary=build,
-                             device_info=self.device_info)
+        return time_external(command, timeout_s=left, nbytes=self.nbytes, binary=build, device_info=self.device_info)
 
 
 def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int = 5, cache: str = "cold",
@@ -255,7 +249,7 @@ def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int =
 
     if not commands:
         raise WorkbenchError("nothing to measure: no engine command given")
-    checked = [check_command(c) for c in commands]
+    checked = [check_command(c, timeout_s) for c in commands]
     if not os.path.exists(file):
         raise WorkbenchError(f"{file}: no such file or directory (the model the command loads)")
     try:  # a directory, index file or shard: the set; a file the workbench cannot index: that file
@@ -283,5 +277,5 @@ def measure_external(cmd: str, marker: str, file: str, *, runs: int = 5, cache: 
                            baseline=baseline, **options)[0]
 
 
-__all__ = ["EngineCommand", "file_nbytes", "measure_engines", "measure_external", "sum_phases",
+__all__ = ["MAX_LINE", "EngineCommand", "LineSplitter", "file_nbytes", "measure_engines", "measure_external", "sum_phases",
            "time_external"]

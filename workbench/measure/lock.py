@@ -3,6 +3,8 @@
 The lock is advisory and cooperative: every workbench process on the machine takes it around each timed
 run (cache preparation included, since evicting a file disturbs whoever is reading the disk). A process
 that dies releases it automatically, because the kernel drops an flock with the last open descriptor.
+The directory and files are opened as :mod:`workbench.measure.lockfile` says: never through a link,
+never writing into or changing the mode of a file this process did not create.
 """
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import contextlib
 import fcntl
 import os
 import re
+import stat
 import time
 from pathlib import Path
 from types import TracebackType
 
 from workbench import defaults
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, printable
+from workbench.measure.lockfile import open_lock_dir, open_lock_file
 
 
 def lock_dir(directory: str | os.PathLike[str] | None = None) -> Path:
@@ -42,6 +46,11 @@ class DeviceLock:
         self.waited_s = 0.0
         self._fd: int | None = None
 
+    def check(self) -> None:
+        """Refuse now, in one line, a lock directory or file that is unsafe (see
+        :mod:`workbench.measure.lockfile`), before anything is measured."""
+        os.close(self._open())
+
     def acquire(self) -> float:
         """Block until the device is ours; returns the seconds spent waiting."""
         fd = self._open()
@@ -57,20 +66,12 @@ class DeviceLock:
         return self.waited_s
 
     def _open(self) -> int:
-        # Every user on the machine must be able to take the lock: a shared, sticky directory and
-        # world-writable lock files; a file someone else created still opens read-only for flock.
-        directory = self.path.parent
-        if not directory.is_dir():
-            directory.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(OSError):
-                os.chmod(directory, 0o1777)
+        """The lock file's descriptor, opened inside a checked directory without following links."""
+        dir_fd = open_lock_dir(self.path.parent)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        except PermissionError:
-            return os.open(self.path, os.O_RDONLY)
-        with contextlib.suppress(OSError):
-            os.fchmod(fd, 0o666)
-        return fd
+            return open_lock_file(dir_fd, self.path)
+        finally:
+            os.close(dir_fd)
 
     def _wait(self, fd: int) -> None:
         if self.timeout_s is None:
@@ -90,17 +91,27 @@ class DeviceLock:
 
     @staticmethod
     def _write_owner(fd: int) -> None:
-        # Who holds it, for the error message of whoever waits; the lock itself is the flock.
+        # Who holds it, for the error message of whoever waits; the lock itself is the flock. Only into
+        # a file this user owns and that has no other name: never into someone else's file.
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_nlink != 1:
+            return
         with contextlib.suppress(OSError):  # a read-only descriptor cannot say; the lock still holds
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
 
     def holder(self) -> str:
-        """The last owner line written into the lock file ('' if none)."""
+        """The last owner line written into the lock file ('' if none), read without following links."""
         try:
-            return self.path.read_text().strip()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return ""
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return ""
+            return printable(os.read(fd, 200).decode(errors="replace").strip())
+        finally:
+            os.close(fd)
 
     def release(self) -> None:
         if self._fd is not None:

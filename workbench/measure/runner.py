@@ -97,6 +97,8 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
         sequence = interleave(len(configs), runs, order, seed)
     except ValueError as exc:
         raise WorkbenchError(str(exc)) from None
+    for device in dict.fromkeys(c.device for c in configs):  # an unsafe lock is one line before anything
+        DeviceLock(device, lock_dir).check()
     store = open_ledger(ledger)
     try:
         return _measure_runs(run_fn, configs, sequence, store, labels=labels, campaign=campaign,
@@ -118,6 +120,7 @@ def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[in
         base_runs = store.run_records(baseline)
     try:
         for position, i in enumerate(sequence):
+            session.open(i)  # before its first run: a runner killed during that run leaves it, interrupted
             record = _timed_run(run_fn, configs[i], position, cache, lock_dir, session.model(configs[i].file))
             session.add(i, record)
             if progress is not None:
@@ -223,16 +226,23 @@ class _Session:
         """The model's files for preparing its cache state (resolved at its first run)."""
         return self.models.files(path)
 
+    def open(self, i: int) -> None:
+        """Record attempt ``i`` (running) before its first run, unless it is open already or a ledger
+        write failed (then the runs go on in memory only)."""
+        if self.ids[i] is None:
+            self._write(self._start, i)
+
     def add(self, i: int, record: RunRecord) -> None:
-        """Keep a run, and record it now, opening its attempt first (with the device facts the worker
-        reported) — unless a ledger write already failed: then the runs go on in memory only."""
+        """Keep a run, and record it now — with, after the first, the device facts the worker reported —
+        unless a ledger write already failed: then the runs go on in memory only."""
         self.runs[i].append(record)
-        self._write(self._record_run, i, record)
+        if self.ids[i] is not None:
+            self._write(self._record_run, i, record)
 
     def _record_run(self, i: int, record: RunRecord) -> None:
-        if self.ids[i] is None:
-            self.ids[i] = self._start(i, record)
-        elif not record.cache_reached and all(r.cache_reached for r in self.runs[i][:-1]):
+        if len(self.runs[i]) == 1:
+            self._describe(i, record)
+        if not record.cache_reached and all(r.cache_reached for r in self.runs[i][:-1]):
             # the first run that missed the state: the label says so from now on
             self.ledger.relabel_cache(self.ids[i], cache_label(self.cache, self.runs[i]))
         self.ledger.add_run(self.ids[i], record)
@@ -256,24 +266,30 @@ class _Session:
                 for i, runs in enumerate(self.runs)]
         return give_up(self.ledger, self.lost, results, kept, campaign=self.campaign, hypothesis=self.hypothesis)
 
-    def _start(self, i: int, first: RunRecord) -> str:
+    def _start(self, i: int) -> None:
         from workbench.defaults import host_id
 
         config = self.configs[i]
-        # The worker reports the device it opened; the parent never opens one (a CUDA context here
-        # would cost memory and time on the device being measured).
-        device_info = dict(first.report.device_info or {"backend": config.device})
+        # The worker reports the device it opened after its run (_describe); the parent never opens one
+        # (a CUDA context here would cost memory and time on the device being measured).
+        device_info = {"backend": config.device}
         identity = self.models.identity(config.file)
         environment = {**self._environment(config.file), "device": device_info, **_strategy_kind(config)}
         if identity.get("files"):  # a set: which members (and index file) its hash covers
             environment["model_files"] = identity_members(identity)
-        engine = first.report.external
         kind = "external" if config.strategy == "external" else "strategy"
+        self.ids[i] = self.ledger.start_attempt(
+            campaign=self.campaign, config=config, cache=cache_label(self.cache, []), hypothesis=self.hypothesis,
+            label=self.labels[i], file_identity=identity, environment=environment, device_info=device_info,
+            host=host_id(), kind=kind)
+
+    def _describe(self, i: int, first: RunRecord) -> None:
+        """What the first run reported: the device the worker opened, an engine's build."""
+        engine = first.report.external
         binary = {"path": engine.binary_path, "hash": engine.binary_hash} if engine and engine.binary_hash else None
-        return self.ledger.start_attempt(
-            campaign=self.campaign, config=config, cache=cache_label(self.cache, [first]),
-            hypothesis=self.hypothesis, label=self.labels[i], file_identity=identity, environment=environment,
-            device_info=device_info, host=host_id(), kind=kind, binary=binary)
+        device_info = first.report.device_info
+        if device_info or binary:
+            self.ledger.describe_attempt(self.ids[i], device_info=device_info, binary=binary)
 
     def _environment(self, path: str) -> dict[str, Any]:
         from workbench.measure.environment import collect_environment

@@ -26,6 +26,7 @@ from workbench.expert.session import SessionConfig, check_config
 from workbench.expert.session_records import SessionFacts, SessionReport, TurnRecord, summarize
 from workbench.measure.lock import DeviceLock
 from workbench.records import AttemptStats, RunConfig
+from workbench.measure.reaper import die_with_me
 
 if TYPE_CHECKING:
     from workbench.ledger import Ledger
@@ -77,6 +78,7 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
             run.cache = cache if prepared.reached or cache == "asis" else \
                 f"asis(unreachable: {cache}; {prepared.error})"[:300]
             run.resident_before, run.resident_files = prepared.resident, dict(prepared.files)
+            run.open()  # before the worker starts: a runner killed now leaves the attempt, interrupted
             run.error = _spawn(file, config, device, timeout_s, run.on_event)
         run.finish()  # a worker that stopped without its end event: failed, its turns kept
     except BaseException as exc:
@@ -116,7 +118,8 @@ def _spawn(file: str, config: SessionConfig, device: str, timeout_s: float,
     cmd = [sys.executable, "-m", "workbench.measure.session_worker", "-"]
     with tempfile.TemporaryFile("w+", encoding="utf-8") as err:  # a file: a chatty worker never blocks
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+                                preexec_fn=die_with_me())  # a runner killed mid-session leaves no worker
         timed_out = threading.Event()
         timer = threading.Timer(timeout_s, lambda: (timed_out.set(), _kill(proc)))
         timer.start()
@@ -171,7 +174,12 @@ class _Recorder:
         kind = event.get("event")
         if kind == "start":
             self.facts = SessionFacts.from_json(event["facts"])
-            self._start(event.get("device_info") or {"backend": self.device})
+            device_info = event.get("device_info") or {"backend": self.device}
+            if self.attempt_id is None:
+                self._start(device_info)
+            else:  # opened before the worker started: what the worker reported joins it
+                self.ledger.describe_attempt(self.attempt_id, device_info=device_info,
+                                             environment={"session": self.facts.to_json()})
         elif kind == "turn":
             record = TurnRecord.from_json(event["turn"])
             self.records.append(record)
@@ -181,6 +189,10 @@ class _Recorder:
         elif kind == "end":
             self.verified_slices = int(event.get("verified_slices", 0))
             self.finish()
+
+    def open(self) -> None:
+        """Record the attempt (running) before the worker starts."""
+        self._start({"backend": self.device})
 
     def _start(self, device_info: dict[str, Any]) -> str:
         if self.attempt_id is None:

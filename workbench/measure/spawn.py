@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from workbench.errors import WorkerFailed
+from workbench.measure.reaper import die_with_me
 from workbench.records import RunConfig, WorkerReport
 
 STDERR_TAIL = 2000  # characters of a failed worker's stderr kept in the run record
@@ -42,6 +43,7 @@ def worker_command() -> list[str]:
 
 def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600.0) -> Outcome:
     """Spawn ``python -m workbench.measure.worker`` for ``config``; wall time is spawn → exit as seen here.
+    The worker dies with this process (a parent-death signal): a runner killed mid-run leaves no worker.
 
     Raises
     ------
@@ -55,7 +57,7 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
     t0 = time.perf_counter()
     payload["spawn_monotonic"] = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, start_new_session=True, text=True)
+                            env=env, start_new_session=True, text=True, preexec_fn=die_with_me())
     try:
         out, err = proc.communicate(json.dumps(payload), timeout=timeout_s)
     except subprocess.TimeoutExpired:

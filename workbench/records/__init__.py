@@ -10,6 +10,7 @@ from workbench.records.costs import COST_FIELDS, RunCosts
 from workbench.records.effect import Effect, format_effect, format_spread
 from workbench.records.engaged import Engaged
 from workbench.records.external import BinaryFile, EnginePhase, ExternalRun
+from workbench.records.names import campaign_name_problem
 from workbench.records.run import (
     AUTO_VERDICTS,
     CACHE_STATES,
@@ -33,6 +34,6 @@ from workbench.records.worker_report import (
 __all__ = [
     "COST_FIELDS", "RunCosts", "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "BinaryFile", "Effect",
     "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB", "RunConfig", "RunRecord", "Timings",
-    "VerifySummary", "WorkerReport", "failure_reason", "format_effect", "format_spread",
+    "VerifySummary", "WorkerReport", "campaign_name_problem", "failure_reason", "format_effect", "format_spread",
     "comparable_settings", "format_differences", "plural", "settings_differences",
 ]

@@ -43,9 +43,10 @@ def _size(n: int) -> str:
                    "the shards), as save_pretrained / gguf-split lay them out.")
 @click.option("--max-shard-size", default=None,
               help="Write a sharded model, a new file whenever the next tensor would pass this size (5GB).")
+@click.option("--force", is_flag=True, help="Replace an existing model or ledger file at OUT.")
 def synth(out: str, fmt: str, layout: str, size: str | None, experts: int, alignment: int, seed: int,
           expert_layout: str | None, dtype: str, shape: str | None, shards: int | None,
-          max_shard_size: str | None) -> None:
+          max_shard_size: str | None, force: bool) -> None:
     """Write a synthetic dense or MoE model (one file or a sharded set) with deterministic content."""
     from workbench.formats.synth import parse_size, write_synthetic
 
@@ -55,7 +56,8 @@ def synth(out: str, fmt: str, layout: str, size: str | None, experts: int, align
     index = write_synthetic(out, format=fmt, layout=layout, size=None if size is None else parse_size(size),
                             experts=experts, alignment=alignment, seed=seed, expert_layout=expert_layout,
                             dtype=dtype, shape=shape, shards=shards or 1,
-                            max_shard_size=None if max_shard_size is None else parse_size(max_shard_size))
+                            max_shard_size=None if max_shard_size is None else parse_size(max_shard_size),
+                            force=force)
     dt = time.perf_counter() - t0
     blobs = f", {len(index.blobs)} expert blobs" if index.blobs else ""
     files = f" in {len(index.files)} files" if index.sharded else ""

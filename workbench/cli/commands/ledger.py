@@ -15,6 +15,7 @@ import click
 from workbench.cli.options import RefuseRepeats
 from workbench.errors import LedgerError, ParamError
 from workbench.records import USER_VERDICTS, format_effect, format_spread, plural
+from workbench.untrusted import for_terminal
 
 _LEDGER_HELP = "Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."
 
@@ -37,17 +38,22 @@ def ledger(ctx: click.Context, ledger_path: str | None) -> None:
     ctx.obj = ledger_path
 
 
-def _opened(ctx: click.Context, sub_ledger: str | None, create: bool = False) -> Any:
-    """The ledger named before or after the subcommand (both: they must agree)."""
+def _opened(ctx: click.Context, sub_ledger: str | None, create: bool = False, readonly: bool = False) -> Any:
+    """The ledger named before or after the subcommand (both: they must agree); ``readonly`` for the
+    commands that only read (list, show, export), which then change nothing in the file."""
     from workbench.ledger import Ledger
 
+    led = Ledger(_ledger_path(ctx, sub_ledger), create=create, readonly=readonly)
+    ctx.call_on_close(led.close)
+    return led
+
+
+def _ledger_path(ctx: click.Context, sub_ledger: str | None) -> str | None:
     before = ctx.parent.obj if ctx.parent is not None else None
     if before and sub_ledger and Path(before) != Path(sub_ledger):
         raise ParamError(f"workbench ledger {ctx.info_name}", "--ledger",
                          f"given twice with different paths ({before}, {sub_ledger})")
-    led = Ledger(sub_ledger or before, create=create)
-    ctx.call_on_close(led.close)
-    return led
+    return sub_ledger or before
 
 
 @ledger.command("list")
@@ -56,11 +62,11 @@ def _opened(ctx: click.Context, sub_ledger: str | None, create: bool = False) ->
 @click.pass_context
 def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> None:
     """One line per attempt, oldest first."""
-    led = _opened(ctx, sub_ledger)
+    led = _opened(ctx, sub_ledger, readonly=True)
     frame = led.attempts(campaign)
     if frame.empty:
         known = ", ".join(led.campaigns()["name"]) or "none"
-        click.echo(f"no attempts{f' in campaign {campaign!r}' if campaign else ''} (campaigns: {known})")
+        click.echo(for_terminal(f"no attempts{f' in campaign {campaign!r}' if campaign else ''} (campaigns: {known})"))
         return
     rows = [
         (a["id"][:8], a["campaign"], a["host"], _file(a["file_path"]), a["label"], a["cache"] or "",
@@ -78,20 +84,20 @@ def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> N
 @click.pass_context
 def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     """An attempt (unique id prefix of ≥ 6 characters is enough) and its runs."""
-    led = _opened(ctx, sub_ledger)
+    led = _opened(ctx, sub_ledger, readonly=True)
     attempt = led.attempt(attempt_id)
     width = max(len(k) for k in attempt)
-    for key, value in attempt.items():
+    for key, value in attempt.items():  # every value is untrusted text: one printable line each
         if key not in ("environment", "device_info") or not value:
-            click.echo(f"{key:<{width}}  {value}")
+            click.echo(f"{key:<{width}}  {for_terminal(value)}")
     click.echo(f"{'effect':<{width}}  {_effect(attempt)}")
     for key in ("device_info", "environment"):
         for sub, value in (attempt[key] or {}).items():
             if sub == "settings" and isinstance(value, dict):  # the load-path settings, one a line
                 for name, setting in value.items():
-                    click.echo(f"{key}.settings.{name}: {setting}")
+                    click.echo(f"{key}.settings.{for_terminal(name)}: {for_terminal(setting)}")
             else:
-                click.echo(f"{key}.{sub}: {value}")
+                click.echo(f"{key}.{for_terminal(sub)}: {for_terminal(value)}")
     if attempt.get("kind") == "session":
         _show_turns(led, attempt["id"])
         return
@@ -158,10 +164,12 @@ def verdict(ctx: click.Context, attempt_id: str, verdict: str, note: str, sub_le
 @click.option("--campaign", default=None, help="Only this campaign.")
 @click.option("--all", "all_attempts", is_flag=True,
               help="Every attempt in the Markdown table (default: the latest finished one per configuration).")
+@click.option("--force", is_flag=True,
+              help="Replace an existing ledger or model file at an output path (never the ledger exported).")
 @_ledger_option
 @click.pass_context
 def export(ctx: click.Context, csv_path: str | None, md_path: str | None, figures_dir: str | None,
-           campaign: str | None, all_attempts: bool, sub_ledger: str | None) -> None:
+           campaign: str | None, all_attempts: bool, force: bool, sub_ledger: str | None) -> None:
     """Write CSV, a PR-ready Markdown table and/or the campaign's figures."""
     from workbench.ledger import export_csv, export_markdown, markdown_table
     from workbench.ledger.export import attempts_frame, write_csv
@@ -173,16 +181,16 @@ def export(ctx: click.Context, csv_path: str | None, md_path: str | None, figure
         raise ParamError("workbench ledger export", "-", "only one of --csv and --markdown can go to standard output")
     if figures_dir and not campaign:
         raise ParamError("workbench ledger export", "--figures", "figures are a campaign's: give --campaign NAME")
-    led = _opened(ctx, sub_ledger)
+    led = _opened(ctx, sub_ledger, readonly=True)
     written = []
     if csv_path == "-":
         write_csv(attempts_frame(led, campaign), sys.stdout)
     elif csv_path:
-        written += export_csv(led, csv_path, campaign)
+        written += export_csv(led, csv_path, campaign, force=force)
     if md_path == "-":
         click.echo(markdown_table(led, campaign, all_attempts))
     elif md_path:
-        written.append(export_markdown(led, md_path, campaign, all_attempts))
+        written.append(export_markdown(led, md_path, campaign, all_attempts, force=force))
     to_stdout = "-" in (csv_path, md_path)
     for path in written:  # beside data on standard output, say it where it does not mix in
         click.echo(f"wrote {path}", err=to_stdout)
@@ -210,7 +218,33 @@ def merge(ctx: click.Context, other: str, sub_ledger: str | None) -> None:
     if not Path(other).is_file():  # before this ledger is opened (and perhaps created)
         raise LedgerError(other, "no such ledger file")
     counts = _opened(ctx, sub_ledger, create=True).merge(other)
-    click.echo(", ".join(f"{table}: +{count}" for table, count in counts.items()))
+    added = {k: v for k, v in counts.items() if not k.startswith(("skipped_", "attempts_running_here"))}
+    click.echo(", ".join(f"{table}: +{count}" for table, count in added.items()))
+    why = {"skipped_attempts": "attempt(s) recorded under this machine's name",
+           "skipped_ceilings": "ceiling(s) of this machine",
+           "attempts_running_here": "attempt(s) running here and finished there, kept as they are"}
+    skipped = [f"{count} {why.get(key) or key.removeprefix('skipped_').replace('_', ' ') + ' row(s) of attempts held here'}"
+               for key, count in counts.items() if count and (key.startswith("skipped_") or key in why)]
+    if skipped:  # a merge only adds: what it did not take, and why, in one line
+        click.echo("not taken (a merge never attaches to or rewrites a row this ledger holds): " + "; ".join(skipped))
+
+
+@ledger.command("upgrade")
+@_ledger_option
+@click.pass_context
+def upgrade(ctx: click.Context, sub_ledger: str | None) -> None:
+    """Bring a ledger written by an older workbench to this one's schema, in place (reading commands
+    never do; commands that record do it on their own)."""
+    from workbench.ledger import Ledger
+    from workbench.ledger.reading import read_version
+    from workbench.ledger.schema import resolve_path
+
+    path = resolve_path(_ledger_path(ctx, sub_ledger))
+    before = read_version(path)  # a missing, foreign or newer file: one line, nothing written
+    with Ledger(path, create=False) as led:  # opening to record brings it up to date
+        after = led.schema_version
+    click.echo(f"{path}: schema version {before} → {after}" if before != after else
+               f"{path}: already at schema version {after}; nothing changed")
 
 
 @ledger.command("import-unrecorded")
@@ -229,7 +263,7 @@ def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_l
     words = {"imported": "imported", "completed": "completed", "present": "already present"}
     for item in done:
         runs = f" (+{item.runs_added} runs)" if item.status != "present" else ""
-        click.echo(f"{item.ledger_id[:8]}  {item.label}: {words[item.status]}{runs}")
+        click.echo(f"{item.ledger_id[:8]}  {for_terminal(item.label)}: {words[item.status]}{runs}")
     count = {status: sum(i.status == status for i in done) for status in words}
     click.echo(f"{plural(len(done), 'attempt')} in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
                f"completed, {count['present']} already present; "
@@ -237,7 +271,7 @@ def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_l
 
 
 def _echo_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-    cells = [tuple(header)] + [tuple("" if c is None else str(c) for c in row) for row in rows]
+    cells = [tuple(header)] + [tuple("" if c is None else for_terminal(c) for c in row) for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())

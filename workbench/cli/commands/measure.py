@@ -157,7 +157,7 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
 
 
 def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple[str, ...], total: int) -> None:
-    """Say what Ctrl-C kept, and how to measure the rest; exit 130 (the shell's code for SIGINT)."""
+    """Say what Ctrl-C (or SIGTERM) kept, and how to measure the rest; exit 128 + the signal (130 for Ctrl-C)."""
     done_states = list(dict.fromkeys(r.cache_requested for r in finished))
     left = [c for c in caches if c not in done_states]
     kept = sum(len(r.runs) for r in finished)
@@ -167,7 +167,9 @@ def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple
     click.secho(f"interrupted: {kept + exc.done}/{total} runs recorded: {'; '.join(parts)}; resume with: "
                 f"{_resume_command(left)} (an interrupted attempt is measured afresh, never continued)",
                 fg="red", bold=True, err=True)
-    sys.exit(130)
+    from workbench.cli import interrupted_status
+
+    sys.exit(interrupted_status(exc))
 
 
 def _resume_command(caches: list[str]) -> str:
@@ -222,8 +224,9 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
              timeout_s: float, as_json: bool) -> None:
     """Time external engines: spawn (or --start-marker) → the first output line matching --marker, then
     kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts."""
-    from workbench.measure.engine_command import check_command
+    from workbench.measure.engine_command import check_command, describe_build
     from workbench.measure.external import EngineCommand, measure_engines
+    from workbench.untrusted import for_terminal
     from workbench.measure.runner import open_ledger
 
     n = len(commands)
@@ -235,7 +238,9 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
                    commands, _per_command(markers, n, "--marker"), _per_command(start_markers, n, "--start-marker"),
                    _per_command(binaries, n, "--binary"), labels or [""] * n)]
     for engine in engines:  # before the ledger opens or a bar draws: a bad command is one line, nothing else
-        check_command(engine)
+        _, files = check_command(engine, timeout_s)
+        if not as_json:  # what identifies each build, so a hash that stays the same says why
+            click.echo(for_terminal(f"build of {engine.display()}: {describe_build(files)}"), err=True)
     if device is None:
         from workbench.upload import best_device
 
@@ -348,12 +353,14 @@ def _unrecorded_printed(ledger: Any, as_json: bool, single: bool, earlier: list[
 def _report(results: list[Any], ledger: Any, as_json: bool, single: bool, recorded: bool = True) -> None:
     from workbench.measure.model import describe_sets
     from workbench.measure.tables import attempts_table, phases_table
+    from workbench.untrusted import for_terminal
 
     for r in results:  # loud, on stderr, in every mode: an unstable number must not pass unseen
         if r.warning:
-            click.secho(f"{r.label}: {r.warning}", fg="yellow", bold=True, err=True)
+            click.secho(for_terminal(f"{r.label}: {r.warning}"), fg="yellow", bold=True, err=True)
         if r.verdict == "failed" or r.cache != r.cache_requested:
-            click.secho(f"{r.label}: {r.verdict.upper()}: {r.notes or r.cache}", fg="red", bold=True, err=True)
+            click.secho(for_terminal(f"{r.label}: {r.verdict.upper()}: {r.notes or r.cache}"), fg="red", bold=True,
+                        err=True)
     reported = sum(r.report.host_memory_reported_mib or 0 for a in results for r in a.runs)
     if reported > 0:
         click.secho(f"note: this machine handed {reported:,.0f} MiB of freed memory back to its hypervisor "

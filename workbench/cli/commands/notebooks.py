@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from workbench.records import plural
+from workbench.untrusted import for_terminal
 
 
 @click.command()
@@ -37,7 +38,8 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
     def say(outcome) -> None:  # noqa: ANN001 - a PointOutcome
         done.append(outcome)
         if outcome.status == "failed":
-            click.echo(f"  failed: {outcome.point.name}: {outcome.error} (notebook: {outcome.output})", err=True)
+            click.echo(for_terminal(f"  failed: {outcome.point.name}: {outcome.error} (notebook: {outcome.output})"),
+                       err=True)
 
     try:
         report = run_sweep(spec, ledger_path=ledger_path, resume=resume, out_dir=out, on_point=say)
@@ -57,21 +59,20 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
 
 def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
     """Each point, what it will measure and about how long that takes; runs nothing, creates nothing."""
-    from workbench.cli.sweep import describe_point, ledger_identity, point_completed
+    from workbench.cli.sweep import describe_point, point_completed
     from workbench.cli.sweep_plan import RunHistory, describe_plan, notebook_defaults
     from workbench.ledger import Ledger
 
     lid, history = "", None
-    if ledger.exists():  # a missing ledger holds no completed point and no history
-        lid = ledger_identity(ledger)
-        with Ledger(ledger, create=False) as opened:
-            history = RunHistory(opened)
+    if ledger.exists():  # a missing ledger holds no completed point and no history; read, never changed
+        with Ledger(ledger, readonly=True) as opened:
+            lid, history = opened.ledger_id, RunHistory(opened)
     defaults = notebook_defaults(spec.notebook)
-    click.echo(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {plural(len(points), 'point')}")
+    click.echo(for_terminal(f"{spec.path}: {spec.notebook.name}, campaign '{spec.campaign}', {plural(len(points), 'point')}"))
     for p in points:
         state = " (completed)" if point_completed(p.output(out), lid) else ""
-        click.echo(f"  {p.index:3d}  {describe_point(p)}  → {p.output(out)}{state}")
-        click.echo(f"       {describe_plan(p, defaults, history)}")
+        click.echo(for_terminal(f"  {p.index:3d}  {describe_point(p)}  → {p.output(out)}{state}"))
+        click.echo(for_terminal(f"       {describe_plan(p, defaults, history)}"))
 
 
 @click.command()

@@ -1,0 +1,191 @@
+"""Issue 19, class 5: text from a ledger is untrusted wherever it is shown. One cleaner per output kind
+(terminal, HTML — plotly's labels too —, Markdown) in ``workbench/untrusted.py``; every renderer uses
+it: ``ledger list``/``show``, the CLI's tables, the PR Markdown, the report, and notebooks 01–06."""
+from __future__ import annotations
+
+import re
+import sqlite3
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from markdown_it import MarkdownIt
+
+from ledger_helpers import fill_ledger
+from workbench.cli import main
+from workbench.ledger import Ledger
+from workbench.untrusted import for_html, for_markdown, for_terminal
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    "# Heading injected",
+    "![tracker](https://evil.example/p.png)",
+    "[click](javascript:alert(1))",
+    "a | b | c",
+    "split\rrow\nhere",
+    "**bold** _it_ `code` ~~gone~~ $x^2$",
+    "&lt;b&gt; entity",
+    "\x1b]52;c;cm0gLXJmIH4=\x07clipboard",
+    "\x1b]8;;https://evil.example\x1b\\link\x1b]8;;\x1b\\",
+    "\x1b[2J\x1b[31mred\x9b0m",
+    "rtl\u202eevil\u200b",
+    "1. list",
+    "> quote",
+    "- item",
+]
+TERMINAL_BAD = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+class Tags(HTMLParser):
+    """Every start tag and its attributes, and the text of each script."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts.append(data)
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+
+def tags(html: str) -> Tags:
+    parser = Tags()
+    parser.feed(html)
+    return parser
+
+
+def markdown_html(text: str) -> str:
+    return MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough").render(text)
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_for_terminal_leaves_one_printable_line(text):
+    out = for_terminal(text)
+    assert not TERMINAL_BAD.search(out) and "\n" not in out and "\r" not in out, repr(out)
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_for_html_leaves_text_only(text):
+    found = tags(f"<p>{for_html(text)}</p><a title=\"{for_html(text)}\">x</a>")
+    assert [t for t, _ in found.tags] == ["p", "a"] and list(found.tags[1][1]) == ["title"]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_for_markdown_renders_as_the_same_characters_and_nothing_else(text):
+    rendered = markdown_html(f"{for_markdown(text)}\n")
+    assert [t for t, _ in tags(rendered).tags] == ["p"], rendered
+    shown = re.sub(r"<[^>]+>", "", rendered).strip()
+    import html
+
+    expected = for_terminal(re.sub(r"\r\n|[\r\n]", " ", text))  # line breaks become spaces, controls escaped
+    assert html.unescape(shown) == expected
+
+
+def test_for_markdown_keeps_a_table_cell_in_its_cell():
+    row = "| " + " | ".join(for_markdown(t) for t in HOSTILE) + " |"
+    table = "| " + " | ".join(f"c{i}" for i in range(len(HOSTILE))) + " |\n|" + "---|" * len(HOSTILE) + "\n" + row
+    rendered = markdown_html(table + "\n")
+    assert rendered.count("<tr>") == 2 and rendered.count("<td>") == len(HOSTILE), rendered
+    assert {t for t, _ in tags(rendered).tags} <= {"table", "thead", "tbody", "tr", "th", "td"}
+
+
+@pytest.fixture
+def hostile_ledger(tmp_path: Path) -> tuple[Path, str]:
+    """A ledger whose every text field carries hostile text (as a merged ledger could)."""
+    path = tmp_path / "l.sqlite"
+    fill_ledger(path)
+    campaign = "<img src=x onerror=alert(1)> \x1b[31m"
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE campaigns SET name = ?", (campaign,))
+    for i, (row_id,) in enumerate(conn.execute("SELECT id FROM attempts ORDER BY created").fetchall()):
+        bad = HOSTILE[i % len(HOSTILE)] + " " + HOSTILE[(i + 5) % len(HOSTILE)]
+        conn.execute("UPDATE attempts SET label = ?, hypothesis = ?, notes = ?, host = ?, verdict_reason = ?,"
+                     " file_path = ? WHERE id = ?", (bad, "\n".join(HOSTILE), "\r".join(HOSTILE), bad, bad,
+                                                     "/m/" + HOSTILE[1] + ".gguf", row_id))
+    conn.execute("UPDATE runs SET error = ? WHERE error IS NOT NULL", ("\n".join(HOSTILE),))
+    conn.execute("UPDATE runs SET engaged = ?", ('["zero_copy: 3/3 tensors \\u001b]52;c;eA==\\u0007 <b>ON</b>"]',))
+    conn.commit()
+    conn.close()
+    return path, campaign
+
+
+def test_ledger_list_and_show_print_no_escape_sequence(hostile_ledger):
+    path, _ = hostile_ledger
+    listed = CliRunner().invoke(main, ["ledger", "--ledger", str(path), "list"])
+    assert listed.exit_code == 0 and not TERMINAL_BAD.search(listed.output.replace("\n", "")), listed.output
+    assert len(listed.output.strip().splitlines()) == 4  # a header and three attempts, one line each
+    with Ledger(path, readonly=True) as led:
+        ids = list(led.attempts()["id"])
+    for attempt in ids:
+        shown = CliRunner().invoke(main, ["ledger", "--ledger", str(path), "show", attempt[:8]])
+        assert shown.exit_code == 0 and not TERMINAL_BAD.search(shown.output.replace("\n", "")), shown.output
+
+
+def test_the_pr_table_and_report_render_no_markup_from_the_ledger(hostile_ledger, tmp_path):
+    from workbench.ledger import markdown_table
+    from workbench.ledger.report import write_report
+
+    path, campaign = hostile_ledger
+    with Ledger(path, readonly=True) as led:
+        table = markdown_table(led, campaign, all_attempts=True)
+        paths = write_report(led, campaign, tmp_path / "report")
+    for text in (table, paths.markdown.read_text()):
+        found = tags(markdown_html(text))
+        assert {t for t, _ in found.tags} <= {"p", "strong", "em", "code", "table", "thead", "tbody", "tr", "th",
+                                            "td", "h1", "h2", "ol", "li", "ul"}, found.tags
+        assert not found.scripts
+    header, rule, *rows = [line for line in table.splitlines() if line.startswith("|")]
+    cells = len(re.split(r"(?<!\\)\|", header))
+    assert len(rows) == 3 and all(len(re.split(r"(?<!\\)\|", r)) == cells for r in rows)  # no row split
+    assert sum(1 for line in paths.markdown.read_text().splitlines() if line.startswith("#")) == 3  # ours only
+    page = tags(paths.html.read_text())
+    assert not [t for t, _ in page.tags if t in ("img", "iframe", "object", "embed")]
+    assert not [a for _, attrs in page.tags for a in attrs if a.startswith("on")]
+    assert not [s for s in page.scripts if "alert(1)" in s and "<img" in s]  # in figure data only escaped
+
+
+def test_notebook_outputs_show_ledger_text_as_text(hostile_ledger, tmp_path):
+    from workbench.cli.notebook_actions import build_report, show_attempts
+    from workbench.cli.notebook_ui import results_html
+
+    path, campaign = hostile_ledger
+    with Ledger(path, readonly=True) as led:
+        ids = list(led.attempts()["id"])
+    shown = show_attempts(path, campaign, ids)  # notebook 01's output
+    built = build_report(path, campaign, str(tmp_path / "r"))  # notebook 05's output
+    for item in [*shown, *built]:
+        if hasattr(item, "data") and isinstance(item.data, str):
+            html = markdown_html(item.data) if type(item).__name__ == "Markdown" else item.data
+            found = tags(html)
+            assert not [t for t, _ in found.tags if t in ("img", "script", "h1", "a")], (type(item), found.tags)
+        elif hasattr(item, "to_plotly_json"):
+            names = [str(t.get("name")) for t in item.to_plotly_json()["data"]]
+            xs = [str(x) for t in item.to_plotly_json()["data"] for x in (list(t["x"]) if t.get("x") is not None else [])]
+            assert not any("<" in n for n in names + xs), names + xs
+    import pandas as pd
+
+    frame = pd.DataFrame({"<b>col</b>": ["<img src=x onerror=alert(1)>"], "engaged": [("<i>x</i>",)]})
+    assert [t for t, _ in tags(results_html(frame).data).tags] == ["div", "table", "thead", "tr", "th", "th",
+                                                                   "tbody", "tr", "td", "td"]
+
+
+def test_the_cli_error_line_and_tables_escape_what_they_quote(tmp_path):
+    from workbench.measure.tables import format_table
+
+    text = format_table(("change",), [("\x1b]52;c;eA==\x07 label\rsplit",)])
+    assert not TERMINAL_BAD.search(text.replace("\n", "")) and len(text.splitlines()) == 3
+    path = tmp_path / "l.sqlite"
+    fill_ledger(path)
+    out = CliRunner().invoke(main, ["ledger", "--ledger", str(path), "show", "zz\x1b[2J\nzzzz"])
+    assert out.exit_code == 2 and "\x1b" not in out.output and out.output.count("\n") == 1, out.output

@@ -1,0 +1,93 @@
+"""Reading an engine's output from its pseudo-terminal: lines, their arrival times, bounded memory.
+
+An engine's log is untrusted input: it may print megabytes without a newline. The reader scans only the
+bytes each read brings (never the line kept so far), keeps at most :data:`MAX_LINE` bytes of a line (its
+start, where markers and phase lines are), reads while output is there and waits only when there is
+none, and stamps each read's time as it returns, before looking at its bytes: the end of the measured
+window is when the marker's bytes arrived, whatever came before them (issue 19: a 1 MB line used to add
+seconds, a 20 MB one to time out).
+"""
+from __future__ import annotations
+
+import os
+import re
+import select
+import time
+from typing import Any
+
+MAX_LINE = 64 << 10  # bytes of one output line kept for the markers and phase patterns
+READ_BYTES = 64 << 10  # the most one read of the terminal takes (it hands over ~4 KiB at a time)
+_SEPARATOR = re.compile(rb"[\r\n]")
+
+
+class LineSplitter:
+    """The engine's output bytes as lines (split on ``\n`` or ``\r``), scanning only the bytes that just
+    arrived — never the line kept so far, so a line of any length costs time linear in its bytes — and
+    keeping at most :data:`MAX_LINE` bytes of one line (its start, where markers and phase lines are);
+    how many bytes of longer lines were not kept is counted in ``cut``."""
+
+    def __init__(self, limit: int = MAX_LINE):
+        self.limit, self.line, self.cut, self.longest = limit, bytearray(), 0, 0
+        self._length = 0  # of the line in progress, kept or not
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines ``chunk`` completes (b"" ends the output: the line in progress, if any, completes)."""
+        if chunk and b"\n" not in chunk and b"\r" not in chunk:  # the middle of a long line: count it
+            self._keep(chunk)
+            return []
+        done, start = [], 0
+        for match in _SEPARATOR.finditer(chunk):
+            self._keep(chunk[start:match.start()])
+            done.append(self._take())
+            start = match.end()
+        self._keep(chunk[start:])
+        if not chunk and self._length:
+            done.append(self._take())
+        return done
+
+    def _keep(self, piece: bytes) -> None:
+        room = self.limit - len(self.line)
+        if room > 0:
+            self.line += piece[:room]
+        self.cut += max(0, len(piece) - max(room, 0))
+        self._length += len(piece)
+
+    def _take(self) -> bytes:
+        line, self.longest = bytes(self.line), max(self.longest, self._length)
+        self.line.clear()
+        self._length = 0
+        return line
+
+
+def read_until_marker(fd: int, watch: Any, deadline: float) -> bool:
+    """Feed lines to ``watch`` (``feed(line, at) -> bool``, ``notes``) until the end marker (True), the
+    output ends or the deadline passes.
+
+    Each read is timestamped as it returns, before its bytes are looked at, and looking at them costs
+    time linear in the new bytes (:class:`LineSplitter`), so neither a long line nor the reader's own
+    work moves the end of the measured window."""
+    lines = LineSplitter()
+    os.set_blocking(fd, False)  # read while there is output; wait in select only when there is none
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, READ_BYTES)
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    return False
+                continue
+            except OSError:  # EIO: the terminal's last writer closed it
+                chunk = b""
+            at = time.monotonic()
+            if at > deadline:
+                return False
+            for line in lines.feed(chunk):
+                if watch.feed(line, at):
+                    return True
+            if not chunk:
+                return False
+    finally:
+        if lines.cut:
+            watch.notes.append(f"output lines longer than {MAX_LINE:,} bytes were cut to that for matching "
+                               f"(longest {lines.longest:,} bytes; {lines.cut:,} bytes not kept)")

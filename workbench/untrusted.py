@@ -1,0 +1,63 @@
+"""Text from a ledger is untrusted: labels, hypotheses, campaign and file names, notes and errors may
+come from another machine's ledger. Every renderer cleans such text through the one helper for its kind
+of output before showing it; nothing else here is needed to show text safely.
+
+- :func:`for_terminal` — a terminal line: every control character (ESC, CSI, OSC: colour, clipboard
+  writes, hyperlinks, cursor moves), line break, lone surrogate and invisible formatting character
+  (bidirectional overrides, zero-width joiners) is shown escaped, so the text is one printable line;
+- :func:`for_html` — HTML text or attribute value: ``& < > " '`` as entities (Python's ``html.escape``);
+  the same for text plotly draws (its labels take a few HTML tags and entities);
+- :func:`for_markdown` — Markdown inline text or a table cell (GitHub, JupyterLab): line breaks become
+  spaces, and every character that could start Markdown (emphasis, code, links and images, raw HTML,
+  entities, table pipes, math, a heading or list at the start) is backslash-escaped, so it reads as
+  the same characters and nothing else; :func:`for_markdown_code` is text inside a code span.
+"""
+from __future__ import annotations
+
+import html
+import re
+
+from workbench.errors import printable
+
+_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
+# Inline Markdown: escapes, code, emphasis (``_`` only at a word's edge: snake_case stays as it is),
+# links and images, raw HTML and autolinks, entities, table pipes, strikethrough, Jupyter's math.
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>&|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+# What makes a line a heading, list, quote or setext underline when it starts one.
+_MD_LINE_START = re.compile(r"^(\s*)([-+*](?=\s|$)|#{1,6}(?=\s|$)|>|=+(?=\s*$)|\d{1,9}(?=[.)](?:\s|$)))")
+
+
+def for_terminal(text: object) -> str:
+    """``text`` as one printable terminal line (see the module doc)."""
+    return printable(str(text))
+
+
+def for_html(text: object) -> str:
+    """``text`` escaped for HTML (text and quoted attribute values); controls and invisible formatting
+    characters other than newline and tab shown escaped, as on a terminal."""
+    return html.escape(_visible(str(text)), quote=True)
+
+
+def for_plotly(text: object) -> str:
+    """``text`` for a plotly label, legend or hover text: plotly draws a few HTML tags (links among them)
+    and entities in them, so it is escaped as HTML."""
+    return for_html(text)
+
+
+def for_markdown(text: object) -> str:
+    """``text`` as Markdown that renders as exactly these characters, on one line."""
+    one_line = printable(_BREAKS.sub(" ", str(text)))
+    escaped = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), one_line)
+    return _MD_LINE_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}" if not m.group(2)[0].isdigit()
+                              else f"{m.group(1)}{m.group(2)}\\", escaped)
+
+
+def for_markdown_code(text: object) -> str:
+    """``text`` for inside a Markdown code span: no backtick (a code span cannot escape one), one line."""
+    return printable(_BREAKS.sub(" ", str(text))).replace("`", "'")
+
+
+def _visible(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "\n".join("\t".join(printable(part) for part in line.split("\t")) for line in text.split("\n"))
