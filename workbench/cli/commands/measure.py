@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import click
 
+from workbench.cli.exits import EXIT_HELP, finish, tally_attempts
 from workbench.cli.options import refuse_duplicates
 from workbench.errors import MeasurementInterrupted, ParamError
 from workbench.measure.order import DEFAULT_ORDER, ORDERS
@@ -91,7 +92,7 @@ def parse_strategy(text: str, common: dict[str, str]) -> tuple[str, dict[str, st
     return words[0], {**common, **parse_params(words[1:], f"--strategy {words[0]}")}
 
 
-@click.command()
+@click.command(epilog=EXIT_HELP)
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--strategy", required=True, help="Strategy name, optionally with inline K=V params.")
 @click.option("--label", default="", help="Name of the attempt in tables (default: strategy, params · file stem).")
@@ -101,7 +102,7 @@ def run(file: str, strategy: str, label: str, **opts: Any) -> None:
     _run_configs(file, [strategy], [label] if label else None, **opts)
 
 
-@click.command()
+@click.command(epilog=EXIT_HELP)
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--strategy", "strategies", multiple=True, required=True,
               help="Repeat for each strategy; e.g. --strategy \"pread evict=1\" --strategy mmap.")
@@ -151,6 +152,7 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
     if interrupted is not None:  # after the bar is gone, so the line stands on its own
         _interrupted(interrupted, results, caches, len(configs) * runs * len(caches))
     _report(results, ledger, as_json, single=single)
+    finish(tally_attempts(results))
 
 
 def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple[str, ...], total: int) -> None:
@@ -184,7 +186,7 @@ def _resume_command(caches: list[str]) -> str:
     return shlex.join(["workbench", ctx.info_name or "", *kept])
 
 
-@click.command()
+@click.command(epilog=EXIT_HELP)
 @click.option("--cmd", "commands", multiple=True, required=True,
               help="The engine's command line, run as an argument list (shell quoting, no shell unless "
                    "--shell); repeat for an A/B — the first is the baseline.")
@@ -245,6 +247,7 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
                                   campaign=campaign, hypothesis=hypothesis, progress=progress,
                                   min_effect=min_effect_pct / 100)
     _report(results, ledger, as_json, single=n == 1)
+    finish(tally_attempts(results))
 
 
 def _per_command(values: Sequence[str], n: int, option: str) -> list[str | None]:
