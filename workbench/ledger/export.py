@@ -88,7 +88,8 @@ def runs_frame(ledger: Ledger, campaign: str | None = None) -> pd.DataFrame:
     own = [((r or {}).get("result") or {}) for r in runs["result"]]  # the worker's LoadSummary
     frame = _json_columns(runs)
     load = frame["load_s"].astype(float)
-    frame["gbps"] = frame["bytes"].astype(float).where(load > 0) / load / 1e9
+    moved = frame["bytes"].astype(float)
+    frame["gbps"] = moved.where((load > 0) & (moved > 0)) / load / 1e9  # no bytes vouched for: no GB/s
     frame["strategy_load_s"] = [o.get("load_s") for o in own]
     frame["strategy_gbps"] = [o.get("gbps") for o in own]
     return frame

@@ -25,12 +25,14 @@ from workbench.measure.attempt import AttemptResult
 from workbench.measure.engine_command import (
     EngineCommand, Patterns, check_command, compile_patterns, default_labels, identify,
 )
+from workbench.measure.engine_evidence import SAMPLE_S, ModelFiles, TreeSampler
 from workbench.measure.order import DEFAULT_ORDER
 from workbench.measure.spawn import Outcome, kill_group
-from workbench.records import EnginePhase, ExternalRun, RunConfig, WorkerReport
+from workbench.records import EnginePhase, ExternalRun, ReadEvidence, RunConfig, WorkerReport
 
 TAIL_LINES = 20
 LINE_CHARS = 300
+EXIT_GRACE_S = 0.5  # how long an engine may take to exit on its own after the marker before it is killed
 
 
 def compile_marker(marker: str) -> re.Pattern[str]:
@@ -93,17 +95,24 @@ def sum_phases(phases: Sequence[EnginePhase]) -> dict[str, float]:
 
 def time_external(command: EngineCommand | str, marker: str | None = None, *, timeout_s: float = 600.0,
                   nbytes: int = 0, binary: tuple[str, str, tuple[Any, ...]] | None = None,
-                  device_info: Mapping[str, Any] | None = None) -> Outcome:
+                  device_info: Mapping[str, Any] | None = None, model: ModelFiles | None = None) -> Outcome:
     """Spawn the engine, stop the clock at its end marker, kill its process group.
 
     ``command`` is an :class:`EngineCommand` or a command line (an argument list in shell quoting,
     with ``marker``). ``binary`` is :func:`~workbench.measure.engine_command.identify`'s result,
     recorded with the run. The load window is start marker → end marker when a start marker is
     given (spawn → end marker is then the run's wall), else spawn → end marker.
+
+    ``model`` is what the engine is said to load: its process tree is sampled while it runs
+    (:mod:`~workbench.measure.engine_evidence`), and the run carries the model's bytes (so a GB/s)
+    only when that shows it read them. After the marker the engine has :data:`EXIT_GRACE_S` to exit on
+    its own — its exit status is recorded, and one other than 0 (or ``command.expect_exit``) fails the
+    run — before its process group is killed.
     """
     if isinstance(command, str):
         command = EngineCommand(command, marker or "")
     watch = _Watch(compile_patterns(command), 0.0)
+    sampler = TreeSampler(0, model, resident_before=model.resident_bytes()) if model is not None else None
     master, slave = pty.openpty()
     watch.t0 = time.perf_counter()
     try:
@@ -115,19 +124,30 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
         return Outcome(pid=None, load_s=None, wall_s=None, error=f"cannot start {command.cmd!r}: {exc}")
     finally:
         os.close(slave)  # the child holds its copy; EOF (EIO) arrives when every writer is gone
+    if sampler is not None:
+        sampler.root = proc.pid
+    waited, evidence = 0.0, None
     try:
-        hit = _read_until_marker(master, watch, watch.t0 + timeout_s)
-        exited = None if hit else _exit_code(proc, watch.t0 + timeout_s)
+        hit = _read_until_marker(master, watch, watch.t0 + timeout_s, sampler)
+        if hit:
+            evidence = sampler.finish() if sampler is not None else None
+            exited, waited = _after_marker(master, watch, proc)
+        else:
+            exited = _exit_code(proc, watch.t0 + timeout_s)
     finally:
         kill_group(proc)
         os.close(master)
-    killed_s = time.perf_counter() - watch.t0
-    report = _report(command, proc.pid, watch, exited, binary, device_info)
+    gone_s = time.perf_counter() - watch.t0 - waited  # the grace it kept running through is not its wall
+    ended = "exited" if exited is not None else "killed at the marker" if hit else "killed at the timeout"
+    report = _report(command, proc.pid, watch, exited, binary, device_info, ended, evidence)
     error = _failure(command, watch, hit, exited, timeout_s)
     if error is not None:
-        return Outcome(pid=proc.pid, load_s=None, wall_s=killed_s, bytes=nbytes, error=error[-2000:], report=report)
-    return Outcome(pid=proc.pid, load_s=_window(watch), wall_s=killed_s if watch.start_at is None else
-                   watch.end_at - watch.t0, bytes=nbytes, phases=sum_phases(watch.phases), report=report)
+        return Outcome(pid=proc.pid, load_s=None, wall_s=gone_s, bytes=0, error=error[-2000:], report=report)
+    facts = (evidence.describe(),) if evidence is not None else ()
+    read = nbytes if evidence is not None and evidence.ok else 0
+    return Outcome(pid=proc.pid, load_s=_window(watch), wall_s=gone_s if watch.start_at is None else
+                   watch.end_at - watch.t0, bytes=read, engaged=facts, phases=sum_phases(watch.phases),
+                   report=report)
 
 
 def _window(watch: _Watch) -> float:
@@ -139,6 +159,12 @@ def _window(watch: _Watch) -> float:
 def _failure(command: EngineCommand, watch: _Watch, hit: bool, exited: int | None, timeout_s: float) -> str | None:
     """Why the run has no load time, or None when it has one."""
     last = " | ".join(watch.tail) or "(no output)"
+    expected = 0 if command.expect_exit is None else command.expect_exit
+    if hit and exited is not None and exited != expected:
+        accept = f"--expect-exit {exited} accepts it" if command.expect_exit is None else \
+            f"--expect-exit {command.expect_exit} was expected"
+        return (f"exited with code {exited} after the marker /{command.marker}/ (a failed run; {accept}); "
+                f"last output: {last}")
     if not hit:
         if exited is None:
             return (f"timed out: no output line matched /{command.marker}/ within {timeout_s:g} s; "
@@ -156,7 +182,8 @@ def _failure(command: EngineCommand, watch: _Watch, hit: bool, exited: int | Non
 
 
 def _report(command: EngineCommand, pid: int | None, watch: _Watch, exited: int | None,
-            binary: tuple[str, str, tuple[Any, ...]] | None, device_info: Mapping[str, Any] | None) -> WorkerReport:
+            binary: tuple[str, str, tuple[Any, ...]] | None, device_info: Mapping[str, Any] | None,
+            ended: str | None = None, evidence: ReadEvidence | None = None) -> WorkerReport:
     path, digest, files = binary if binary is not None else (None, None, ())
     at = (lambda t: None if t is None else t - watch.t0)
     run = ExternalRun(
@@ -164,19 +191,24 @@ def _report(command: EngineCommand, pid: int | None, watch: _Watch, exited: int 
         marker_line=watch.end_line, argv=() if command.shell else tuple(command.argv()), shell=command.shell,
         start_marker=command.start_marker, start_line=watch.start_line, start_s=at(watch.start_at),
         marker_s=at(watch.end_at), phases=tuple(watch.phases), binary_path=path, binary_hash=digest,
-        binary_files=tuple(files), notes=tuple(watch.notes[:20]),
+        binary_files=tuple(files), notes=tuple(watch.notes[:20]), ended=ended,
+        expect_exit=command.expect_exit, evidence=evidence,
     )
     return WorkerReport(pid=pid, device_info=dict(device_info or {"backend": "external"}), external=run)
 
 
-def _read_until_marker(fd: int, watch: _Watch, deadline: float) -> bool:
-    """Feed lines to ``watch`` until the end marker (True), the output ends or the deadline passes."""
+def _read_until_marker(fd: int, watch: _Watch, deadline: float, sampler: TreeSampler | None = None) -> bool:
+    """Feed lines to ``watch`` until the end marker (True), the output ends or the deadline passes;
+    the engine's process tree is sampled every :data:`SAMPLE_S` meanwhile (and at the start marker)."""
     pending = b""
     while True:
-        left = deadline - time.perf_counter()
+        now = time.perf_counter()
+        left = deadline - now
         if left <= 0:
             return False
-        ready, _, _ = select.select([fd], [], [], left)
+        if sampler is not None and sampler.due(now):
+            sampler.sample()
+        ready, _, _ = select.select([fd], [], [], min(left, SAMPLE_S) if sampler is not None else left)
         if not ready:
             continue
         try:
@@ -187,10 +219,36 @@ def _read_until_marker(fd: int, watch: _Watch, deadline: float) -> bool:
         lines = re.split(rb"[\r\n]", pending + chunk)
         pending = lines.pop() if chunk else b""
         for line in lines:
+            started = watch.start_at is not None
             if watch.feed(line, at):
                 return True
+            if sampler is not None and not started and watch.start_at is not None:
+                sampler.mark_start()
         if not chunk:
             return False
+
+
+def _after_marker(fd: int, watch: _Watch, proc: subprocess.Popen) -> tuple[int | None, float]:
+    """Read on for up to :data:`EXIT_GRACE_S` after the marker: the engine's own exit status if it
+    ends by then (None: still running, to be killed), and how long it was waited for while running."""
+    t0 = time.perf_counter()
+    deadline = t0 + EXIT_GRACE_S
+    pending = b""
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        lines = re.split(rb"[\r\n]", pending + chunk)
+        pending = lines.pop()
+        watch.tail.extend(t[:LINE_CHARS] for t in (x.decode(errors="replace").strip() for x in lines) if t)
+    code = _exit_code(proc, deadline)
+    return code, (time.perf_counter() - t0 if code is None else 0.0)
 
 
 def _exit_code(proc: subprocess.Popen, deadline: float) -> int | None:
@@ -216,8 +274,9 @@ class _Engines:
     first and compared with the attempt's first run, so two builds never mix in one attempt."""
 
     def __init__(self, commands: Mapping[int, EngineCommand], files: Mapping[int, list[tuple[str, str]]],
-                 nbytes: int, timeout_s: float, device: str):
-        self.commands, self.files, self.nbytes, self.timeout_s = commands, files, nbytes, timeout_s
+                 model: ModelFiles, timeout_s: float, device: str):
+        self.commands, self.files, self.model, self.timeout_s = commands, files, model, timeout_s
+        self.nbytes = model.nbytes
         name, _, ordinal = device.partition(":")
         self.device_info = {"backend": name, "ordinal": int(ordinal or 0), "engine": "external"}
         self.first: dict[int, tuple[str, str, tuple[Any, ...]]] = {}
@@ -236,7 +295,7 @@ class _Engines:
             report = _report(command, None, _Watch(compile_patterns(command), 0.0), None, build, self.device_info)
             return Outcome(pid=None, load_s=None, wall_s=None, error=error, report=report)
         return time_external(command, timeout_s=self.timeout_s, nbytes=self.nbytes, binary=build,
-                             device_info=self.device_info)
+                             device_info=self.device_info, model=self.model)
 
 
 def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int = 5, cache: str = "cold",
@@ -263,7 +322,8 @@ def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int =
     configs = [RunConfig(file=file, strategy="external", params=c.params(), device=device, label=label)
                for c, label in zip(commands, labels)]
     engines = _Engines({id(cf): c for cf, c in zip(configs, commands)},
-                       {id(cf): files for cf, (_, files) in zip(configs, checked)}, nbytes, timeout_s, device)
+                       {id(cf): files for cf, (_, files) in zip(configs, checked)}, ModelFiles.of(file, nbytes),
+                       timeout_s, device)
     return measure_with(engines, configs, runs=runs, cache=cache, order=order, seed=seed, baseline=baseline,
                         **options)
 
@@ -272,10 +332,10 @@ def measure_external(cmd: str, marker: str, file: str, *, runs: int = 5, cache: 
                      timeout_s: float = 600.0, device: str = "host", label: str = "",
                      baseline: str | None = None, start_marker: str | None = None,
                      phases: Sequence[str] = (), shell: bool = False, binary: str | None = None,
-                     **options: Any) -> AttemptResult:
+                     expect_exit: int | None = None, **options: Any) -> AttemptResult:
     """One engine command: :func:`measure_engines` with a single :class:`EngineCommand`."""
     command = EngineCommand(cmd, marker, start_marker=start_marker, phases=tuple(phases), shell=shell,
-                            binary=binary, label=label)
+                            binary=binary, label=label, expect_exit=expect_exit)
     return measure_engines([command], file, runs=runs, cache=cache, timeout_s=timeout_s, device=device,
                            baseline=baseline, **options)[0]
 

@@ -16,6 +16,7 @@ from workbench.measure.attempt import (
     AttemptResult, cache_label, decide, effective_state,
 )
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
+from workbench.measure.engine_evidence import evidence_note
 from workbench.measure.lock import DeviceLock
 from workbench.measure.order import DEFAULT_ORDER, interleave
 from workbench.records import CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord
@@ -350,7 +351,9 @@ class _Session:
             note = "; ".join(filter(None, [note, self.baseline_note]))
         if label != cache_label(self.cache, runs[:1]):
             note = "; ".join(filter(None, [note, f"cache state: {label}"]))
-        wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs))
+        note = "; ".join(filter(None, [note, evidence_note(runs)]))
+        # no GB/s (an engine with no evidence it read the model, no successful run): no wall to hold it to
+        wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs)) if stats.gbps else None
         name, gbps = wall if wall else (None, None)
         fraction = stats.gbps / gbps if gbps and stats.gbps else None
         d = decision
@@ -389,7 +392,9 @@ def _load_path(runs: Sequence[RunRecord]) -> LoadPath | None:
 def _summarize(runs: Sequence[RunRecord]) -> AttemptStats:
     from workbench.measure.stats import summarize
 
-    nbytes = max((r.bytes for r in runs if r.ok), default=0)
+    # GB/s over the bytes every counted run vouches for: an external engine's run without evidence
+    # that it read the model carries none, and then its attempt shows time only
+    nbytes = min((r.bytes for r in runs if r.ok), default=0)
     return summarize(runs, nbytes)
 
 

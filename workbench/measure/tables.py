@@ -23,7 +23,7 @@ def attempts_table(results: Sequence[AttemptResult]) -> str:
     text = format_table(header, rows)
     walls = {(r.ceiling_name, r.ceiling_gbps) for r in results if r.ceiling_name}
     notes = [f"ceiling {name}: {gbps:.2f} GB/s" for name, gbps in sorted(walls)]
-    if not walls:
+    if not walls and any(r.stats.gbps for r in results):  # a GB/s without a wall to hold it to
         notes.append("no ceilings recorded for this host: run `workbench ceilings` for % of ceiling")
     return "\n".join([text, *notes])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from workbench.records.effect import Effect, format_effect, format_spread
 from workbench.records.engaged import Engaged
-from workbench.records.external import BinaryFile, EnginePhase, ExternalRun
+from workbench.records.external import BinaryFile, EnginePhase, ExternalRun, ReadEvidence
 from workbench.records.run import (
     AUTO_VERDICTS,
     CACHE_STATES,
@@ -30,6 +30,6 @@ from workbench.records.worker_report import (
 
 __all__ = [
     "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "BinaryFile", "Effect",
-    "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB", "RunConfig", "RunRecord", "Timings",
-    "VerifySummary", "WorkerReport", "failure_reason", "format_effect", "format_spread",
+    "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB", "ReadEvidence", "RunConfig", "RunRecord",
+    "Timings", "VerifySummary", "WorkerReport", "failure_reason", "format_effect", "format_spread",
 ]

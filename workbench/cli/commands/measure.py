@@ -203,6 +203,9 @@ def _resume_command(caches: list[str]) -> str:
               help="The file that identifies each build, one per --cmd ('' = resolve from the command: "
                    "its executable, or interpreter + script).")
 @click.option("--shell", is_flag=True, help="Run the commands through /bin/sh instead of as argument lists.")
+@click.option("--expect-exit", "expect_exits", multiple=True, type=int, metavar="CODE",
+              help="The exit status that is no failure when an engine exits on its own after the marker "
+                   "(default 0; any other fails the run): one for all, or one per --cmd.")
 @click.option("--file", "file", required=True, type=click.Path(dir_okay=False, exists=True),
               help="The model file the command loads (cache state, identity, GB/s).")
 @click.option("--device", default=None,
@@ -215,11 +218,16 @@ def _resume_command(caches: list[str]) -> str:
 @_measure_options
 def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[str, ...],
              start_markers: tuple[str, ...], phases: tuple[str, ...], binaries: tuple[str, ...], shell: bool,
+             expect_exits: tuple[int, ...],
              file: str, device: str | None, order: str, seed: int, cache: str, runs: int, campaign: str,
              hypothesis: str, baseline: str | None, ledger_path: str | None, min_effect_pct: float,
              timeout_s: float, as_json: bool) -> None:
     """Time external engines: spawn (or --start-marker) → the first output line matching --marker, then
-    kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts."""
+    kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts.
+
+    GB/s is shown only with evidence that the engine read --file in the window (its processes' /proc
+    I/O counters, its mappings of the model, the model's page-cache residency); otherwise the run says
+    "no evidence the engine read MODEL" and shows its time only."""
     from workbench.measure.engine_command import check_command
     from workbench.measure.external import EngineCommand, measure_engines
     from workbench.measure.runner import open_ledger
@@ -228,10 +236,11 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
     if labels and len(labels) != n:
         raise click.UsageError(f"{len(labels)} --label for {n} --cmd")
     engines = [EngineCommand(cmd, marker, start_marker=start or None, phases=phases, shell=shell,
-                             binary=binary or None, label=label)
-               for cmd, marker, start, binary, label in zip(
+                             binary=binary or None, label=label, expect_exit=code)
+               for cmd, marker, start, binary, label, code in zip(
                    commands, _per_command(markers, n, "--marker"), _per_command(start_markers, n, "--start-marker"),
-                   _per_command(binaries, n, "--binary"), labels or [""] * n)]
+                   _per_command(binaries, n, "--binary"), labels or [""] * n,
+                   _per_command(expect_exits, n, "--expect-exit"))]
     for engine in engines:  # before the ledger opens or a bar draws: a bad command is one line, nothing else
         check_command(engine)
     if device is None:
@@ -250,7 +259,7 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
     finish(tally_attempts(results))
 
 
-def _per_command(values: Sequence[str], n: int, option: str) -> list[str | None]:
+def _per_command(values: Sequence[Any], n: int, option: str) -> list[Any]:
     """One value per command: none given, one for all, or exactly one each."""
     if not values:
         return [None] * n
