@@ -370,7 +370,8 @@ class _Session:
             warning=stability_warning(stats, runs), ci_low=d.ci_low, ci_high=d.ci_high,
             verdict_reason=d.reason, ceiling_name=name, ceiling_gbps=gbps,
             ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note,
-            recorded="all" if i in self.finished else ("part" if self.ids[i] is not None else "none"))
+            recorded="all" if i in self.finished else ("part" if self.ids[i] is not None else "none"),
+            verdict_n=d.n)
 
 
 def _strategy_kind(config: RunConfig) -> dict[str, str]:

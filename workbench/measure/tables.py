@@ -35,7 +35,7 @@ def _attempt_row(r: AttemptResult) -> list[str]:
         r.attempt_id[:8] if r.recorded != "none" else "unsaved", _change(r),
         r.cache if len(r.cache) <= 24 else r.cache[:23] + "…",
         _num(s.median_s, 1e3, 1), format_spread(s.spread_pct, s.n, s.stable), n, _num(s.gbps, 1, 2),
-        _num(r.ceiling_fraction, 100, 0), r.effect, r.verdict, _engaged(r),
+        _num(r.ceiling_fraction, 100, 0), r.effect, r.verdict_text, _engaged(r),
     ]
 
 

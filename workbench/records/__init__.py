@@ -6,7 +6,16 @@ means the same thing to the worker, the runner, the ledger and the notebooks.
 """
 from __future__ import annotations
 
-from workbench.records.effect import Effect, format_effect, format_spread
+from workbench.records.effect import (
+    CLAIM_MIN_RUNS,
+    Effect,
+    format_effect,
+    format_spread,
+    format_verdict,
+    keeping_needs_a_note,
+    verdict_caveat,
+    verdict_n,
+)
 from workbench.records.engaged import Engaged
 from workbench.records.external import BinaryFile, EnginePhase, ExternalRun, ReadEvidence
 from workbench.records.run import (
@@ -29,7 +38,8 @@ from workbench.records.worker_report import (
 )
 
 __all__ = [
-    "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "BinaryFile", "Effect",
-    "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB", "ReadEvidence", "RunConfig", "RunRecord",
-    "Timings", "VerifySummary", "WorkerReport", "failure_reason", "format_effect", "format_spread",
+    "AUTO_VERDICTS", "CACHE_STATES", "CLAIM_MIN_RUNS", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats",
+    "BinaryFile", "Effect", "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB", "ReadEvidence", "RunConfig", "RunRecord",
+    "Timings", "VerifySummary", "WorkerReport", "failure_reason", "format_effect", "format_spread", "format_verdict",
+    "keeping_needs_a_note", "verdict_caveat", "verdict_n",
 ]
