@@ -138,7 +138,7 @@ def judge(s: TreeSampler, resident_after: int | None) -> ReadEvidence:
     rchar = read = None
     if s.io_total is not None:
         rchar, read = s.io_total[0] - s.io_start[0], s.io_total[1] - s.io_start[1]
-    mapped = max(0, s.mapped - s.mapped_start) if s.mapped or s.mapped_start else 0
+    mapped = max(0, s.mapped - s.mapped_start)
     gain = None if s.resident_before is None or resident_after is None else resident_after - s.resident_before
     size = _size(s.model.nbytes)
     checks = [  # file-specific measures first
@@ -192,11 +192,14 @@ def _session_members(sid: int) -> list[int]:
 
 
 def _io(pid: int) -> tuple[int, int] | None:
-    """(rchar, read_bytes) of a process (its reaped children included); None when unreadable."""
+    """(rchar, read_bytes) of a process (its reaped children included); (0, 0) when it is gone (what it
+    read is its parent's once reaped); None when it may not be read (another user's, a setuid program)."""
     try:
         with open(f"/proc/{pid}/io") as fh:
             values = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
         return int(values["rchar"]), int(values["read_bytes"])
+    except (FileNotFoundError, ProcessLookupError):
+        return 0, 0
     except (OSError, KeyError, ValueError):
         return None
 
