@@ -69,7 +69,9 @@ def test_compare_json_with_a_failed_config_exits_3(env: Path, monkeypatch: pytes
 def test_a_cache_state_not_reached_exits_3(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import workbench.measure.runner as runner
 
-    monkeypatch.setattr(runner, "prepare_cache", lambda path, state: (1.0, False, "tmpfs: cannot evict"))
+    from workbench.measure.model import CachePrepared
+
+    monkeypatch.setattr(runner, "prepare_cache", lambda model, state: CachePrepared(1.0, False, "tmpfs: cannot evict"))
     out = _invoke("run", str(env / "m.gguf"), "--strategy", "pread", "--runs", "2", "--cache", "cold")
     assert out.exit_code == 3, out.output
     assert _summary(out) == ["FAILED RUNS: 2/2 runs did not finish and verify (2 missed the cache state asked "

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from workbench.cli import main
 from workbench.ledger import Ledger
-from workbench.measure.engine_evidence import ModelFiles, TreeSampler, judge
+from workbench.measure.engine_evidence import ReadTarget, TreeSampler, judge
 from workbench.measure.external import time_external
 from workbench.records import ExternalRun, ReadEvidence
 
@@ -34,10 +34,10 @@ def _py(code: str) -> str:
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
 
 
-def _model(env: Path) -> ModelFiles:
+def _model(env: Path) -> ReadTarget:
     from workbench.formats import open_index
 
-    return ModelFiles.of(str(env / "m.gguf"), open_index(str(env / "m.gguf")).nbytes)
+    return ReadTarget.of(str(env / "m.gguf"), open_index(str(env / "m.gguf")).nbytes)
 
 
 READ = "import os; fd = os.open({path!r}, os.O_RDONLY)\nwhile os.read(fd, 1 << 20): pass\nprint('loaded', flush=True)"
@@ -158,7 +158,7 @@ def test_exit_status_after_the_marker(env: Path) -> None:
 
 
 def test_partial_reads_are_no_evidence_and_say_how_much() -> None:
-    model = ModelFiles("m.gguf", ("/nonexistent",), 100 << 20)
+    model = ReadTarget("m.gguf", ("/nonexistent",), 100 << 20)
     sampler = TreeSampler(0, model, resident_before=0, io_total=(40 << 20, 0), samples=3)
     evidence = judge(sampler, resident_after=10 << 20)
     assert not evidence.ok
@@ -176,3 +176,18 @@ def test_evidence_round_trips_through_the_run_record() -> None:
     assert ExternalRun.from_json(json.loads(json.dumps(run.to_json()))) == run
     old = ExternalRun.from_json({"cmd": "e", "marker": "m", "returncode": None, "output_tail": []})
     assert old.evidence is None and old.ended is None  # rows recorded before stay readable
+
+
+def test_a_set_is_read_only_when_every_shard_is(sharded_model, tmp_path: Path) -> None:
+    index = sharded_model("safetensors", "dense", shards=3, size=12 << 20)
+    target = ReadTarget.of(str(Path(index.path).parent))  # the set's directory, as --file takes it
+    assert len(target.paths) == 3 and target.nbytes == index.nbytes
+    read_all = ("import os, sys\nfor p in sys.argv[1:]:\n    fd = os.open(p, os.O_RDONLY)\n"
+                "    while os.read(fd, 1 << 20): pass\nprint('loaded', flush=True)")
+    every = time_external(f"{_py(read_all)} {' '.join(map(shlex.quote, target.paths))}", "loaded", timeout_s=30,
+                          nbytes=1, model=target)
+    one = time_external(f"{_py(read_all)} {shlex.quote(target.paths[0])}", "loaded", timeout_s=30, nbytes=1,
+                        model=target)
+    assert every.report.external.evidence.ok and every.bytes == 1
+    assert not one.report.external.evidence.ok and one.bytes == 0  # a third of the set is no load of it
+    assert "of its 12.00 MiB" in one.engaged[0] or "no evidence the engine read" in one.engaged[0]

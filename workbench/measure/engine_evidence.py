@@ -34,8 +34,8 @@ _MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ [0-9a-f]+ ([0-9a-f]+:[0-9a-f]+)
 
 
 @dataclass(frozen=True)
-class ModelFiles:
-    """The files of the model an engine is said to load: paths, their (device, inode), tensor bytes."""
+class ReadTarget:
+    """What an engine is said to load: the model's data files, their (device, inode), its tensor bytes."""
 
     name: str
     paths: tuple[str, ...]
@@ -43,16 +43,15 @@ class ModelFiles:
     ids: frozenset[tuple[str, int]] = frozenset()
 
     @classmethod
-    def of(cls, path: str, nbytes: int) -> ModelFiles:
-        """The model at ``path``: every file of a set when the formats layer reads it, else the file."""
-        from workbench.errors import WorkbenchError
+    def of(cls, path: str, nbytes: int | None = None) -> ReadTarget:
+        """The model at ``path`` (a file, or a set's directory, index file or shard: every data file of
+        it; a file the workbench cannot index: that file). ``nbytes`` defaults to its tensor bytes."""
+        from workbench.io.modelcache import model_files
 
-        try:
-            from workbench.formats import open_index
-
-            paths = tuple(f.path for f in open_index(path).files)
-        except (WorkbenchError, OSError, ImportError):
-            paths = (os.path.realpath(path),)
+        files = model_files(path, any_file=True)
+        paths = tuple(os.path.realpath(p) for p in files.paths[:files.n_data_files])
+        if nbytes is None:
+            nbytes = files.index.nbytes if files.index is not None else files.data_bytes
         ids = set()
         for p in paths:
             try:
@@ -60,8 +59,7 @@ class ModelFiles:
             except OSError:
                 continue
             ids.add((f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino))
-        return cls(os.path.basename(path.rstrip("/")) or path, tuple(map(os.path.realpath, paths)), nbytes,
-                   frozenset(ids))
+        return cls(os.path.basename(os.fspath(path).rstrip("/")) or os.fspath(path), paths, nbytes, frozenset(ids))
 
     def resident_bytes(self) -> int | None:
         """Bytes of the model in the page cache now (None when mincore cannot tell)."""
@@ -82,7 +80,7 @@ class TreeSampler:
     """Samples an engine's process tree while it runs; :meth:`evidence` judges what it saw."""
 
     root: int
-    model: ModelFiles
+    model: ReadTarget
     resident_before: int | None = None
     samples: int = 0
     processes: set[int] = field(default_factory=set)
@@ -204,7 +202,7 @@ def _io(pid: int) -> tuple[int, int] | None:
         return None
 
 
-def _mapped(pid: int, model: ModelFiles) -> int:
+def _mapped(pid: int, model: ReadTarget) -> int:
     """Resident bytes of ``pid``'s mappings of the model's files (0 when it maps none)."""
     try:
         with open(f"/proc/{pid}/maps") as fh:
@@ -247,4 +245,4 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-__all__ = ["EVIDENCE_FRACTION", "ModelFiles", "TreeSampler", "evidence_note", "judge", "tree_of"]
+__all__ = ["EVIDENCE_FRACTION", "ReadTarget", "TreeSampler", "evidence_note", "judge", "tree_of"]

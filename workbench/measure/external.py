@@ -25,7 +25,7 @@ from workbench.measure.attempt import AttemptResult
 from workbench.measure.engine_command import (
     EngineCommand, Patterns, check_command, compile_patterns, default_labels, identify,
 )
-from workbench.measure.engine_evidence import SAMPLE_S, ModelFiles, TreeSampler
+from workbench.measure.engine_evidence import SAMPLE_S, ReadTarget, TreeSampler
 from workbench.measure.order import DEFAULT_ORDER
 from workbench.measure.spawn import Outcome, kill_group
 from workbench.records import EnginePhase, ExternalRun, ReadEvidence, RunConfig, WorkerReport
@@ -95,7 +95,7 @@ def sum_phases(phases: Sequence[EnginePhase]) -> dict[str, float]:
 
 def time_external(command: EngineCommand | str, marker: str | None = None, *, timeout_s: float = 600.0,
                   nbytes: int = 0, binary: tuple[str, str, tuple[Any, ...]] | None = None,
-                  device_info: Mapping[str, Any] | None = None, model: ModelFiles | None = None) -> Outcome:
+                  device_info: Mapping[str, Any] | None = None, model: ReadTarget | None = None) -> Outcome:
     """Spawn the engine, stop the clock at its end marker, kill its process group.
 
     ``command`` is an :class:`EngineCommand` or a command line (an argument list in shell quoting,
@@ -260,13 +260,12 @@ def _exit_code(proc: subprocess.Popen, deadline: float) -> int | None:
 
 
 def file_nbytes(path: str) -> int:
-    """Tensor bytes when the file is a model the workbench reads, else its size."""
-    try:
-        from workbench.formats import open_index
+    """Tensor bytes when ``path`` is a model the workbench reads (a file or a set: every file's), else
+    the file's size."""
+    from workbench.io.modelcache import model_files
 
-        return open_index(path).nbytes
-    except (WorkbenchError, ImportError):
-        return os.path.getsize(path)
+    model = model_files(path, any_file=True)
+    return model.index.nbytes if model.index is not None else model.data_bytes
 
 
 class _Engines:
@@ -274,7 +273,7 @@ class _Engines:
     first and compared with the attempt's first run, so two builds never mix in one attempt."""
 
     def __init__(self, commands: Mapping[int, EngineCommand], files: Mapping[int, list[tuple[str, str]]],
-                 model: ModelFiles, timeout_s: float, device: str):
+                 model: ReadTarget, timeout_s: float, device: str):
         self.commands, self.files, self.model, self.timeout_s = commands, files, model, timeout_s
         self.nbytes = model.nbytes
         name, _, ordinal = device.partition(":")
@@ -305,8 +304,9 @@ def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int =
     (``kind='external'``, its build's files hashed), the cache state set and checked before every run,
     the device lock held, every run in the ledger, verdicts against the first command (or ``baseline``).
 
-    ``device`` names the lock and the device recorded with the attempts (the one the engines load
-    onto); further keyword arguments (``ledger``, ``campaign``, ``hypothesis``, ``progress``,
+    ``file`` is the model the engines load: a file, or a directory / index file / shard of a set, whose
+    every file has its cache state set and checked before each run. ``device`` names the lock and the
+    device recorded with the attempts (the one the engines load onto); further keyword arguments (``ledger``, ``campaign``, ``hypothesis``, ``progress``,
     ``lock_dir``, ``min_effect``) go to the runner. Bad commands, patterns or files fail here in one line, before
     anything is recorded.
     """
@@ -315,14 +315,17 @@ def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int =
     if not commands:
         raise WorkbenchError("nothing to measure: no engine command given")
     checked = [check_command(c) for c in commands]
-    if not os.path.isfile(file):
-        raise WorkbenchError(f"{file}: no such file (the model the command loads)")
-    nbytes = file_nbytes(file)
+    if not os.path.exists(file):
+        raise WorkbenchError(f"{file}: no such file or directory (the model the command loads)")
+    try:  # a directory, index file or shard: the set; a file the workbench cannot index: that file
+        nbytes = file_nbytes(file)
+    except (OSError, WorkbenchError) as exc:
+        raise WorkbenchError(f"the model the command loads (--file): {exc}") from None
     labels = default_labels(commands)
     configs = [RunConfig(file=file, strategy="external", params=c.params(), device=device, label=label)
                for c, label in zip(commands, labels)]
     engines = _Engines({id(cf): c for cf, c in zip(configs, commands)},
-                       {id(cf): files for cf, (_, files) in zip(configs, checked)}, ModelFiles.of(file, nbytes),
+                       {id(cf): files for cf, (_, files) in zip(configs, checked)}, ReadTarget.of(file, nbytes),
                        timeout_s, device)
     return measure_with(engines, configs, runs=runs, cache=cache, order=order, seed=seed, baseline=baseline,
                         **options)
