@@ -81,7 +81,8 @@ def test_the_template_loads_a_sharded_model_byte_exact(template: str, sharded_mo
             result = get_strategy(template)().load(index, device)
             report = verify_placements(index, device, result.placements)
             assert report.ok and report.checked == len(index) and len(index.files) > 1
-            assert [str(e) for e in result.engaged] == [f"prefetch: 0/{len(index.files)} files — INERT"]
+            n = len(index.files)
+            assert [str(e) for e in result.engaged] == [f"prefetch: 0/{n} files — INERT (what it did, over {n} files)"]
         finally:
             device.close()
 
@@ -95,4 +96,4 @@ def test_a_worker_measures_the_template(template: str, tmp_path: Path, synth_mod
         (result,) = measure([RunConfig(index.path, template)], runs=1, cache="warm", ledger=ledger,
                             lock_dir=tmp_path / "locks")
     (run,) = result.runs
-    assert run.ok and run.verified is True and run.engaged == ("prefetch: 0/1 files — INERT",), run.error
+    assert run.ok and run.verified is True and run.engaged == ("prefetch: 0/1 files — INERT (what it did)",), run.error
