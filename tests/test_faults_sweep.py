@@ -82,7 +82,8 @@ def test_crashing_workers_and_a_dead_kernel_leave_the_sweep_going(space):
     path = write_sweep(space, [1, 2, 3], die_at=2)
     with defaults.set_injected_fault(json.dumps({"p1": "segfault"})):
         result = CliRunner().invoke(main, sweep_args(space, path))
-    assert result.exit_code == 1, result.output  # one point failed; the others ran
+    assert result.exit_code == 3, result.output  # one point failed; the others ran
+    assert "FAILED RUNS: 3/5 runs recorded by this sweep did not finish and verify (3 failed); 1/3 points failed" in result.output
     assert "2 done, 0 skipped (resumed), 1 failed" in result.output
     found = attempts(space)
     (p1,) = found["p1"]  # its workers crashed: a finished, failed attempt with both runs

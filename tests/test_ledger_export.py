@@ -58,7 +58,7 @@ def test_markdown_header_and_one_row_per_attempt(tmp_path):
     assert rows[base[:8]][7] == "baseline"
     assert rows[fast[:8]][3] == f"{stats.median_s * 1000:.0f} ms"
     assert rows[fast[:8]][7] == f"{stored['speedup']:.2f}× [{stored['ci_low']:.2f}–{stored['ci_high']:.2f}]"
-    assert rows[fast[:8]][8] == "kept (measured: faster)"
+    assert rows[fast[:8]][8] == "kept · auto: faster"  # the person's verdict beside the rule's (n = 5: a claim)
     assert rows[failed[:8]][3] == "—" and rows[failed[:8]][8].startswith("failed — 3/3 runs failed: WorkerFailed")
 
 
@@ -70,7 +70,7 @@ def test_markdown_slower_and_written_to_file(tmp_path):
         record_attempt(led, "pread", [0.50, 0.50, 0.51], baseline=base)
         path = export_markdown(led, tmp_path / "md" / "table.md")
     text = path.read_text()
-    assert "| 0.40× [0.39–0.42] | slower |" in text and "−" not in text  # one format for slower too
+    assert "| 0.40× [0.39–0.42] | slower (n=3 \\< 5: not a claim) |" in text and "−" not in text  # one format for slower too
     assert text == markdown_table(Ledger(tmp_path / "l.sqlite")) + "\n"
 
 
@@ -194,5 +194,6 @@ def test_report_says_few_runs_are_not_a_claim_and_the_history_carries_the_interv
     assert "**n < 5 is not a claim:** attempts here have 3–3 runs" in md.split("| attempt |")[0]
     assert "<b>n &lt; 5 is not a claim:</b>" in paths.html.read_text()
     effect = f"{stored['speedup']:.2f}× [{stored['ci_low']:.2f}–{stored['ci_high']:.2f}]"
-    assert f"**faster** {effect}: interval excludes 1 (independent runs)" in md.split("## Attempt history")[1]
+    assert (f"**faster (n=3 \\< 5: not a claim)** {effect}: interval excludes 1 (independent runs)"
+            in md.split("## Attempt history")[1])
     assert "not a claim" not in enough.markdown.read_text() and base5

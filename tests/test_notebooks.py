@@ -169,7 +169,9 @@ def test_engine_ab_notebook_compares_two_engines_with_their_phases(space, tmp_pa
     assert sorted(runs["position"]) == list(range(6)) and runs["error"].isna().all()
     page = html_outputs(nb)
     verdict = re.search(r'<div class="wb-verdict"><ul><li>(.*?)</li>', page).group(1)
-    assert re.fullmatch(r"np vs st \(warm\): 0\.\d\d× \[0\.\d\d–0\.\d\d\] — slower \(interval excludes 1.*\)", verdict)
+    # 3 runs a side: the verdict carries its caveat in the notebook too
+    assert re.fullmatch(r"np vs st \(warm\): 0\.\d\d× \[0\.\d\d–0\.\d\d\] — slower \(n=3 &lt; 5: not a claim\) "
+                        r"\(interval excludes 1.*\)", verdict)
     assert 'class="wb-phases"' in page and "stall" in page and "numpy_engine.py@" in page
     titles = plotly_titles(nb)
     assert any(t.startswith("Where the load window goes") for t in titles)

@@ -73,7 +73,7 @@ def test_user_errors_fail_before_any_run(env: Path) -> None:
 
 def test_failed_attempt_is_shown_loudly(env: Path) -> None:
     out = _invoke("run", str(env / "m.gguf"), "--strategy", "pread", "--runs", "1", "--timeout", "0.001")
-    assert out.exit_code == 0
+    assert out.exit_code == 3  # README "Exit status": a run failed
     assert "FAILED" in out.stderr and "timed out" in out.stderr and "failed" in out.stdout
 
 

@@ -104,7 +104,8 @@ def test_a_session_that_fails_in_its_worker_is_a_failed_attempt(moe64, tmp_path)
     ledger = tmp_path / "l.sqlite"
     result = cli("session", moe64.path, "--turns", "2", "--tokens", "1", "--cache-mib", "0.01",
                  "--ledger", str(ledger), "--campaign", "bad")
-    assert result.exit_code == 1 and "cannot hold one expert slice" in result.stderr
+    assert result.exit_code == 3 and "cannot hold one expert slice" in result.stderr
+    assert "FAILED RUNS: 1/1 sessions did not finish and verify (1 failed)" in result.stderr
     with Ledger(ledger) as led:
         a = led.attempts("bad").iloc[0]
     assert a["verdict"] == "failed" and a["kind"] == "session" and "cannot hold one expert slice" in a["notes"]

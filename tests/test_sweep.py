@@ -138,8 +138,9 @@ def test_failing_point_is_recorded_and_the_sweep_goes_on(space):
 
     path = write_sweep(space, {"x": [1, 2, 3]}, fail_on=2)
     result = CliRunner().invoke(main, ["sweep", str(path), "--ledger", str(space["ledger"]), "--out", str(space["out"])])
-    assert result.exit_code == 1
+    assert result.exit_code == 3  # documented: a point or run failed
     assert "2 done, 0 skipped (resumed), 1 failed" in result.output
+    assert "1/3 points failed" in result.output
     assert ran(space) == [1, 3]
     failed = [p for p in space["out"].glob("*.ipynb") if not point_completed(p)]
     assert len(failed) == 1 and "x=2" in failed[0].name  # the failed point's notebook is kept

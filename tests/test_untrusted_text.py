@@ -143,7 +143,10 @@ def test_the_pr_table_and_report_render_no_markup_from_the_ledger(hostile_ledger
     for text in (table, paths.markdown.read_text()):
         found = tags(markdown_html(text))
         assert {t for t, _ in found.tags} <= {"p", "strong", "em", "code", "table", "thead", "tbody", "tr", "th",
-                                            "td", "h1", "h2", "ol", "li", "ul"}, found.tags
+                                            "td", "h1", "h2", "ol", "li", "ul", "img", "a"}, found.tags
+        # the only images and links are the report's own figure files, never one the ledger's text made
+        links = [dict(attrs).get("src") or dict(attrs).get("href") for t, attrs in found.tags if t in ("img", "a")]
+        assert all(re.fullmatch(r"figures/[a-z0-9_]+\.(png|svg)", str(link)) for link in links), links
         assert not found.scripts
     header, rule, *rows = [line for line in table.splitlines() if line.startswith("|")]
     cells = len(re.split(r"(?<!\\)\|", header))

@@ -17,6 +17,7 @@ WORKBENCH_CACHE_DIR    :func:`cache_dir`             ~/.cache/workbench
 WORKBENCH_PAGE_EVICTION :func:`page_eviction`        None: the device decides (UMA evicts)
 WORKBENCH_BATCH        :func:`batch`                 False: notebooks ask their kernel
 WORKBENCH_LEDGER_BUSY_TIMEOUT :func:`ledger_busy_timeout` 60 s: how long a ledger write waits for a lock
+WORKBENCH_STRATEGIES   :func:`extra_strategies`      unset: the registry's strategies only
 WORKBENCH_TEST_FAULT   :func:`injected_fault`            unset: the worker injects no fault
 WORKBENCH_BROWSER      :func:`browser_path`          $BROWSER_PATH, /usr/bin/chromium, chromium on PATH
 WORKBENCH_CEILINGS_MAX_AGE_DAYS :func:`ceilings_max_age_days` 30: older ceilings are called stale
@@ -32,7 +33,7 @@ import os
 import socket
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from workbench.errors import ParamError
 
@@ -47,6 +48,7 @@ LEDGER_BUSY_TIMEOUT = "WORKBENCH_LEDGER_BUSY_TIMEOUT"
 TEST_FAULT = "WORKBENCH_TEST_FAULT"
 BROWSER = "WORKBENCH_BROWSER"
 CEILINGS_MAX_AGE_DAYS = "WORKBENCH_CEILINGS_MAX_AGE_DAYS"
+STRATEGIES = "WORKBENCH_STRATEGIES"
 
 DEFAULT_LOCK_DIR = "/tmp/workbench-locks"
 DEFAULT_LEDGER_BUSY_TIMEOUT_S = 60.0
@@ -299,4 +301,31 @@ def ceilings_max_age_days() -> float:
 @contextmanager
 def set_ceilings_max_age_days(days: float | None) -> Iterator[None]:
     with _setenv(CEILINGS_MAX_AGE_DAYS, None if days is None else repr(float(days))):
+        yield
+
+
+def extra_strategies() -> dict[str, str]:
+    """``$WORKBENCH_STRATEGIES``: strategies registered beside the registry's own, without editing it —
+    ``name=module:Class`` entries separated by commas, each module importable (on ``PYTHONPATH``), so
+    the CLI, workers and notebooks all see them; ``{}`` when unset.
+
+    Raises
+    ------
+    ParamError
+        For an entry that is not ``name=module:Class``.
+    """
+    out = {}
+    for item in filter(None, (part.strip() for part in _env(STRATEGIES).split(","))):
+        name, sep, target = item.partition("=")
+        module, colon, cls = target.strip().partition(":")
+        if not sep or not name.strip() or not colon or not module or not cls:
+            raise ParamError("environment", STRATEGIES, f"expected name=module:Class entries separated by "
+                                                        f"commas, got {item!r}")
+        out[name.strip()] = target.strip()
+    return out
+
+
+@contextmanager
+def set_extra_strategies(entries: Mapping[str, str] | None) -> Iterator[None]:
+    with _setenv(STRATEGIES, None if entries is None else ",".join(f"{k}={v}" for k, v in entries.items())):
         yield

@@ -126,7 +126,7 @@ def attempts_table(attempts: Any) -> Any:
         "vs baseline [95 % CI]": ["baseline" if a["auto_verdict"] == "baseline" else
                                   format_effect(_value(a["speedup"]), _value(a["ci_low"]), _value(a["ci_high"]))
                                   for a in rows],
-        "verdict": attempts["verdict"],
+        "verdict": attempts["verdict_text"],
     })
 
 

@@ -86,7 +86,7 @@ def verdict_lines(results: Sequence[Any]) -> list[str]:
             continue
         why = "; ".join(filter(None, [r.verdict_reason, r.notes if r.verdict == "failed" else ""]))
         base = labels.get(r.baseline_id, r.baseline_id[:8])
-        lines.append(f"{r.label} vs {base} ({r.cache}): {r.effect} — {r.verdict}" + (f" ({why})" if why else ""))
+        lines.append(f"{r.label} vs {base} ({r.cache}): {r.effect} — {r.verdict_text}" + (f" ({why})" if why else ""))
     return lines
 
 
@@ -106,7 +106,7 @@ def engine_table(results: Sequence[Any]) -> Any:
             "n": f"{s.n}" + (f" (+{s.n_failed} failed)" if s.n_failed else ""), "median ms": ms(s.median_s),
             "min ms": ms(s.min_s), "max ms": ms(s.max_s),
             "spread": format_spread(s.spread_pct, s.n, s.stable), "vs baseline [95 % CI]": r.effect,
-            "verdict": r.verdict,
+            "verdict": r.verdict_text,
         })
     return pd.DataFrame(rows)
 

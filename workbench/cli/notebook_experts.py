@@ -99,7 +99,8 @@ def expert_slices_outputs(store: Path, campaign: str, ids: Sequence[str], files:
         **{"median ms": (_numbers(attempts["median_s"]) * 1000).round(2),
            "spread %": _numbers(attempts["spread_pct"]).round(1),
            "vs per-expert": [_effect(a) for a in attempts.to_dict("records")],
-           "engaged": [" · ".join(facts.get(i, ())) for i in attempts["id"]]}
+           "engaged": [" · ".join(facts.get(i, ())) for i in attempts["id"]],
+           "verdict": attempts["verdict_text"]}
     )[["label", "cache", "n", "median ms", "spread %", "vs per-expert", "verdict", "engaged"]]
     out = [HTML(f"<p>{plural(len(attempts), 'attempt')} recorded in <code>{for_html(store)}</code>, campaign "
                 f"<code>{for_html(campaign)}</code>.</p>"), results_html(table), slices_median(attempts),

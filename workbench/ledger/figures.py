@@ -43,7 +43,7 @@ def median_with_range(attempts: pd.DataFrame) -> go.Figure:
             x=group["name"], y=ms, mode="markers", name=for_plotly(cache), marker=dict(size=11, color=_color(cache)),
             error_y=dict(type="data", symmetric=False, array=group["max_s"] * 1000 - ms,
                          arrayminus=ms - group["min_s"] * 1000, thickness=1.5, width=6),
-            customdata=list(zip(group["verdict"].map(for_plotly), group["n"], group["spread_pct"])),
+            customdata=list(zip(group["verdict_text"].map(for_plotly), group["n"], group["spread_pct"])),
             hovertemplate="%{x}<br>median %{y:.2f} ms<br>verdict %{customdata[0]}"
                           "<br>n %{customdata[1]}, spread %{customdata[2]:.1f} %<extra></extra>"))
     fig.update_layout(title="Load time per attempt: median, whiskers min–max", yaxis_title="load window (ms)",

@@ -20,6 +20,7 @@ from workbench.errors import LedgerError
 from workbench.records import campaign_name_problem
 from workbench.outputs import ledger_files, refuse_overwrite, write_text
 from workbench.untrusted import for_html, for_markdown, for_markdown_code
+from workbench.records import CLAIM_MIN_RUNS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 FIGURES_DIR = "figures"
 _INLINE = re.compile(r"\\([!-/:-@\[-`{-~])|`([^`]*)`|\*\*(.+?)\*\*|(?<![\w\\])_(.+?)_(?!\w)")
-CLAIM_RUNS = 5  # runs a side below which the report says its numbers are not a claim
+CLAIM_RUNS = CLAIM_MIN_RUNS  # runs a side below which the report says its numbers are not a claim
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
 th{background:#f3f3f3}code{background:#f6f6f6;padding:0 3px}.figure{margin:2em 0}"""
@@ -170,7 +171,7 @@ def history_lines(attempts: pd.DataFrame) -> list[str]:
         # every value from the ledger is untrusted text (README, "The ledger"): for_markdown each
         when = for_markdown(str(a["created"])[:16].replace("T", " "))
         what = for_markdown(f"{a['label']} ({a['cache']}, {a['device']})")
-        verdict = f"**{for_markdown(a['verdict'])}**"
+        verdict = f"**{for_markdown(a.get('verdict_text') or a['verdict'])}**"
         if _present(a.get("speedup")) and a.get("auto_verdict") != "baseline":
             verdict += f" {format_effect(a['speedup'], _number(a.get('ci_low')), _number(a.get('ci_high')))}"
             if _present(a.get("verdict_reason")):

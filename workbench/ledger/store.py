@@ -13,19 +13,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from workbench.defaults import host_id
-from workbench.errors import LedgerError
+from workbench.errors import LedgerError, ParamError
 from workbench.ledger import schema
 from workbench.ledger.owner import RUNNING, abandoned, current_owner, interrupted_values, reap_abandoned
 from workbench.ledger.reading import connect_readonly
 from workbench.ledger.schema import ATTEMPT_KINDS, decode, encode, new_id, now, transaction, tristate
-from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord, campaign_name_problem
+from workbench.records import (
+    VERDICTS, AttemptStats, RunConfig, RunRecord, campaign_name_problem, format_verdict, keeping_needs_a_note, verdict_n,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
 MIN_PREFIX = 6
 
-_ATTEMPT_SELECT = "SELECT c.name AS campaign, a.* FROM attempts a JOIN campaigns c ON c.id = a.campaign_id"
+# with the baseline's successful runs, for the runs a side behind the verdict (its caveat below 5)
+_ATTEMPT_SELECT = ("SELECT c.name AS campaign, a.*, b.n AS baseline_n FROM attempts a"
+                   " JOIN campaigns c ON c.id = a.campaign_id LEFT JOIN attempts b ON b.id = a.baseline_id")
+# derived, beside the stored columns: the verdict as every table shows it (format_verdict)
+_DERIVED = ("baseline_n", "verdict_n", "verdict_text")
 
 
 class Ledger:
@@ -198,9 +204,17 @@ class Ledger:
         return row["id"]
 
     def set_verdict(self, attempt_id: str, verdict: str, note: str = "") -> str:
-        """A person's verdict (``kept``, ``reverted``, ``reference`` …), audited; returns the full id."""
+        """A person's verdict (``kept``, ``reverted``, ``reference`` …), audited; returns the full id.
+        ``kept`` on an attempt that measured no claim (inconclusive, slower, failed, or faster from fewer
+        than 5 runs a side) needs ``note``: a ParamError otherwise."""
         _check_verdict(self.path, verdict)
         full = self.resolve_id(attempt_id)
+        if verdict == "kept" and not note.strip():
+            a = self.attempt(full)
+            why = keeping_needs_a_note(a["auto_verdict"], a["verdict_n"])
+            if why:
+                raise ParamError("ledger verdict", "note", f"attempt {full[:8]} measured {why}: keeping it "
+                                 "needs a note saying why (--note \"…\")")
         at = now()
         with transaction(self._conn, self.path) as c:
             old, notes = c.execute("SELECT verdict, notes FROM attempts WHERE id = ?", (full,)).fetchone()
@@ -276,7 +290,7 @@ class Ledger:
         self._reap_quietly()
         where, args = ("WHERE c.name = ?", (campaign,)) if campaign else ("", ())
         rows = self._as_reaped(self._query(f"{_ATTEMPT_SELECT} {where} ORDER BY a.created, a.id", args))
-        frame = _frame([_decode_attempt(r) for r in rows], ("campaign",) + schema.COLUMNS["attempts"])
+        frame = _frame([_decode_attempt(r) for r in rows], ("campaign",) + schema.COLUMNS["attempts"] + _DERIVED)
         frame["ceiling_fraction"] = frame["gbps"].astype(float) / frame["ceiling_gbps"].astype(float)
         return frame
 
@@ -386,6 +400,8 @@ def _decode_attempt(row: dict[str, Any]) -> dict[str, Any]:
     for key in ("params", "device_info", "environment"):
         row[key] = decode(row[key])
     row["stable"] = None if row["stable"] is None else bool(row["stable"])
+    row["verdict_n"] = verdict_n(row["n"], row.get("baseline_n"))
+    row["verdict_text"] = format_verdict(row["verdict"], row["auto_verdict"], row["verdict_n"])
     return row
 
 

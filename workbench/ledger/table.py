@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.ledger.sessions import session_facts, session_lines
 from workbench.ledger.settings_diff import settings_lines
-from workbench.records import failure_reason, format_effect, format_spread
+from workbench.records import failure_reason, format_effect, format_spread, format_verdict
 from workbench.untrusted import for_markdown, for_markdown_code
 
 if TYPE_CHECKING:
@@ -244,7 +244,7 @@ def _verdict(a: dict[str, Any], runs: pd.DataFrame | None) -> str:
     verdict, auto = a["verdict"], a["auto_verdict"]
     if verdict == "running":
         return "unfinished (runner stopped before the verdict)"
-    text = verdict if not auto or auto == verdict else f"{verdict} (measured: {auto})"
+    text = a.get("verdict_text") or format_verdict(verdict, auto, a.get("verdict_n"))
     if "failed" in (verdict, auto) or a["n_failed"]:
         reason = _failure_reason(runs) or (a["notes"] or "").strip().split("\n")[0][:100]
         text += f" — {reason}" if reason else ""

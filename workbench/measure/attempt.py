@@ -16,6 +16,8 @@ from workbench.records import (
     WorkerReport,
     failure_reason,
     format_effect,
+    format_verdict,
+    verdict_n,
 )
 
 # The keys of ``--json`` output the issue fixes, in order; extras follow them.
@@ -48,6 +50,12 @@ class AttemptResult:
     cache_requested: str = ""
     notes: str = ""
     recorded: str = "all"  # what the ledger holds of it: all, part (some runs), none (a write failed)
+    verdict_n: int | None = None  # runs a side behind the verdict (fewer than 5: not a claim)
+
+    @property
+    def verdict_text(self) -> str:
+        """``faster``, or ``faster (n=3 < 5: not a claim)``: the verdict as every table shows it."""
+        return format_verdict(self.verdict, n=self.verdict_n)
 
     @property
     def effect(self) -> str:
@@ -70,7 +78,8 @@ class AttemptResult:
             "speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high,
             "verdict_reason": self.verdict_reason, "warning": self.warning, "ceiling_name": self.ceiling_name,
             "ceiling_gbps": self.ceiling_gbps, "ceiling_fraction": self.ceiling_fraction,
-            "notes": self.notes, "recorded": self.recorded,
+            "notes": self.notes, "recorded": self.recorded, "verdict_n": self.verdict_n,
+            "verdict_text": self.verdict_text,
         }
 
 
@@ -138,6 +147,7 @@ class Decision:
     ci_high: float | None = None
     reason: str = ""  # why the verdict is what it is ("interval excludes 1 (paired rounds)", "n < 3" …)
     note: str = ""  # what goes into the attempt's notes (a failure, a baseline without runs)
+    n: int | None = None  # runs a side it rests on (the smaller side's successful runs)
 
 
 def compare_runs(base_runs: Sequence[RunRecord], runs: Sequence[RunRecord], *, paired: bool,
@@ -177,7 +187,8 @@ def decide(runs: Sequence[RunRecord], base_runs: Sequence[RunRecord] | None, *, 
         why = "the baseline has no successful run to compare with"
         return Decision("inconclusive", reason=why, note=why)
     reason = f"{effect.reason} ({effect.method})" if effect.method else effect.reason
-    return Decision(effect.verdict, effect.speedup, effect.ci_low, effect.ci_high, reason)
+    n = verdict_n(len(samples(runs)), len(samples(base_runs or ())))
+    return Decision(effect.verdict, effect.speedup, effect.ci_low, effect.ci_high, reason, n=n)
 
 
 def effective_state(label: str, runs: Sequence[RunRecord]) -> str | None:

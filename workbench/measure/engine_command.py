@@ -22,7 +22,8 @@ LABEL_WIDTH = 60
 class EngineCommand:
     """One engine to time: ``cmd`` run as an argument list (or by ``/bin/sh`` when ``shell``), the clock
     stopped at the first output line matching ``marker``; ``start_marker`` starts it (else: spawn);
-    ``phases`` are patterns of the engine's own phase lines; ``binary`` overrides what identifies it."""
+    ``phases`` are patterns of the engine's own phase lines; ``binary`` overrides what identifies it;
+    ``expect_exit`` is the exit status that is no failure when it exits on its own after the marker."""
 
     cmd: str
     marker: str
@@ -31,6 +32,7 @@ class EngineCommand:
     shell: bool = False
     binary: str | None = None
     label: str = ""
+    expect_exit: int | None = None  # the exit status accepted when it exits after the marker (None: 0)
 
     def argv(self) -> list[str]:
         """The argument list (shell quoting rules); a quoting error is a one-line ParamError."""
@@ -54,6 +56,8 @@ class EngineCommand:
             out["shell"] = True
         if self.binary:
             out["binary"] = self.binary
+        if self.expect_exit is not None:
+            out["expect_exit"] = self.expect_exit
         return out
 
     def display(self) -> str:

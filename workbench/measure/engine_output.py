@@ -59,22 +59,29 @@ class LineSplitter:
         return line
 
 
-def read_until_marker(fd: int, watch: Any, deadline: float) -> bool:
-    """Feed lines to ``watch`` (``feed(line, at) -> bool``, ``notes``) until the end marker (True), the
-    output ends or the deadline passes.
+def read_until_marker(fd: int, watch: Any, deadline: float, sampler: Any = None) -> bool:
+    """Feed lines to ``watch`` (``feed(line, at) -> bool``, ``notes``, ``start_at``) until the end marker
+    (True), the output ends or the deadline passes.
 
     Each read is timestamped as it returns, before its bytes are looked at, and looking at them costs
     time linear in the new bytes (:class:`LineSplitter`), so neither a long line nor the reader's own
-    work moves the end of the measured window."""
+    work moves the end of the measured window. ``sampler`` (``due(now)``, ``sample()``,
+    ``mark_start()``: :class:`~workbench.measure.engine_evidence.TreeSampler`) samples the engine's
+    process tree every ``SAMPLE_S`` while output is awaited, and at the start marker."""
+    from workbench.measure.engine_evidence import SAMPLE_S
+
     lines = LineSplitter()
     os.set_blocking(fd, False)  # read while there is output; wait in select only when there is none
     try:
         while True:
+            if sampler is not None and sampler.due(time.perf_counter()):
+                sampler.sample()
             try:
                 chunk = os.read(fd, READ_BYTES)
             except BlockingIOError:
                 left = deadline - time.monotonic()
-                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                wait = min(left, SAMPLE_S) if sampler is not None else left
+                if left <= 0 or (not select.select([fd], [], [], wait)[0] and sampler is None):
                     return False
                 continue
             except OSError:  # EIO: the terminal's last writer closed it
@@ -83,11 +90,36 @@ def read_until_marker(fd: int, watch: Any, deadline: float) -> bool:
             if at > deadline:
                 return False
             for line in lines.feed(chunk):
+                started = watch.start_at is not None
                 if watch.feed(line, at):
                     return True
+                if sampler is not None and not started and watch.start_at is not None:
+                    sampler.mark_start()
             if not chunk:
                 return False
     finally:
         if lines.cut:
             watch.notes.append(f"output lines longer than {MAX_LINE:,} bytes were cut to that for matching "
                                f"(longest {lines.longest:,} bytes; {lines.cut:,} bytes not kept)")
+
+
+def read_after_marker(fd: int, tail: Any, grace_s: float, chars: int) -> None:
+    """Read on for up to ``grace_s`` after the end marker (the engine may still print and exit on its
+    own), each line's first ``chars`` characters onto ``tail``; returns when the output ends or the
+    grace is over."""
+    lines = LineSplitter()
+    deadline = time.monotonic() + grace_s
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            chunk = os.read(fd, READ_BYTES)
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return
+            continue
+        except OSError:
+            chunk = b""
+        tail.extend(t[:chars] for t in (x.decode(errors="replace").strip() for x in lines.feed(chunk)) if t)
+        if not chunk or time.monotonic() > deadline:
+            return

@@ -23,17 +23,19 @@ from typing import Any, Mapping, Sequence
 from workbench.errors import FormatError, ParamError, WorkbenchError
 from workbench.measure.attempt import AttemptResult
 from workbench.measure.engine_build import within
-from workbench.measure.engine_output import MAX_LINE, LineSplitter, read_until_marker
+from workbench.measure.engine_evidence import ReadTarget, TreeSampler
+from workbench.measure.engine_output import MAX_LINE, LineSplitter, read_after_marker, read_until_marker
 from workbench.measure.engine_command import (
     EngineCommand, Patterns, check_command, compile_patterns, default_labels, identify,
 )
 from workbench.measure.order import DEFAULT_ORDER
 from workbench.measure import reaper
 from workbench.measure.spawn import Outcome
-from workbench.records import EnginePhase, ExternalRun, RunConfig, WorkerReport
+from workbench.records import EnginePhase, ExternalRun, ReadEvidence, RunConfig, WorkerReport
 
 TAIL_LINES = 20
 LINE_CHARS = 300
+EXIT_GRACE_S = 0.5  # how long an engine may take to exit on its own after the marker before it is killed
 
 
 def compile_marker(marker: str) -> re.Pattern[str]:
@@ -96,17 +98,24 @@ def sum_phases(phases: Sequence[EnginePhase]) -> dict[str, float]:
 
 def time_external(command: EngineCommand | str, marker: str | None = None, *, timeout_s: float = 600.0,
                   nbytes: int = 0, binary: tuple[str, str, tuple[Any, ...]] | None = None,
-                  device_info: Mapping[str, Any] | None = None) -> Outcome:
+                  device_info: Mapping[str, Any] | None = None, model: ReadTarget | None = None) -> Outcome:
     """Spawn the engine, stop the clock at its end marker, kill its process group.
 
     ``command`` is an :class:`EngineCommand` or a command line (an argument list in shell quoting,
     with ``marker``). ``binary`` is :func:`~workbench.measure.engine_command.identify`'s result,
     recorded with the run. The load window is start marker → end marker when a start marker is
     given (spawn → end marker is then the run's wall), else spawn → end marker.
+
+    ``model`` is what the engine is said to load: its process tree is sampled while it runs
+    (:mod:`~workbench.measure.engine_evidence`), and the run carries the model's bytes (so a GB/s)
+    only when that shows it read them. After the marker the engine has :data:`EXIT_GRACE_S` to exit on
+    its own — its exit status is recorded, and one other than 0 (or ``command.expect_exit``) fails the
+    run — before its whole tree is killed.
     """
     if isinstance(command, str):
         command = EngineCommand(command, marker or "")
     watch = _Watch(compile_patterns(command), 0.0)
+    sampler = TreeSampler(0, model, resident_before=model.resident_bytes()) if model is not None else None
     master, slave = pty.openpty()
     began = time.monotonic()  # the timeout covers start-up too: a program that blocks in exec is cut
     try:
@@ -117,24 +126,44 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
         return Outcome(pid=None, load_s=None, wall_s=None, error=f"cannot start {command.cmd!r}: {exc}")
     finally:
         os.close(slave)  # the engine holds its copy; EOF (EIO) arrives when every writer is gone
+    waited, evidence = 0.0, None
     try:
         started = reaper.read_started(status, began + timeout_s)
         if not isinstance(started, tuple):
             return _not_started(command, proc, started, timeout_s, began)
         watch.t0 = started[1]  # the engine's fork: the reaper's own start-up is not in the window
-        hit = read_until_marker(master, watch, watch.t0 + timeout_s)
-        exited = None if hit else _exit_code(proc, watch.t0 + timeout_s)
+        if sampler is not None:
+            sampler.root = started[0]  # the engine's tree (the reaper reads nothing of the model)
+        hit = read_until_marker(master, watch, watch.t0 + timeout_s, sampler)
+        if hit:
+            evidence = sampler.finish() if sampler is not None else None
+            exited, waited = _after_marker(master, watch, proc)
+        else:
+            exited = _exit_code(proc, watch.t0 + timeout_s)
     finally:
         reaper.stop(proc)  # the engine and everything it started, in its group or not
         os.close(master)
-    killed_s = time.monotonic() - watch.t0
+    gone_s = time.monotonic() - watch.t0 - waited  # the grace it kept running through is not its wall
     engine = started[0]
-    report = _report(command, engine, watch, exited, binary, device_info)
+    ended = "exited" if exited is not None else "killed at the marker" if hit else "killed at the timeout"
+    report = _report(command, engine, watch, exited, binary, device_info, ended, evidence)
     error = _failure(command, watch, hit, exited, timeout_s)
     if error is not None:
-        return Outcome(pid=engine, load_s=None, wall_s=killed_s, bytes=nbytes, error=error[-2000:], report=report)
-    return Outcome(pid=engine, load_s=_window(watch), wall_s=killed_s if watch.start_at is None else
-                   watch.end_at - watch.t0, bytes=nbytes, phases=sum_phases(watch.phases), report=report)
+        return Outcome(pid=engine, load_s=None, wall_s=gone_s, bytes=0, error=error[-2000:], report=report)
+    facts = (evidence.describe(),) if evidence is not None else ()
+    read = nbytes if evidence is not None and evidence.ok else 0
+    return Outcome(pid=engine, load_s=_window(watch), wall_s=gone_s if watch.start_at is None else
+                   watch.end_at - watch.t0, bytes=read, engaged=facts, phases=sum_phases(watch.phases),
+                   report=report)
+
+
+def _after_marker(fd: int, watch: _Watch, proc: subprocess.Popen) -> tuple[int | None, float]:
+    """Read on for up to :data:`EXIT_GRACE_S` after the marker: the engine's own exit status if its
+    tree ends by then (None: still running, to be killed), and how long it was waited for while running."""
+    t0 = time.monotonic()
+    read_after_marker(fd, watch.tail, EXIT_GRACE_S, LINE_CHARS)
+    code = _exit_code(proc, t0 + EXIT_GRACE_S)
+    return code, (time.monotonic() - t0 if code is None else 0.0)
 
 
 def _not_started(command: EngineCommand, proc: subprocess.Popen, why: str | None, timeout_s: float,
@@ -155,6 +184,12 @@ def _window(watch: _Watch) -> float:
 def _failure(command: EngineCommand, watch: _Watch, hit: bool, exited: int | None, timeout_s: float) -> str | None:
     """Why the run has no load time, or None when it has one."""
     last = " | ".join(watch.tail) or "(no output)"
+    expected = 0 if command.expect_exit is None else command.expect_exit
+    if hit and exited is not None and exited != expected:
+        accept = f"--expect-exit {exited} accepts it" if command.expect_exit is None else \
+            f"--expect-exit {command.expect_exit} was expected"
+        return (f"exited with code {exited} after the marker /{command.marker}/ (a failed run; {accept}); "
+                f"last output: {last}")
     if not hit:
         if exited is None:
             return (f"timed out: no output line matched /{command.marker}/ within {timeout_s:g} s; "
@@ -172,7 +207,8 @@ def _failure(command: EngineCommand, watch: _Watch, hit: bool, exited: int | Non
 
 
 def _report(command: EngineCommand, pid: int | None, watch: _Watch, exited: int | None,
-            binary: tuple[str, str, tuple[Any, ...]] | None, device_info: Mapping[str, Any] | None) -> WorkerReport:
+            binary: tuple[str, str, tuple[Any, ...]] | None, device_info: Mapping[str, Any] | None,
+            ended: str | None = None, evidence: ReadEvidence | None = None) -> WorkerReport:
     path, digest, files = binary if binary is not None else (None, None, ())
     at = (lambda t: None if t is None else t - watch.t0)
     run = ExternalRun(
@@ -180,7 +216,8 @@ def _report(command: EngineCommand, pid: int | None, watch: _Watch, exited: int 
         marker_line=watch.end_line, argv=() if command.shell else tuple(command.argv()), shell=command.shell,
         start_marker=command.start_marker, start_line=watch.start_line, start_s=at(watch.start_at),
         marker_s=at(watch.end_at), phases=tuple(watch.phases), binary_path=path, binary_hash=digest,
-        binary_files=tuple(files), notes=tuple(watch.notes[:20]),
+        binary_files=tuple(files), notes=tuple(watch.notes[:20]), ended=ended,
+        expect_exit=command.expect_exit, evidence=evidence,
     )
     return WorkerReport(pid=pid, device_info=dict(device_info or {"backend": "external"}), external=run)
 
@@ -207,8 +244,9 @@ class _Engines:
     first and compared with the attempt's first run, so two builds never mix in one attempt."""
 
     def __init__(self, commands: Mapping[int, EngineCommand], files: Mapping[int, list[tuple[str, str]]],
-                 nbytes: int, timeout_s: float, device: str):
-        self.commands, self.files, self.nbytes, self.timeout_s = commands, files, nbytes, timeout_s
+                 model: ReadTarget, timeout_s: float, device: str):
+        self.commands, self.files, self.model, self.timeout_s = commands, files, model, timeout_s
+        self.nbytes = model.nbytes
         name, _, ordinal = device.partition(":")
         self.device_info = {"backend": name, "ordinal": int(ordinal or 0), "engine": "external"}
         self.first: dict[int, tuple[str, str, tuple[Any, ...]]] = {}
@@ -229,7 +267,8 @@ class _Engines:
                      "first run — two builds in one attempt; not run (rerun once the build is stable)")
             report = _report(command, None, _Watch(compile_patterns(command), 0.0), None, build, self.device_info)
             return Outcome(pid=None, load_s=None, wall_s=None, error=error, report=report)
-        return time_external(command, timeout_s=left, nbytes=self.nbytes, binary=build, device_info=self.device_info)
+        return time_external(command, timeout_s=left, nbytes=self.nbytes, binary=build,
+                             device_info=self.device_info, model=self.model)
 
 
 def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int = 5, cache: str = "cold",
@@ -260,7 +299,8 @@ def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int =
     configs = [RunConfig(file=file, strategy="external", params=c.params(), device=device, label=label)
                for c, label in zip(commands, labels)]
     engines = _Engines({id(cf): c for cf, c in zip(configs, commands)},
-                       {id(cf): files for cf, (_, files) in zip(configs, checked)}, nbytes, timeout_s, device)
+                       {id(cf): files for cf, (_, files) in zip(configs, checked)},
+                       ReadTarget.of(file, nbytes), timeout_s, device)
     return measure_with(engines, configs, runs=runs, cache=cache, order=order, seed=seed, baseline=baseline,
                         **options)
 
@@ -269,10 +309,10 @@ def measure_external(cmd: str, marker: str, file: str, *, runs: int = 5, cache: 
                      timeout_s: float = 600.0, device: str = "host", label: str = "",
                      baseline: str | None = None, start_marker: str | None = None,
                      phases: Sequence[str] = (), shell: bool = False, binary: str | None = None,
-                     **options: Any) -> AttemptResult:
+                     expect_exit: int | None = None, **options: Any) -> AttemptResult:
     """One engine command: :func:`measure_engines` with a single :class:`EngineCommand`."""
     command = EngineCommand(cmd, marker, start_marker=start_marker, phases=tuple(phases), shell=shell,
-                            binary=binary, label=label)
+                            binary=binary, label=label, expect_exit=expect_exit)
     return measure_engines([command], file, runs=runs, cache=cache, timeout_s=timeout_s, device=device,
                            baseline=baseline, **options)[0]
 

@@ -16,6 +16,7 @@ from workbench.measure.attempt import (
     AttemptResult, Decision, cache_label, decide, effective_state,
 )
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
+from workbench.measure.engine_evidence import evidence_note
 from workbench.measure.lock import DeviceLock
 from workbench.measure.model import (  # noqa: F401 - recorded_identity: imported from here too
     Models, identity_members, model_directory, prepare_cache, recorded_identity,
@@ -383,7 +384,9 @@ class _Session:
         label = cache_label(self.cache, runs)
         if label != cache_label(self.cache, runs[:1]):
             note = "; ".join(filter(None, [note, f"cache state: {label}"]))
-        wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs))
+        note = "; ".join(filter(None, [note, evidence_note(runs)]))
+        # no GB/s (an engine with no evidence it read the model, no successful run): no wall to hold it to
+        wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs)) if stats.gbps else None
         name, gbps = wall if wall else (None, None)
         if name:  # a wall measured long ago or under other settings says so
             note = "; ".join(filter(None, [note, self._ceiling_caveat(name, config.file)]))
@@ -402,7 +405,8 @@ class _Session:
             warning=stability_warning(stats, runs), ci_low=d.ci_low, ci_high=d.ci_high,
             verdict_reason=d.reason, ceiling_name=name, ceiling_gbps=gbps,
             ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note,
-            recorded="all" if i in self.finished else ("part" if self.ids[i] is not None else "none"))
+            recorded="all" if i in self.finished else ("part" if self.ids[i] is not None else "none"),
+            verdict_n=d.n)
 
 
 def _strategy_kind(config: RunConfig) -> dict[str, str]:
@@ -424,5 +428,7 @@ def _load_path(runs: Sequence[RunRecord]) -> LoadPath | None:
 def _summarize(runs: Sequence[RunRecord]) -> AttemptStats:
     from workbench.measure.stats import summarize
 
-    nbytes = max((r.bytes for r in runs if r.ok), default=0)
+    # GB/s over the bytes every counted run vouches for: an external engine's run without evidence
+    # that it read the model carries none, and then its attempt shows time only
+    nbytes = min((r.bytes for r in runs if r.ok), default=0)
     return summarize(runs, nbytes)

@@ -45,7 +45,7 @@ def summarize(runs: Sequence[RunRecord], nbytes: int) -> AttemptStats:
     median = statistics.median(times)
     low, high = min(times), max(times)
     spread = (high - low) / median * 100 if median > 0 and len(times) > 1 else None
-    gbps = nbytes / median / 1e9 if median > 0 else None
+    gbps = nbytes / median / 1e9 if median > 0 and nbytes > 0 else None  # no bytes vouched for: no GB/s
     stable = spread is not None and spread <= STABLE_SPREAD_PCT
     return AttemptStats(len(times), n_failed, median, low, high, spread, gbps, stable)
 

@@ -27,7 +27,7 @@ def attempts_table(results: Sequence[AttemptResult]) -> str:
                if part.startswith("ceiling ") and part.count(" ") >= 2}  # measure/ceiling_age.py
     notes = [f"ceiling {name}: {gbps:.2f} GB/s" + (f" — {caveats[name]}" if name in caveats else "")
              for name, gbps in sorted(walls)]
-    if not walls:
+    if not walls and any(r.stats.gbps for r in results):  # a GB/s without a wall to hold it to
         notes.append("no ceilings recorded for this host: run `workbench ceilings` for % of ceiling")
     return "\n".join([text, *notes])
 
@@ -39,7 +39,7 @@ def _attempt_row(r: AttemptResult) -> list[str]:
         r.attempt_id[:8] if r.recorded != "none" else "unsaved", _change(r),
         r.cache if len(r.cache) <= 24 else r.cache[:23] + "…",
         _num(s.median_s, 1e3, 1), format_spread(s.spread_pct, s.n, s.stable), n, _num(s.gbps, 1, 2),
-        _num(r.ceiling_fraction, 100, 0), r.effect, r.verdict, _engaged(r),
+        _num(r.ceiling_fraction, 100, 0), r.effect, r.verdict_text, _engaged(r),
     ]
 
 

@@ -7,9 +7,18 @@ means the same thing to the worker, the runner, the ledger and the notebooks.
 from __future__ import annotations
 
 from workbench.records.costs import COST_FIELDS, RunCosts
-from workbench.records.effect import Effect, format_effect, format_spread
+from workbench.records.effect import (
+    CLAIM_MIN_RUNS,
+    Effect,
+    format_effect,
+    format_spread,
+    format_verdict,
+    keeping_needs_a_note,
+    verdict_caveat,
+    verdict_n,
+)
 from workbench.records.engaged import Engaged
-from workbench.records.external import BinaryFile, EnginePhase, ExternalRun
+from workbench.records.external import BinaryFile, EnginePhase, ExternalRun, ReadEvidence
 from workbench.records.names import campaign_name_problem
 from workbench.records.run import (
     AUTO_VERDICTS,
@@ -32,8 +41,9 @@ from workbench.records.worker_report import (
 )
 
 __all__ = [
-    "COST_FIELDS", "RunCosts", "AUTO_VERDICTS", "CACHE_STATES", "PHASES", "USER_VERDICTS", "VERDICTS", "AttemptStats", "BinaryFile", "Effect",
-    "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB", "RunConfig", "RunRecord", "Timings",
-    "VerifySummary", "WorkerReport", "campaign_name_problem", "failure_reason", "format_effect", "format_spread",
-    "comparable_settings", "format_differences", "plural", "settings_differences",
+    "COST_FIELDS", "RunCosts", "AUTO_VERDICTS", "CACHE_STATES", "CLAIM_MIN_RUNS", "PHASES", "USER_VERDICTS", "VERDICTS",
+    "AttemptStats", "BinaryFile", "Effect", "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB",
+    "ReadEvidence", "RunConfig", "RunRecord", "Timings", "VerifySummary", "WorkerReport", "campaign_name_problem",
+    "failure_reason", "format_effect", "format_spread", "format_verdict", "keeping_needs_a_note", "verdict_caveat",
+    "verdict_n", "comparable_settings", "format_differences", "plural", "settings_differences",
 ]

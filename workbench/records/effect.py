@@ -52,3 +52,48 @@ def format_spread(spread_pct: float | None, n: int | None, stable: bool | None =
         return "—"
     loud = spread_pct > 10.0 if stable is None or stable != stable else not stable
     return f"{spread_pct:.1f} %" + (" ⚠" if loud else "")
+
+
+CLAIM_MIN_RUNS = 5  # runs a side a faster/slower verdict needs to be a claim (README, "Measuring honestly")
+CLAIMS = ("faster", "slower")
+
+
+def verdict_n(n: Any, baseline_n: Any) -> int | None:
+    """The runs per side behind a verdict against a baseline: the smaller side's successful runs
+    (None without a baseline to compare with)."""
+    if _missing(n) or _missing(baseline_n):
+        return None
+    return int(min(n, baseline_n))
+
+
+def verdict_caveat(verdict: str | None, n: Any) -> str:
+    """``(n=3 < 5: not a claim)`` for a faster/slower verdict from fewer than 5 runs a side, else ''."""
+    if verdict not in CLAIMS or _missing(n) or n >= CLAIM_MIN_RUNS:
+        return ""
+    return f"(n={int(n)} < {CLAIM_MIN_RUNS}: not a claim)"
+
+
+def format_verdict(verdict: str | None, auto: str | None = None, n: Any = None) -> str:
+    """A verdict the one way every table, export, report and notebook shows it: the measured one with
+    its caveat (``faster (n=3 < 5: not a claim)``), and a person's verdict beside the measured one
+    (``kept · auto: inconclusive``). ``n`` is :func:`verdict_n`."""
+    auto = None if _missing(auto) else auto
+    verdict = None if _missing(verdict) else verdict
+    measured = auto or verdict or "—"
+    text = " ".join(filter(None, [measured, verdict_caveat(measured, n)]))
+    if verdict and auto and verdict != auto:
+        return f"{verdict} · auto: {text}"
+    return text
+
+
+def keeping_needs_a_note(auto: str | None, n: Any) -> str:
+    """Why keeping an attempt needs a person's reason (what it measured: ``inconclusive``, ``slower``,
+    ``failed``, ``faster (n=3 < 5: not a claim)``), or '' when its measurement is a claim to keep."""
+    if auto in ("inconclusive", "slower", "failed"):
+        return str(auto)
+    caveat = verdict_caveat(auto, n)
+    return f"{auto} {caveat}" if caveat else ""
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)

@@ -58,6 +58,72 @@ class BinaryFile:
 
 
 @dataclass(frozen=True)
+class ReadEvidence:
+    """What shows that an external engine read the model inside its load window (or that nothing does).
+
+    ``rchar``/``read_bytes`` are the growth of the engine's process tree's ``/proc/PID/io`` counters over
+    the window (the bytes its read calls returned, from any file; the bytes it had fetched from storage),
+    sampled while it ran; ``mapped_bytes`` the model's pages the tree had mapped (``/proc/PID/smaps`` Rss
+    of mappings of the model's files); ``resident_before``/``resident_after`` the model's bytes in the
+    page cache at spawn and at the marker. ``basis`` says which of them shows the read ('' = none does:
+    the run shows its time only, never a GB/s)."""
+
+    model: str  # the model's file name, as messages name it
+    model_bytes: int  # the bytes one load of the model reads (its tensors)
+    rchar: int | None = None
+    read_bytes: int | None = None
+    mapped_bytes: int | None = None
+    resident_before: int | None = None
+    resident_after: int | None = None
+    processes: int = 0  # processes of the engine's tree seen
+    samples: int = 0
+    unreadable: str = ""  # why /proc/PID/io or smaps could not be read ('' when they could)
+    basis: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.basis)
+
+    def describe(self) -> str:
+        """``engine read m.gguf: …`` or ``no evidence the engine read m.gguf (…): time only``."""
+        if self.ok:
+            return f"engine read {self.model}: {self.basis}"
+        return f"no evidence the engine read {self.model} ({self.best()}): time only"
+
+    def best(self) -> str:
+        """The most any measure shows, against the model's bytes (for a run without evidence)."""
+        if self.unreadable and self.rchar is None and self.resident_after is None:
+            return self.unreadable
+        seen = {"read calls": self.rchar, "storage reads": self.read_bytes, "mapped": self.mapped_bytes,
+                "page cache gain": _gain(self.resident_before, self.resident_after)}
+        name, most = max(((k, v) for k, v in seen.items() if v is not None), key=lambda kv: kv[1],
+                         default=("nothing measured", 0))
+        return f"at most {_mib(most)} of its {_mib(self.model_bytes)} ({name})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReadEvidence:
+        ints = ("rchar", "read_bytes", "mapped_bytes", "resident_before", "resident_after")
+        return cls(model=str(data.get("model", "")), model_bytes=int(data.get("model_bytes") or 0),
+                   **{k: None if data.get(k) is None else int(data[k]) for k in ints},
+                   processes=int(data.get("processes") or 0), samples=int(data.get("samples") or 0),
+                   unreadable=str(data.get("unreadable") or ""), basis=str(data.get("basis") or ""))
+
+
+def _gain(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else max(0, after - before)
+
+
+def _mib(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} B"
+
+
+@dataclass(frozen=True)
 class ExternalRun:
     """An external engine's run: the command, the markers that framed the clock, what it printed.
 
@@ -67,7 +133,7 @@ class ExternalRun:
 
     cmd: str
     marker: str
-    returncode: int | None  # its own exit code when it ended before the marker; None otherwise
+    returncode: int | None  # its own exit code when it exited (before the marker, or soon after); None otherwise
     output_tail: tuple[str, ...] = ()
     marker_line: str | None = None  # the line that matched (None: it never did)
     argv: tuple[str, ...] = ()  # what was executed without a shell; empty when a shell ran ``cmd``
@@ -81,6 +147,9 @@ class ExternalRun:
     binary_hash: str | None = None
     binary_files: tuple[BinaryFile, ...] = ()
     notes: tuple[str, ...] = ()  # what the reader must know (a phase line whose number did not parse)
+    ended: str | None = None  # "exited", "killed at the marker", "killed at the timeout" (None: older rows)
+    expect_exit: int | None = None  # the exit status --expect-exit accepted after the marker (None: 0)
+    evidence: ReadEvidence | None = None  # what shows the engine read the model in the window
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cmd": self.cmd, "marker": self.marker, "returncode": self.returncode,
@@ -91,6 +160,8 @@ class ExternalRun:
             "marker_s": self.marker_s, "phases": [p.to_json() for p in self.phases] or None,
             "binary_path": self.binary_path, "binary_hash": self.binary_hash,
             "binary_files": [b.to_json() for b in self.binary_files] or None, "notes": list(self.notes) or None,
+            "ended": self.ended, "expect_exit": self.expect_exit,
+            "evidence": None if self.evidence is None else self.evidence.to_json(),
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return out
@@ -109,5 +180,7 @@ class ExternalRun:
             phases=tuple(EnginePhase.from_json(p) for p in data.get("phases") or ()),
             binary_path=_opt_str(data.get("binary_path")), binary_hash=_opt_str(data.get("binary_hash")),
             binary_files=tuple(BinaryFile.from_json(b) for b in data.get("binary_files") or ()),
-            notes=tuple(map(str, data.get("notes") or ())),
+            notes=tuple(map(str, data.get("notes") or ())), ended=_opt_str(data.get("ended")),
+            expect_exit=None if data.get("expect_exit") is None else int(data["expect_exit"]),
+            evidence=None if not data.get("evidence") else ReadEvidence.from_json(data["evidence"]),
         )

@@ -1,10 +1,22 @@
 """The strategy registry: name → "module:Class". Adding a strategy is one module and one line here."""
 from __future__ import annotations
 
+from workbench import defaults
+from workbench.errors import ParamError
 from workbench.registry import Registry
 from workbench.strategies.base import Engaged, LoadResult, Placement, Strategy
 
 TORCH_PEERS = "pip install torch first (CI: torch==2.13.0, the CPU build), then 'workbench[peers-torch]'"
+
+
+def _extra_strategies() -> dict[str, str]:
+    """``$WORKBENCH_STRATEGIES`` (a strategy outside this package); it never shadows a built-in one."""
+    extra = defaults.extra_strategies()
+    clash = sorted(set(extra) & set(STRATEGIES.registered))
+    if clash:
+        raise ParamError("environment", defaults.STRATEGIES, f"{', '.join(clash)}: already a built-in strategy")
+    return extra
+
 
 STRATEGIES: Registry[Strategy] = Registry(
     "strategy",
@@ -27,6 +39,7 @@ STRATEGIES: Registry[Strategy] = Registry(
         "peer-instanttensor": ("workbench.strategies.peers.instanttensor_peer:InstantTensorPeerStrategy",
                                TORCH_PEERS, "peer"),
     },
+    extra=_extra_strategies,  # $WORKBENCH_STRATEGIES: name=module:Class, a module outside this package
 )
 
 

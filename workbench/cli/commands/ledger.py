@@ -71,7 +71,7 @@ def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> N
     rows = [
         (a["id"][:8], a["campaign"], a["host"], _file(a["file_path"]), a["label"], a["cache"] or "",
          _ms(a["median_s"]), format_spread(_num(a["spread_pct"]), _num(a["n"]), _num(a["stable"])),
-         _int(a["n"]), _effect(a), a["verdict"])
+         _int(a["n"]), _effect(a), a["verdict_text"])
         for a in frame.to_dict("records")
     ]
     _echo_table(("id", "campaign", "host", "file", "change", "cache", "median", "spread", "n", "vs baseline",

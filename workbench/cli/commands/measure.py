@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import click
 
+from workbench.cli.exits import EXIT_HELP, finish, tally_attempts
 from workbench.cli.options import refuse_duplicates
 from workbench.errors import MeasurementInterrupted, ParamError
 from workbench.measure.order import DEFAULT_ORDER, ORDERS
@@ -93,7 +94,7 @@ def parse_strategy(text: str, common: dict[str, str]) -> tuple[str, dict[str, st
     return words[0], {**common, **parse_params(words[1:], f"--strategy {words[0]}")}
 
 
-@click.command()
+@click.command(epilog=EXIT_HELP)
 @click.argument("file", metavar="MODEL", type=click.Path())
 @click.option("--strategy", required=True, help="Strategy name, optionally with inline K=V params.")
 @click.option("--label", default="", help="Name of the attempt in tables (default: strategy, params · model name).")
@@ -104,7 +105,7 @@ def run(file: str, strategy: str, label: str, **opts: Any) -> None:
     _run_configs(file, [strategy], [label] if label else None, **opts)
 
 
-@click.command()
+@click.command(epilog=EXIT_HELP)
 @click.argument("file", metavar="MODEL", type=click.Path())
 @click.option("--strategy", "strategies", multiple=True, required=True,
               help="Repeat for each strategy; e.g. --strategy \"pread evict=1\" --strategy mmap.")
@@ -154,6 +155,7 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
     if interrupted is not None:  # after the bar is gone, so the line stands on its own
         _interrupted(interrupted, results, caches, len(configs) * runs * len(caches))
     _report(results, ledger, as_json, single=single)
+    finish(tally_attempts(results))
 
 
 def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple[str, ...], total: int) -> None:
@@ -189,7 +191,7 @@ def _resume_command(caches: list[str]) -> str:
     return shlex.join(["workbench", ctx.info_name or "", *kept])
 
 
-@click.command()
+@click.command(epilog=EXIT_HELP)
 @click.option("--cmd", "commands", multiple=True, required=True,
               help="The engine's command line, run as an argument list (shell quoting, no shell unless "
                    "--shell); repeat for an A/B — the first is the baseline.")
@@ -206,6 +208,9 @@ def _resume_command(caches: list[str]) -> str:
               help="The file that identifies each build, one per --cmd ('' = resolve from the command: "
                    "its executable, or interpreter + script).")
 @click.option("--shell", is_flag=True, help="Run the commands through /bin/sh instead of as argument lists.")
+@click.option("--expect-exit", "expect_exits", multiple=True, type=int, metavar="CODE",
+              help="The exit status that is no failure when an engine exits on its own after the marker "
+                   "(default 0; any other fails the run): one for all, or one per --cmd.")
 @click.option("--file", "file", required=True, type=click.Path(exists=True),
               help="The model the command loads — a file, or a directory / index file / shard of a set: "
                    "the cache state of every file, the identity, GB/s.")
@@ -219,11 +224,16 @@ def _resume_command(caches: list[str]) -> str:
 @_measure_options
 def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[str, ...],
              start_markers: tuple[str, ...], phases: tuple[str, ...], binaries: tuple[str, ...], shell: bool,
+             expect_exits: tuple[int, ...],
              file: str, device: str | None, order: str, seed: int, cache: str, runs: int, campaign: str,
              hypothesis: str, baseline: str | None, ledger_path: str | None, min_effect_pct: float,
              timeout_s: float, as_json: bool) -> None:
     """Time external engines: spawn (or --start-marker) → the first output line matching --marker, then
-    kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts."""
+    kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts.
+
+    GB/s is shown only with evidence that the engine read --file in the window (its processes' /proc
+    I/O counters, its mappings of the model, the model's page-cache residency); otherwise the run says
+    "no evidence the engine read MODEL" and shows its time only."""
     from workbench.measure.engine_command import check_command, describe_build
     from workbench.measure.external import EngineCommand, measure_engines
     from workbench.untrusted import for_terminal
@@ -233,10 +243,11 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
     if labels and len(labels) != n:
         raise click.UsageError(f"{len(labels)} --label for {n} --cmd")
     engines = [EngineCommand(cmd, marker, start_marker=start or None, phases=phases, shell=shell,
-                             binary=binary or None, label=label)
-               for cmd, marker, start, binary, label in zip(
+                             binary=binary or None, label=label, expect_exit=code)
+               for cmd, marker, start, binary, label, code in zip(
                    commands, _per_command(markers, n, "--marker"), _per_command(start_markers, n, "--start-marker"),
-                   _per_command(binaries, n, "--binary"), labels or [""] * n)]
+                   _per_command(binaries, n, "--binary"), labels or [""] * n,
+                   _per_command(expect_exits, n, "--expect-exit"))]
     for engine in engines:  # before the ledger opens or a bar draws: a bad command is one line, nothing else
         _, files = check_command(engine, timeout_s)
         if not as_json:  # what identifies each build, so a hash that stays the same says why
@@ -254,9 +265,10 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
                                   campaign=campaign, hypothesis=hypothesis, progress=progress,
                                   min_effect=min_effect_pct / 100)
     _report(results, ledger, as_json, single=n == 1)
+    finish(tally_attempts(results))
 
 
-def _per_command(values: Sequence[str], n: int, option: str) -> list[str | None]:
+def _per_command(values: Sequence[Any], n: int, option: str) -> list[Any]:
     """One value per command: none given, one for all, or exactly one each."""
     if not values:
         return [None] * n

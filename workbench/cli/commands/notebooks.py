@@ -8,11 +8,14 @@ from typing import Any
 
 import click
 
+from workbench.cli.exits import EXIT_HELP, EXIT_RUNS_FAILED, RunTally, finish, tally_run
 from workbench.records import plural
 from workbench.untrusted import for_terminal
 
 
-@click.command()
+
+@click.command(epilog=EXIT_HELP.replace("every run finished", "every point and run finished").replace(
+    "3 a run failed", "3 a point or run failed"))
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
 @click.option("--resume", is_flag=True, help="Skip points whose output notebook already completed.")
 @click.option("--dry-run", is_flag=True, help="List the points and their output notebooks; run nothing.")
@@ -33,7 +36,10 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
         _dry_run(spec, points, out, resolve_path(ledger_path).resolve())
         return
 
+    from workbench.ledger.schema import now
+
     done: list[Any] = []
+    started = now()
 
     def say(outcome) -> None:  # noqa: ANN001 - a PointOutcome
         done.append(outcome)
@@ -53,8 +59,34 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
         sys.exit(130)
     click.echo(f"{report.count('done')} done, {report.count('skipped')} skipped (resumed), "
                f"{report.count('failed')} failed; notebooks in {report.out_dir}")
-    if not report.ok:
-        sys.exit(1)
+    failed_points = [f"{report.count('failed')}/{len(points)} points failed"] if not report.ok else []
+    finish(_runs_since(ledger_path, spec.campaign, started), "runs recorded by this sweep", failed_points)
+
+
+def _runs_since(ledger_path: str | None, campaign: str, since: str) -> RunTally:
+    """What became of the runs this sweep recorded (a failed point is recorded as a failed run too)."""
+    from workbench.ledger import Ledger
+    from workbench.ledger.schema import resolve_path
+
+    path = resolve_path(ledger_path)
+    if not path.exists():
+        return RunTally()
+    with Ledger(path, create=False) as ledger:
+        runs = ledger.runs(campaign=campaign)
+    total = RunTally()
+    for r in runs[runs["created"] >= since].to_dict("records"):
+        error = None if _missing(r["error"]) else str(r["error"])
+        ok = error is None and not _missing(r["load_s"])
+        total += tally_run(error, ok, _flag(r["verified"]), r["cache_state"], _flag(r["cache_reached"]))
+    return total
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _flag(value: Any) -> bool | None:
+    return None if _missing(value) else bool(value)
 
 
 def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
@@ -96,4 +128,4 @@ def demo(size: str | None, runs: int | None, ledger_path: str | None, out_dir: s
     for line in result.summary_lines():
         click.echo(line)
     if not result.ok:
-        sys.exit(1)
+        sys.exit(EXIT_RUNS_FAILED)

@@ -13,11 +13,13 @@ from typing import Any
 
 import click
 
+from workbench.cli.exits import EXIT_HELP, finish, tally_run
+
 PLACEMENTS = ("inplace", "bounce", "aligned")  # workbench.expert.PLACEMENTS, spelled out: --help stays light
 READERS = ("auto", "pread", "direct-bounce", "direct-inplace")
 
 
-@click.command()
+@click.command(epilog=EXIT_HELP.replace("every run", "the session").replace("a run", "the session"))
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
 @click.option("--turns", type=click.IntRange(1), required=True, help="Turns in the session.")
 @click.option("--tokens", type=click.IntRange(1), required=True, help="Decode tokens per turn.")
@@ -69,7 +71,8 @@ def session(file: str, turns: int, tokens: int, cache_mib: float, experts_per_to
         _print_summary(result)
     if result.error:
         click.secho(f"session failed: {result.error}", fg="red", err=True)
-        raise SystemExit(1)
+    reached = not result.cache.startswith("asis(unreachable")
+    finish(tally_run(result.error, result.verdict != "failed", None, cache, reached), what="sessions")
 
 
 _TURN_HEADER = f"{'turn':>4} {'tok/s':>9} {'hits':>7} {'misses':>7} {'evict':>7} {'minflt':>8} " \

@@ -1,0 +1,197 @@
+"""External mode proves what it measured: the engine's exit status is recorded (non-zero after the
+marker fails the run unless --expect-exit), and GB/s and the bounding wall are shown only with evidence
+that the engine read the model in the window; otherwise `no evidence the engine read MODEL`, time only."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from workbench.cli import main
+from workbench.ledger import Ledger
+from workbench.measure.engine_evidence import ReadTarget, TreeSampler, judge
+from workbench.measure.external import time_external
+from workbench.records import ExternalRun, ReadEvidence
+
+MODEL_BYTES = 8 << 20  # bigger than what an interpreter reads to start, so only a real read passes
+
+
+@pytest.fixture
+def env(tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from workbench.formats.synth import write_synthetic
+
+    monkeypatch.setenv("WORKBENCH_LEDGER", str(tmp_path / "ledger.sqlite"))
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    write_synthetic(tmp_path / "m.gguf", format="gguf", layout="dense", size=MODEL_BYTES)
+    return tmp_path
+
+
+def _py(code: str) -> str:
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+
+
+def _model(env: Path) -> ReadTarget:
+    from workbench.formats import open_index
+
+    return ReadTarget.of(str(env / "m.gguf"), open_index(str(env / "m.gguf")).nbytes)
+
+
+READ = "import os; fd = os.open({path!r}, os.O_RDONLY)\nwhile os.read(fd, 1 << 20): pass\nprint('loaded', flush=True)"
+MAP = ("import mmap, os; fd = os.open({path!r}, os.O_RDONLY); m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)\n"
+       "sum(m[i] for i in range(0, len(m), 4096)); print('loaded', flush=True); import time; time.sleep(30)")
+
+
+def test_the_issue_case_a_marker_and_exit_3_without_reading_is_no_gbps(env: Path) -> None:
+    # Today (before the fix) this was 9.01 GB/s and 115 % of the ceiling, exit 0.
+    with Ledger(env / "ledger.sqlite") as led:
+        led.record_ceiling("page_cache_read_1t", 7.8, {"mode": "test"})
+        led.record_ceiling("cold_read", 1.0, {"mode": "test"})
+    args = ["external", "--file", str(env / "m.gguf"), "--cmd", "sh -c 'echo loaded; exit 3'", "--marker",
+            "loaded", "--runs", "2", "--cache", "warm", "--device", "host"]
+    out = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert out.exit_code == 3, out.output  # non-zero after the marker: a failed run
+    assert "exited with code 3 after the marker /loaded/" in out.stderr and "--expect-exit 3" in out.stderr
+    out = CliRunner().invoke(main, [*args, "--expect-exit", "3", "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["verdict"] == "baseline" and data["n"] == 2 and data["median_s"] > 0  # time only
+    assert data["gbps"] is None and data["ceiling_fraction"] is None and data["ceiling_name"] is None
+    assert "no evidence the engine read m.gguf in 2/2 runs: time only, no GB/s" in data["notes"]
+    run = data["runs"][0]
+    assert run["bytes"] == 0 and run["engaged"][0].startswith("no evidence the engine read m.gguf (at most")
+    engine = run["external"]
+    assert engine["returncode"] == 3 and engine["ended"] == "exited" and engine["expect_exit"] == 3
+    assert engine["evidence"]["basis"] == "" and engine["evidence"]["model_bytes"] > 7 << 20
+    # the table, the ledger and the exports: no GB/s, no % of a ceiling, the evidence line instead
+    table = CliRunner().invoke(main, [*args, "--expect-exit", "3"], catch_exceptions=False).stdout
+    lines = table.splitlines()
+    at = next(i for i, line in enumerate(lines) if "sh -c" in line)
+    row = lines[at]
+    cells = row.split()
+    # the engaged column wraps onto indented lines of its own under a narrow terminal
+    facts = " ".join([row, *(x.strip() for x in lines[at + 1:] if x.startswith(" "))])
+    assert "no evidence the engine read m.gguf" in facts and cells[cells.index("⚠") + 2:][:2] == ["—", "—"]
+    assert not any(line.startswith("ceiling ") for line in table.splitlines())  # no wall held against it
+    with Ledger(env / "ledger.sqlite") as led:
+        attempts = led.attempts()
+        assert attempts["gbps"].isna().all() or set(attempts["verdict"]) == {"failed", "baseline"}
+        ok = attempts[attempts["verdict"] == "baseline"]
+        assert ok["gbps"].isna().all() and ok["ceiling_fraction"].isna().all()
+        from workbench.ledger.export import runs_frame
+        from workbench.ledger.table import markdown_table
+
+        frame = runs_frame(led)
+        assert frame[frame["error"].isna()]["gbps"].isna().all()
+        md = markdown_table(led, all_attempts=True)
+    assert "no evidence the engine read m.gguf" in md and "% of" not in md
+
+
+def test_an_engine_that_reads_the_model_shows_gbps_with_its_evidence(env: Path) -> None:
+    code = READ.format(path=str(env / "m.gguf"))
+    out = CliRunner().invoke(main, ["external", "--file", str(env / "m.gguf"), "--cmd", _py(code), "--marker",
+                                    "loaded", "--runs", "2", "--cache", "warm", "--device", "host", "--json"],
+                             catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["gbps"] and data["gbps"] > 0 and "no evidence" not in (data["notes"] or "")
+    engine = data["runs"][0]["external"]
+    assert engine["returncode"] == 0 and engine["ended"] == "exited"  # it exited on its own after the marker
+    assert "read calls returned" in engine["evidence"]["basis"]
+    assert data["runs"][0]["engaged"] == [f"engine read m.gguf: {engine['evidence']['basis']}"]
+
+
+def test_an_engine_that_maps_the_model_warm_is_seen_through_its_mappings(env: Path) -> None:
+    out = time_external(_py(MAP.format(path=str(env / "m.gguf"))), "loaded", timeout_s=30, nbytes=123,
+                        model=_model(env))
+    evidence = out.report.external.evidence
+    assert out.error is None and evidence.ok and "of its pages mapped" in evidence.basis, evidence
+    assert evidence.mapped_bytes >= 0.9 * evidence.model_bytes and out.bytes == 123
+    assert out.report.external.ended == "killed at the marker" and out.report.external.returncode is None
+
+
+def test_a_cold_read_shows_in_the_page_cache(env: Path) -> None:
+    from workbench.errors import CacheStateError
+    from workbench.io.pagecache import prepare
+
+    model = _model(env)  # indexing reads the header: before the cache is made cold
+    try:
+        prepare(str(env / "m.gguf"), "cold")
+    except CacheStateError as exc:
+        pytest.skip(f"cold unreachable here: {exc}")
+    out = time_external(_py(READ.format(path=str(env / "m.gguf"))), "loaded", timeout_s=30, nbytes=1,
+                        model=model)
+    evidence = out.report.external.evidence
+    assert evidence.ok and evidence.resident_after - evidence.resident_before >= 0.9 * evidence.model_bytes
+
+
+def test_reads_by_children_count_reaped_or_running(env: Path) -> None:
+    path = str(env / "m.gguf")
+    reader = _py(f"import os; fd = os.open({path!r}, os.O_RDONLY)\nwhile os.read(fd, 1 << 20): pass")
+    # a child that read and exited (reaped by its shell before the marker), and one still running
+    reaped = f"sh -c {shlex.quote(reader + '; echo loaded; sleep 30')}"
+    running = f"sh -c {shlex.quote(_py(READ.format(path=path) + chr(10) + 'import time; time.sleep(30)') + ' & sleep 30')}"
+    for cmd in (reaped, running):
+        out = time_external(cmd, "loaded", timeout_s=30, nbytes=1, model=_model(env))
+        evidence = out.report.external.evidence
+        assert out.error is None and evidence.ok and "read calls returned" in evidence.basis, (cmd, evidence)
+        assert evidence.processes >= 2
+
+
+def test_exit_status_after_the_marker(env: Path) -> None:
+    model = _model(env)
+    killed = time_external(_py("import time; print('loaded', flush=True); time.sleep(30)"), "loaded",
+                           timeout_s=30, model=model)
+    assert killed.error is None and killed.report.external.ended == "killed at the marker"
+    assert killed.wall_s < 0.4 + killed.load_s  # the grace it ran through is not its wall
+    failed = time_external("sh -c 'echo loaded; exit 7'", "loaded", timeout_s=30, model=model)
+    assert failed.load_s is None and "exited with code 7 after the marker" in failed.error
+    assert failed.report.external.returncode == 7 and failed.report.external.ended == "exited"
+    from workbench.measure.engine_command import EngineCommand
+
+    accepted = time_external(EngineCommand("sh -c 'echo loaded; exit 7'", "loaded", expect_exit=7),
+                             timeout_s=30, model=model)
+    assert accepted.error is None and accepted.bytes == 0  # accepted, and no evidence: time only
+    wrong = time_external(EngineCommand("sh -c 'echo loaded; exit 0'", "loaded", expect_exit=7), timeout_s=30)
+    assert "exited with code 0 after the marker" in wrong.error and "--expect-exit 7 was expected" in wrong.error
+    before = time_external("sh -c 'echo nope; exit 5'", "loaded", timeout_s=30)
+    assert before.report.external.returncode == 5 and "before any line matched" in before.error
+
+
+def test_partial_reads_are_no_evidence_and_say_how_much() -> None:
+    model = ReadTarget("m.gguf", ("/nonexistent",), 100 << 20)
+    sampler = TreeSampler(0, model, resident_before=0, io_total=(40 << 20, 0), samples=3)
+    evidence = judge(sampler, resident_after=10 << 20)
+    assert not evidence.ok
+    assert evidence.describe() == ("no evidence the engine read m.gguf (at most 40.00 MiB of its 100.00 MiB "
+                                   "(read calls)): time only")
+    enough = judge(TreeSampler(0, model, io_total=(40 << 20, 95 << 20)), None)
+    assert enough.ok and "fetched 95.00 MiB from storage" in enough.basis
+
+
+def test_evidence_round_trips_through_the_run_record() -> None:
+    evidence = ReadEvidence("m.gguf", 10, rchar=12, read_bytes=0, mapped_bytes=0, resident_before=0,
+                            resident_after=4096, processes=2, samples=5, basis="x")
+    run = ExternalRun(cmd="e", marker="m", returncode=None, ended="killed at the marker", expect_exit=3,
+                      evidence=evidence)
+    assert ExternalRun.from_json(json.loads(json.dumps(run.to_json()))) == run
+    old = ExternalRun.from_json({"cmd": "e", "marker": "m", "returncode": None, "output_tail": []})
+    assert old.evidence is None and old.ended is None  # rows recorded before stay readable
+
+
+def test_a_set_is_read_only_when_every_shard_is(sharded_model, tmp_path: Path) -> None:
+    index = sharded_model("safetensors", "dense", shards=3, size=12 << 20)
+    target = ReadTarget.of(str(Path(index.path).parent))  # the set's directory, as --file takes it
+    assert len(target.paths) == 3 and target.nbytes == index.nbytes
+    read_all = ("import os, sys\nfor p in sys.argv[1:]:\n    fd = os.open(p, os.O_RDONLY)\n"
+                "    while os.read(fd, 1 << 20): pass\nprint('loaded', flush=True)")
+    every = time_external(f"{_py(read_all)} {' '.join(map(shlex.quote, target.paths))}", "loaded", timeout_s=30,
+                          nbytes=1, model=target)
+    one = time_external(f"{_py(read_all)} {shlex.quote(target.paths[0])}", "loaded", timeout_s=30, nbytes=1,
+                        model=target)
+    assert every.report.external.evidence.ok and every.bytes == 1
+    assert not one.report.external.evidence.ok and one.bytes == 0  # a third of the set is no load of it
+    assert "of its 12.00 MiB" in one.engaged[0] or "no evidence the engine read" in one.engaged[0]

@@ -1,0 +1,236 @@
+"""Every command the README shows runs here — its ```sh blocks and the `workbench …` commands in its
+text — in a scratch checkout (``.venv`` and ``notebooks`` linked, a ``data/`` of its own), verbatim but
+for tiny sizes and runs, or is marked: it needs a GPU, or it installs or is CI itself. A command added
+to the README later is picked up by :func:`readme_commands`; the test fails until it is run or marked.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = "2MiB"  # what a README size becomes here
+RUNS = "1"  # how many runs a measuring command makes here: what is checked is that it works as written
+
+RUN = "run"
+GPU = "gpu"
+INSTALL = "install"
+ELSEWHERE = "elsewhere"  # run by another test, named with the invocation it must contain
+REFUSED = "refused"  # run here too, and refused in one line for the reason given (it needs a big file)
+HELP = "help"  # a command's name in the text, not a command line: its --help runs
+USAGE = "usage"  # a synopsis: every option it names must be in the command's --help
+
+# Every command the README shows, as it reads there (whitespace collapsed, trailing comment dropped).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/workbench demo":
+        (INSTALL, "the quickstart on a fresh clone: a venv, then the demo (tests/test_demo.py runs it small)"),
+    "bash .ci/run": (INSTALL, "CI itself, which runs this test"),
+    "workbench synth data/models/m.gguf --format gguf --layout moe --size 1GiB": (RUN, ""),
+    "workbench synth data/models/8b.safetensors --format safetensors --layout dense --dtype bf16 "
+    "--shape llama3-8b --size 8GiB": (REFUSED, "too small for a llama3-8b-shaped model"),
+    'workbench compare data/models/m.gguf --strategy "pread evict=1" --strategy mmap --cache cold --cache warm '
+    "--runs 6": (RUN, ""),
+    'workbench external --file qwen3.5-9b.mq4 --device cuda --cache warm --runs 5 --cmd "./build-old/hipfire-daemon '
+    '-m qwen3.5-9b.mq4" --label old --cmd "./build-new/hipfire-daemon -m qwen3.5-9b.mq4" --label new --marker '
+    "'\"type\":\"loaded\"' --phase '(?P<name>weight sweep): (?P<ms>[0-9]+) ms'":
+        (GPU, "an engine's two builds loading onto a GPU (--device cuda); benchmarks/bench_engine_ab.py is one"),
+    "workbench synth data/models/moe.gguf --format gguf --layout moe --size 1GiB --alignment 64": (RUN, ""),
+    'workbench compare data/models/moe.gguf --strategy "pread granularity=expert" --strategy experts --cache warm':
+        (RUN, ""),
+    'workbench compare data/models/moe.gguf --strategy "odirect mode=bounce" --strategy "odirect mode=inplace"':
+        (RUN, ""),
+    "workbench session data/models/moe.gguf --turns 20 --tokens 16 --cache-mib 64 --boundary-release off": (RUN, ""),
+    ".venv/bin/papermill notebooks/01_load_sweep.ipynb out.ipynb -p runs 5 -y 'strategies: [pread, mmap]'":
+        (RUN, ""),
+    '.venv/bin/papermill notebooks/06_engine_ab.ipynb out.ipynb -p file m.gguf -p marker "model loaded" -y '
+    "'commands: [\"./engine-old -m {file}\", \"./engine-new -m {file}\"]'": (RUN, ""),
+    "workbench sweep data/sweeps/warmer-grid.yaml --dry-run": (RUN, ""),
+    "workbench sweep data/sweeps/warmer-grid.yaml": (RUN, ""),
+    "pip install -e '.[cuda]'": (INSTALL, "the cuda extra, on a CUDA box"),
+    "python benchmarks/gpu_smoke.py --dir /tmp": (GPU, "every copy path of the cuda backend"),
+    "WORKBENCH_TEST_DEVICE=cuda python -m pytest tests/test_strategies_suite.py tests/test_upload_devices.py":
+        (GPU, "the suite on the cuda backend"),
+    "workbench compare m.gguf --device cuda --strategy pread --strategy mmap --strategy lanes --cache warm":
+        (GPU, "--device cuda"),
+    # in the text
+    "workbench demo --size 256MiB --runs 6": (ELSEWHERE, 'tests/test_demo.py: "demo", "--size", "4MiB", "--runs", "2"'),
+    "workbench env": (RUN, ""),
+    "workbench strategies": (RUN, ""),
+    "workbench external": (HELP, ""),
+    "workbench ledger export --csv out.csv --markdown out.md --campaign demo": (RUN, ""),
+    "workbench ledger import-unrecorded workbench-unrecorded-….json": (RUN, ""),
+    "workbench ledger list --campaign demo": (RUN, ""),
+    "workbench ledger merge other-rig.sqlite": (RUN, ""),
+    "workbench ledger show ID": (RUN, ""),
+    'workbench ledger verdict ID kept --note "…"': (RUN, ""),
+    'workbench run FILE --strategy "pread evict=1" --cache asis --runs 5': (RUN, ""),
+    "workbench session FILE --turns T --tokens N --cache-mib M [--experts-per-token K] [--placement "
+    "inplace|bounce|aligned] [--boundary-release on|off] [--trace PATH] [--device host|cuda] [--json]": (USAGE, ""),
+    "workbench synth F --format safetensors --dtype bf16 --size 1GiB": (RUN, ""),
+}
+
+
+def readme_commands(text: str | None = None) -> list[str]:
+    """Every command in the README, in order: each line of a ```sh block (backslash continuations
+    joined, a trailing ``  # comment`` dropped), then each `workbench …` in the text."""
+    text = (ROOT / "README.md").read_text() if text is None else text
+    out = []
+    for block in re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s{2,}#.*$", "", line)
+            if line.strip():
+                out.append(" ".join(line.split()))
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    out += [" ".join(m.split()) for m in re.findall(r"`(workbench [^`]+)`", prose)]
+    return list(dict.fromkeys(out))
+
+
+def test_every_readme_command_is_run_or_marked() -> None:
+    found = readme_commands()
+    unmarked = [c for c in found if c not in COMMANDS]
+    assert not unmarked, ("README commands neither run nor marked (add each to COMMANDS in "
+                          f"tests/test_readme_commands.py): {unmarked}")
+    stale = [c for c in COMMANDS if c not in found]
+    assert not stale, f"COMMANDS lists what the README no longer shows: {stale}"
+    for command, (how, why) in COMMANDS.items():
+        if how == GPU:  # a GPU mark must be about a GPU
+            assert re.search(r"cuda|gpu", command, re.I), command
+        if how == INSTALL:
+            assert "pip install" in command or ".ci/run" in command, command
+
+
+def test_a_command_added_later_is_picked_up() -> None:
+    added = "Try it:\n\n```sh\nworkbench synth x.gguf --format gguf \\\n    --size 9MiB   # a comment\n```\n" \
+            "and `workbench ledger list\n--campaign x` too."
+    assert readme_commands(added) == ["workbench synth x.gguf --format gguf --size 9MiB",
+                                      "workbench ledger list --campaign x"]
+
+
+def test_the_command_list_block_names_every_command() -> None:
+    from click.testing import CliRunner
+
+    from workbench.cli import COMMANDS as CLI, main
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## The command line", 1)[1].split("```", 2)[1]
+    named = [line.split()[1] for line in block.splitlines() if line.startswith("workbench ")]
+    assert named == list(CLI)
+    for name in named:
+        assert CliRunner().invoke(main, [name, "--help"]).exit_code == 0, name
+
+
+def test_marked_elsewhere_is_really_run_there() -> None:
+    for command, (how, why) in COMMANDS.items():
+        if how == ELSEWHERE:
+            path, _, invocation = why.partition(": ")
+            assert invocation in (ROOT / path).read_text(), (command, why)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A scratch checkout: .venv and notebooks linked, data/ with the files the commands read (tiny), a
+    ledger with a 'demo' campaign, another rig's ledger to merge and an unrecorded-results dump."""
+    from workbench.io.pagecache import filesystem_type
+
+    ws = tmp_path_factory.mktemp("readme")
+    if filesystem_type(ws) in ("tmpfs", "ramfs"):  # cold would be unreachable: use the checkout's disk
+        ws = ROOT / "test-artifacts" / f"readme-commands-{os.getpid()}"
+        shutil.rmtree(ws, ignore_errors=True)
+        ws.mkdir(parents=True)
+    (ws / ".venv").symlink_to(sys.prefix)
+    (ws / "notebooks").symlink_to(ROOT / "notebooks")
+    data = ws / "data"
+    (data / "sweeps").mkdir(parents=True)
+    # the sweep file as shipped, its runs cut and each list of its parameter grid to its first value
+    sweep = (ROOT / "data" / "sweeps" / "warmer-grid.yaml").read_text()
+    sweep = re.sub(r"(?m)^(\s*runs:) \d+", rf"\1 {RUNS}", sweep)
+    sweep = re.sub(r"(threads|chunk_mib): \[(\w+)[^]]*\]", r"\1: [\2]", sweep)
+    (data / "sweeps" / "warmer-grid.yaml").write_text(sweep)
+    env = {**os.environ, "WORKBENCH_DATA": str(data), "WORKBENCH_LOCK_DIR": str(ws / "locks"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("WORKBENCH_LEDGER", None)
+    for name in ("engine-old", "engine-new"):  # the two builds the notebook 06 example names
+        engine = ws / name
+        engine.write_text('#!/bin/sh\n# -m MODEL: read it whole, then say so\ncat "$2" > /dev/null\necho "model loaded"\n')
+        engine.chmod(0o755)
+    from workbench.formats.synth import write_synthetic
+
+    write_synthetic(ws / "m.gguf", format="gguf", layout="dense", size=2 << 20)
+    write_synthetic(data / "models" / "demo-dense-32MiB.gguf", format="gguf", layout="dense", size=2 << 20)
+    _seed_ledgers(ws, env)
+    yield ws, env
+    if ws.is_relative_to(ROOT):
+        shutil.rmtree(ws, ignore_errors=True)
+
+
+def _seed_ledgers(ws: Path, env: dict[str, str]) -> None:
+    """A 'demo' campaign in the default ledger, another rig's ledger, and a dump of unrecorded results."""
+    for ledger, campaign, host in (("", "demo", ""), (str(ws / "other-rig.sqlite"), "other", "other-rig")):
+        sub = {**env, "WORKBENCH_HOST": host or env.get("WORKBENCH_HOST", "")}
+        args = ["workbench", "run", str(ws / "m.gguf"), "--strategy", "pread", "--runs", "1", "--cache", "asis",
+                "--campaign", campaign] + (["--ledger", ledger] if ledger else [])
+        subprocess.run(args, cwd=ws, env={k: v for k, v in sub.items() if v}, check=True, capture_output=True)
+    from workbench.ledger import Ledger
+    from workbench.measure import RunConfig, measure
+    from workbench.measure.unrecorded import save_unrecorded, unrecorded_payload
+
+    with Ledger(ws / "scratch.sqlite") as scratch:
+        results = measure([RunConfig(str(ws / "m.gguf"), "mmap")], runs=1, cache="asis", ledger=scratch,
+                          campaign="cut", lock_dir=ws / "locks")
+    save_unrecorded(ws / "scratch.sqlite", unrecorded_payload(ws / "scratch.sqlite", "disk full", results,
+                                                              campaign="cut"))
+
+
+def _placeholders(ws: Path) -> dict[str, str]:
+    from workbench.ledger import Ledger
+
+    with Ledger(ws / "data" / "ledger.sqlite", create=False) as led:
+        attempt = led.attempts("demo")["id"].iloc[0]
+    (dump,) = ws.glob("workbench-unrecorded-*.json")
+    return {r"\bID\b": attempt, r"(?<= )FILE\b": "m.gguf", r"(?<= )F(?= )": "data/models/f.safetensors",
+            r"workbench-unrecorded-….json": dump.name}
+
+
+def tiny(command: str, ws: Path) -> str:
+    """The command as it runs here: sizes and run counts cut (a measuring command that names none gets
+    one), placeholders filled."""
+    command = re.sub(r"--size \d+(?:\.\d+)?[KMGT]i?B", f"--size {TINY}", command)
+    command = re.sub(r"(--runs|-p runs) \d+", rf"\1 {RUNS}", command)
+    if re.match(r"workbench (run|compare) ", command) and "--runs" not in command:
+        command += f" --runs {RUNS}"
+    if " papermill " in f" {command.replace('/', ' ')}" and "-p runs" not in command:
+        command += f" -p runs {RUNS}"
+    for pattern, value in _placeholders(ws).items():
+        command = re.sub(pattern, value, command)
+    return command
+
+
+def _shell(command: str, ws: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=ws, env=env, capture_output=True, text=True, timeout=500)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("command", [c for c, (how, _) in COMMANDS.items() if how in (RUN, REFUSED, HELP, USAGE)])
+def test_readme_command_runs(command: str, workspace: tuple[Path, dict[str, str]]) -> None:
+    ws, env = workspace
+    how, why = COMMANDS[command]
+    if how == HELP:
+        command = f"{command} --help"
+    if how == USAGE:
+        words = command.split()
+        help_text = _shell(f"{words[0]} {words[1]} --help", ws, env).stdout
+        options = set(re.findall(r"--[a-z][a-z-]+", command))
+        assert options and all(o in help_text for o in options), sorted(o for o in options if o not in help_text)
+        return
+    proc = _shell(tiny(command, ws), ws, env)
+    output = f"$ {tiny(command, ws)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    if how == REFUSED:
+        assert proc.returncode == 2 and why in proc.stderr and proc.stderr.count("\n") == 1, output
+    else:
+        assert proc.returncode == 0, output
