@@ -131,8 +131,8 @@ class FailingCopies(Device):
     def destroy_fence(self, fence: Fence) -> None:
         self.inner.destroy_fence(fence)
 
-    def alloc_pinned(self, nbytes: int) -> HostStaging:
-        return self.inner.alloc_pinned(nbytes)
+    def alloc_pinned(self, nbytes: int, write_combined: bool = False) -> HostStaging:
+        return self.inner.alloc_pinned(nbytes, write_combined)
 
     def free_pinned(self, staging: HostStaging) -> None:
         self.inner.free_pinned(staging)

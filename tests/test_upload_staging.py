@@ -290,7 +290,7 @@ def inject(monkeypatch: pytest.MonkeyPatch, device: Any, *, fail_at: int = 0, de
     for name in ("register_host", "alloc_pinned"):
         real = getattr(device, name)
 
-        def wrapped(*args: Any, _real: Any = real, _name: str = name) -> Any:
+        def wrapped(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
             calls[0] += 1
             if delay:
                 time.sleep(delay)
@@ -298,7 +298,7 @@ def inject(monkeypatch: pytest.MonkeyPatch, device: Any, *, fail_at: int = 0, de
                 if gate is not None:
                     gate.wait(5)
                 raise DeviceError("test:0", _name, "ErrorInjected", f"call {calls[0]} refused on purpose")
-            return _real(*args)
+            return _real(*args, **kwargs)
 
         monkeypatch.setattr(device, name, wrapped)
 
