@@ -52,7 +52,8 @@ class ExpertsParams(BaseParams):
     warm (staged: for the whole model, sampled, picking the plan; otherwise per blob: the borrowed
     slice's gate; 0: always). Staged: ``readers`` and ``slot_mib`` windows warm, ``cold_readers`` and
     ``cold_mib`` reads cold, ``spare`` slots, ``staging`` source (auto | anon | alloc | wc) and
-    ``provision`` (upfront | background) as ``ring``'s. The other modes: ``threads`` and ``chunk_mib``,
+    ``provision`` (upfront | background) as ``ring``'s, ``sized``: the ring no larger than the load
+    needs (0: readers + spare slots of ``slot_mib`` whatever the model, for comparison). The other modes: ``threads`` and ``chunk_mib``,
     the lanes for what is not borrowed."""
 
     small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType(
@@ -75,6 +76,7 @@ class ExpertsParams(BaseParams):
     spare: int = 4
     staging: str = "auto"
     provision: str = "upfront"
+    sized: bool = True
 
     def __post_init__(self) -> None:
         check_param("experts", "gate", 0.0 <= self.gate <= 1.0, f"must be in [0, 1], got {self.gate}")

@@ -40,7 +40,9 @@ def upload_staged(ctx: LoadContext, items: Sequence[Any], bufs: Sequence[DeviceB
     if not windows:
         ctx.engage("staged_readers", 0, want, unit="threads", note="nothing to read")
         return
-    slots, slot_bytes = size_ring(min(want, len(windows)) + p.spare, size, [w.hi - w.lo for w in windows])
+    slots, slot_bytes = min(want, len(windows)) + p.spare, size
+    if p.sized:
+        slots, slot_bytes = size_ring(slots, size, [w.hi - w.lo for w in windows])
     readers = min(want, len(windows), slots)
     sources = [SharedQueue(windows)] * readers if warm else split_shares(windows, readers)
     ring = _run(ctx, sources, slots, slot_bytes, p)
