@@ -68,7 +68,7 @@ def test_staged_loads_a_sharded_set_file_by_file(sharded_model, fmt):
 def test_a_blob_goes_up_in_one_copy_per_window(synth_model):
     index = synth_model("gguf", "moe", alignment=64)
     prepare(index.path, "warm")
-    result = load(index, slot_mib=64)  # every window holds whole blobs: one copy per tensor at most
+    result = load(index, slot_mib=64, sized=False)  # one window holds the model: one copy per tensor at most
     note = result.engaged_by("staged_blobs").note
     copies = int(note.split("; ")[1].split()[0])
     assert copies <= len(index.tensors)
@@ -207,3 +207,14 @@ def test_a_failing_reader_stops_the_others_and_its_error_is_raised(tmp_path):
         StagedReader(dev, ring).read([SharedQueue(windows)] * 3)
     ring.close()
     assert threading.active_count() == before
+
+
+def test_a_small_model_gets_smaller_windows_so_every_reader_works_unless_unsized(synth_model):
+    index = synth_model("gguf", "moe", alignment=64, size=8 << 20)
+    prepare(index.path, "warm")
+    sized = load(index, readers=4)
+    readers, slots = sized.engaged_by("staged_readers"), sized.engaged_by("pinned_staging").total
+    assert "4 windows of 1.99" in readers.note and readers.done == slots >= 3  # no more staging than it reads
+    unsized = load(index, readers=4, sized=False)
+    assert unsized.engaged_by("staged_readers").done == 1  # one 8 MiB window
+    assert unsized.engaged_by("pinned_staging").total == 5 and "sized" not in unsized.engaged_by("pinned_staging").note

@@ -8,12 +8,15 @@ each other in the file goes up in one copy per window (:func:`~workbench.upload.
 merges them). One sampled residency probe per load picks the plan, as ``ring``'s does: warm, a queue
 of ``slot_mib`` windows shared by ``readers``; cold, ``cold_readers`` contiguous shares read in
 ``cold_mib`` preads. The ring is sized to the load (:func:`~workbench.upload.staging.size_ring`): a
-small model never provisions more pinned memory than it moves.
+small model never provisions more pinned memory than it moves, and its windows shrink (down to 1 MiB)
+so every reader has one (``sized=0``: the ring and windows as asked, whatever the model).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
+from workbench.formats.index import PAGE_SIZE
 from workbench.strategies.base import LoadContext
 from workbench.strategies.toolkit import (MiB, Evictor, StagingRing, engage_staging, files_note, probe_resident,
                                           reader_opener)
@@ -30,32 +33,58 @@ def model_extents(ctx: LoadContext, items: Sequence[Any], bufs: Sequence[DeviceB
     return sorted(extents, key=lambda e: (order[e.file], e.offset))
 
 
-def upload_staged(ctx: LoadContext, items: Sequence[Any], bufs: Sequence[DeviceBuffer], p: Any) -> None:
-    """Stage every item's bytes into its buffer (``p``: the experts params)."""
+@dataclass(frozen=True)
+class StagedPlan:
+    """How one staged load reads: the plan (warm or cold), its windows, readers and ring."""
+
+    warm: bool
+    resident: float
+    window: int  # bytes per window (sized: smaller for a small model)
+    asked: tuple[int, int]  # (slots, slot bytes) the parameters ask for on a large model
+    windows: list[Window]
+    readers: int
+    slots: int
+    slot_bytes: int
+
+
+def plan_staged(ctx: LoadContext, extents: list[Extent], p: Any) -> StagedPlan:
+    """The warm or cold plan (one sampled residency probe), sized to the load unless ``p.sized`` is off."""
     resident = probe_resident(ctx, sampled=True)
     warm = resident >= p.gate
-    size = (p.slot_mib if warm else p.cold_mib) * MiB
-    windows = plan_windows(model_extents(ctx, items, bufs), size)
+    base = (p.slot_mib if warm else p.cold_mib) * MiB
     want = p.readers if warm else p.cold_readers
-    if not windows:
-        ctx.engage("staged_readers", 0, want, unit="threads", note="nothing to read")
-        return
+    size = base
+    if p.sized:  # a model smaller than readers x windows: smaller windows (down to 1 MiB), every reader busy
+        share = -(-sum(e.nbytes for e in extents) // want)
+        size = min(base, max(MiB, -(-share // PAGE_SIZE) * PAGE_SIZE))
+    windows = plan_windows(extents, size)
     slots, slot_bytes = min(want, len(windows)) + p.spare, size
     if p.sized:
         slots, slot_bytes = size_ring(slots, size, [w.hi - w.lo for w in windows])
-    readers = min(want, len(windows), slots)
-    sources = [SharedQueue(windows)] * readers if warm else split_shares(windows, readers)
-    ring = _run(ctx, sources, slots, slot_bytes, p)
+    readers = max(1, min(want, len(windows), slots))
+    return StagedPlan(warm, resident, size, (want + p.spare, base), windows, readers, slots, slot_bytes)
+
+
+def upload_staged(ctx: LoadContext, items: Sequence[Any], bufs: Sequence[DeviceBuffer], p: Any) -> None:
+    """Stage every item's bytes into its buffer (``p``: the experts params)."""
+    plan = plan_staged(ctx, model_extents(ctx, items, bufs), p)
+    want = p.readers if plan.warm else p.cold_readers
+    if not plan.windows:
+        ctx.engage("staged_readers", 0, want, unit="threads", note="nothing to read")
+        return
+    sources = ([SharedQueue(plan.windows)] * plan.readers if plan.warm else
+               split_shares(plan.windows, plan.readers))
+    ring = _run(ctx, sources, plan.slots, plan.slot_bytes, p)
     ctx.set_path(readers=len(sources), copy_from="pinned")
-    plan = (f"warm: {resident:.0%} resident >= {p.gate:.0%}, {len(windows)} windows of {p.slot_mib} MiB shared"
-            if warm else f"cold: {resident:.0%} resident < {p.gate:.0%}, a contiguous share per reader in "
-            f"{p.cold_mib} MiB reads")
-    ctx.engage("staged_readers", len(sources), want, unit="threads", note=plan + files_note(ctx))
-    asked = min(want, len(windows)) + p.spare
-    sized = "" if (slots, slot_bytes) == (asked, size) else (
-        f"; sized to the load: {slots} of {asked} slots of {slot_bytes / MiB:g} MiB")
+    gate, mib = f"{plan.resident:.0%} resident", plan.window / MiB
+    note = (f"warm: {gate} >= {p.gate:.0%}, {len(plan.windows)} windows of {mib:g} MiB shared" if plan.warm else
+            f"cold: {gate} < {p.gate:.0%}, a contiguous share per reader in {mib:g} MiB reads")
+    ctx.engage("staged_readers", len(sources), want, unit="threads", note=note + files_note(ctx))
+    sized = "" if not p.sized or (plan.slots, plan.slot_bytes) == plan.asked else (
+        f"; sized to the load: {plan.slots} slots of {plan.slot_bytes / MiB:g} MiB, not "
+        f"{plan.asked[0]} of {plan.asked[1] / MiB:g}")
     engage_staging(ctx, ring, note=sized)
-    _report_copies(ctx, items, windows)
+    _report_copies(ctx, items, plan.windows)
 
 
 def _run(ctx: LoadContext, sources: list[Any], slots: int, slot_bytes: int, p: Any) -> StagingRing:
