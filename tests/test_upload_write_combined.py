@@ -8,7 +8,7 @@ import pytest
 from workbench.io.pagecache import prepare
 from workbench.measure.verify import verify_placements
 from workbench.strategies import get_strategy
-from workbench.upload import open_device
+from workbench.upload import device_availability, open_device
 from workbench.upload.staging import StagingRing, size_ring
 
 from device_fakes import DeferredCopyDevice
@@ -56,6 +56,29 @@ def test_a_wc_ring_allocates_write_combined_slots_and_lands_exact_bytes(prefix, 
                ((n, a) for n, a in fake.calls if n == ALLOC[prefix]))
     assert dev.read_back(dst, 0, len(data)) == data
     dev.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_a_wc_ring_on_a_real_device(backend):
+    avail = device_availability(backend)
+    if not avail:
+        pytest.skip(f"{backend}: {avail.reason}")
+    dev = open_device(backend)
+    try:
+        ring = StagingRing(dev, 2, 1 << 20, source="wc")
+        data = pattern(3 * (1 << 20) + 5, seed=2)
+        dst = dev.alloc(len(data))
+        for off in range(0, len(data), 1 << 20):
+            with ring.slot() as slot, slot.view[: min(1 << 20, len(data) - off)] as view:
+                view[:] = data[off : off + len(view)]  # the CPU writes write-combined memory, never reads it
+                dev.copy_h2d(dst, off, view, asynchronous=True)
+        ring.close()
+        assert ring.how == "write-combined" and ring.write_combined_fact(backend).state == "ON"
+        assert dev.read_back(dst, 0, len(data)) == data
+        dev.free(dst)
+    finally:
+        dev.close()
 
 
 def test_a_read_back_into_write_combined_staging_is_refused():
