@@ -96,7 +96,7 @@ def test_the_gate_picks_the_plan(cache, raw_model):
     if cache == "warm":
         assert readers.note.startswith("warm: 100% resident") and "windows of 1 MiB shared" in readers.note
         assert (readers.done, readers.total, result.path["readers"]) == (3, 3, 3)
-        assert result.engaged_by("pinned_staging").total == 3 + 4  # readers + spare
+        assert result.engaged_by("pinned_staging").total == 5  # readers + spare, sized: 5.2 MiB fill 5 slots
     else:
         assert readers.note.startswith("cold: 0% resident") and "2 MiB reads" in readers.note
         assert (readers.done, readers.total, result.path["readers"]) == (2, 2, 2)
@@ -179,3 +179,11 @@ def test_a_background_provisioning_failure_fails_the_load_and_releases_everythin
         get_strategy("ring")(threads=2, slot_mib=1, gate=0.0, spare=2, provision="background").load(index, dev)
     assert dev.in_flight == 0 and not dev._arrays
     assert dev.usage().registered == 0 and dev.usage().pinned == 0
+
+
+def test_a_small_model_gets_a_ring_no_larger_than_it(raw_model):
+    index = raw_model([(1 << 20) + 5, 3000])  # 1 MiB: the default ring is 20 x 8 MiB
+    set_cache(index.path, "warm")
+    result = load(index)
+    fact = result.engaged_by("pinned_staging")
+    assert fact.total == 1 and fact.note.startswith("1 x 1.00") and fact.state == "ON", str(fact)

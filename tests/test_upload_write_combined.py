@@ -94,7 +94,7 @@ def test_a_read_back_into_write_combined_staging_is_refused():
     dev.close()
 
 
-@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc"}),
+@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc"}), ("ring", {"staging": "wc"}),
                                          ("lanes", {"upload": "pinned", "staging": "wc"}),
                                          ("pread", {"upload": "pinned", "staging": "wc"})])
 def test_strategies_stage_through_write_combined_slots_and_verify_from_the_device(synth_model, name, params):
@@ -117,7 +117,8 @@ def test_strategies_stage_through_write_combined_slots_and_verify_from_the_devic
         dev.close()
 
 
-@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc"}), ("lanes", {"upload": "pinned", "staging": "wc"})])
+@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc"}), ("ring", {"staging": "wc"}),
+                                         ("lanes", {"upload": "pinned", "staging": "wc"})])
 def test_the_host_has_no_write_combined_memory_and_says_so(synth_model, name, params):
     index = synth_model("gguf", "moe", alignment=64)
     dev = open_device("host")
