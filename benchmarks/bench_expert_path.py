@@ -107,15 +107,25 @@ def group_table(results: list, nbytes: int) -> list[str]:
     return lines
 
 
+def staging_s(a) -> list[float]:
+    """Each run's staging phase (provisioning and releasing pinned slots inside the window), >= 1 µs."""
+    return [max(r.phases.get("staging", 0.0), 1e-6) for r in a.runs if r.ok]
+
+
 def pair_lines(results: list, pairs: tuple) -> tuple[list[str], dict]:
+    """Each pair's effect on the load window and on its staging phase (what provisioning cost in it)."""
     by = {a.label: a for a in results}
-    lines, effects = ["", "| pair (paired rounds) | candidate's speedup [95 % interval] | verdict |", "|---|---|---|"], {}
+    lines = ["", "| pair (paired rounds) | load window: candidate's speedup [95 % interval] | verdict | "
+             "staging phase: speedup [95 % interval] | verdict |", "|---|---|---|---|---|"]
+    effects = {}
     for name, base, cand in pairs:
         if base not in by or cand not in by:
             continue
         e = ratio_effect(times(by[base]), times(by[cand]), paired=True)
+        st = ratio_effect(staging_s(by[base]), staging_s(by[cand]), paired=True)
         effects[name] = e
-        lines.append(f"| {name} | {format_effect(e.speedup, e.ci_low, e.ci_high)} | {e.verdict} ({e.reason}) |")
+        lines.append(f"| {name} | {format_effect(e.speedup, e.ci_low, e.ci_high)} | {e.verdict} ({e.reason}) | "
+                     f"{format_effect(st.speedup, st.ci_low, st.ci_high)} | {st.verdict} |")
     return lines, effects
 
 

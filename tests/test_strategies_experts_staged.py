@@ -82,7 +82,7 @@ def test_the_ring_is_sized_to_a_small_model(synth_model):
     slots = fact.total
     assert "sized to the load" in fact.note and slots * 8 * MiB > index.nbytes
     size_mib = float(fact.note.split(" x ")[1].split(" MiB")[0])
-    assert slots * size_mib * MiB <= result.counters["read_bytes"] + PAGE  # never more than it reads
+    assert slots * size_mib * MiB < result.counters["read_bytes"] + size_mib * MiB  # < one slot over what it reads
 
 
 def test_everything_comes_from_one_device_allocation_on_the_gpu_backend(synth_model):
@@ -214,7 +214,7 @@ def test_a_small_model_gets_smaller_windows_so_every_reader_works_unless_unsized
     prepare(index.path, "warm")
     sized = load(index, readers=4)
     readers, slots = sized.engaged_by("staged_readers"), sized.engaged_by("pinned_staging").total
-    assert "4 windows of 1.99" in readers.note and readers.done == slots >= 3  # no more staging than it reads
+    assert "4 windows of 1.99" in readers.note and readers.done == slots == 4
     unsized = load(index, readers=4, sized=False)
     assert unsized.engaged_by("staged_readers").done == 1  # one 8 MiB window
     assert unsized.engaged_by("pinned_staging").total == 5 and "sized" not in unsized.engaged_by("pinned_staging").note

@@ -96,7 +96,7 @@ def test_the_gate_picks_the_plan(cache, raw_model):
     if cache == "warm":
         assert readers.note.startswith("warm: 100% resident") and "windows of 1 MiB shared" in readers.note
         assert (readers.done, readers.total, result.path["readers"]) == (3, 3, 3)
-        assert result.engaged_by("pinned_staging").total == 5  # readers + spare, sized: 5.2 MiB fill 5 slots
+        assert result.engaged_by("pinned_staging").total == 6  # readers + spare, sized: 5.2 MiB fill 6 slots
     else:
         assert readers.note.startswith("cold: 0% resident") and "2 MiB reads" in readers.note
         assert (readers.done, readers.total, result.path["readers"]) == (2, 2, 2)

@@ -8,7 +8,7 @@ each other in the file goes up in one copy per window (:func:`~workbench.upload.
 merges them). One sampled residency probe per load picks the plan, as ``ring``'s does: warm, a queue
 of ``slot_mib`` windows shared by ``readers``; cold, ``cold_readers`` contiguous shares read in
 ``cold_mib`` preads. The ring is sized to the load (:func:`~workbench.upload.staging.size_ring`): a
-small model never provisions more pinned memory than it moves, and its windows shrink (down to 1 MiB)
+small model provisions no more pinned memory than it moves (rounded up to a slot), and its windows shrink (down to 1 MiB)
 so every reader has one (``sized=0``: the ring and windows as asked, whatever the model).
 """
 from __future__ import annotations

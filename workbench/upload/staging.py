@@ -242,13 +242,14 @@ class StagingRing:
 
 def size_ring(slots: int, slot_bytes: int, windows: list[int] | tuple[int, ...]) -> tuple[int, int]:
     """(slots, slot bytes) for staging ``windows`` (their sizes): a slot no larger than the largest
-    window (page-rounded), and no more slots than the windows' bytes fill — a small model never
-    provisions more staging than it loads (provisioning costs ~0.2 s/GiB inside the window)."""
+    window (page-rounded), and no more slots than there are windows or than their bytes fill, rounded up
+    to a whole slot — a small model never provisions much more pinned memory than it reads
+    (provisioning costs ~0.2 s/GiB inside the window: 20 x 8 MiB for a 10 MiB model was 94 % waste)."""
     if not windows:
         return 1, min(slot_bytes, mmap.PAGESIZE)
     largest = -(-max(windows) // mmap.PAGESIZE) * mmap.PAGESIZE
     size = max(mmap.PAGESIZE, min(slot_bytes, largest))
-    fill = max(1, sum(windows) // size)
+    fill = -(-sum(windows) // size)
     return max(1, min(slots, len(windows), fill)), size
 
 
