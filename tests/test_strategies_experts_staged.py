@@ -209,12 +209,12 @@ def test_a_failing_reader_stops_the_others_and_its_error_is_raised(tmp_path):
     assert threading.active_count() == before
 
 
-def test_a_small_model_gets_smaller_windows_so_every_reader_works_unless_unsized(synth_model):
+def test_a_small_model_gets_a_ring_its_size_unless_unsized(synth_model):
     index = synth_model("gguf", "moe", alignment=64, size=8 << 20)
     prepare(index.path, "warm")
-    sized = load(index, readers=4)
-    readers, slots = sized.engaged_by("staged_readers"), sized.engaged_by("pinned_staging").total
-    assert "4 windows of 1.99" in readers.note and readers.done == slots == 4
-    unsized = load(index, readers=4, sized=False)
-    assert unsized.engaged_by("staged_readers").done == 1  # one 8 MiB window
-    assert unsized.engaged_by("pinned_staging").total == 5 and "sized" not in unsized.engaged_by("pinned_staging").note
+    sized = load(index, readers=4, slot_mib=2)
+    readers, slots = sized.engaged_by("staged_readers"), sized.engaged_by("pinned_staging")
+    assert "4 windows of 2 MiB" in readers.note and readers.done == slots.total == 4
+    assert "sized to the load: 4 slots of 2 MiB, not 8 of 2" in slots.note
+    unsized = load(index, readers=4, slot_mib=2, sized=False)
+    assert unsized.engaged_by("pinned_staging").total == 8 and "sized" not in unsized.engaged_by("pinned_staging").note
