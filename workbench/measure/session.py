@@ -18,9 +18,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from workbench.errors import ParamError
 from workbench.expert.session import SessionConfig, check_config
@@ -47,6 +46,7 @@ class SessionResult:
     verdict: str
     notes: str
     error: str | None = None
+    resident_files: Mapping[str, float] = field(default_factory=dict)  # per file of the model, before
 
 
 def measure_session(file: str, config: SessionConfig, *, device: str = "host", cache: str = "asis",
@@ -65,16 +65,18 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
     on_turn
         Called with each turn's record as soon as it is in the ledger.
     """
-    from workbench.measure.runner import open_ledger, prepare_cache
+    from workbench.measure.model import prepare_cache
+    from workbench.measure.runner import open_ledger
 
     preflight_session(file, config, device)
     store = open_ledger(ledger)
     run = _Recorder(store, file, config, device, campaign, hypothesis, label, on_turn)
     try:
         with DeviceLock(device, lock_dir):
-            resident, reached, cache_error = prepare_cache(file, cache)
-            run.cache = cache if reached or cache == "asis" else f"asis(unreachable: {cache}; {cache_error})"[:300]
-            run.resident_before = resident
+            prepared = prepare_cache(file, cache)  # every file of the model
+            run.cache = cache if prepared.reached or cache == "asis" else \
+                f"asis(unreachable: {cache}; {prepared.error})"[:300]
+            run.resident_before, run.resident_files = prepared.resident, dict(prepared.files)
             run.error = _spawn(file, config, device, timeout_s, run.on_event)
         run.finish()  # a worker that stopped without its end event: failed, its turns kept
     except BaseException as exc:
@@ -158,6 +160,7 @@ class _Recorder:
         self.campaign, self.hypothesis, self.on_turn = campaign, hypothesis, on_turn
         self.label = label or session_label(file, config)
         self.cache, self.resident_before, self.error = "asis", None, None
+        self.resident_files: dict[str, float] = {}
         self.records: list[TurnRecord] = []
         self.facts: SessionFacts | None = None
         self.verified_slices = 0
@@ -181,13 +184,17 @@ class _Recorder:
 
     def _start(self, device_info: dict[str, Any]) -> str:
         if self.attempt_id is None:
-            from workbench.io.identity import file_identity
             from workbench.measure.environment import collect_environment
+            from workbench.measure.model import identity_members, model_directory, recorded_identity, resolve_model
 
             params = {k: v for k, v in dataclasses.asdict(self.config).items() if v is not None}
-            ident = dataclasses.asdict(file_identity(self.file))
-            env = {**collect_environment(str(Path(self.file).resolve().parent)), "device": device_info,
-                   "session": self.facts.to_json() if self.facts is not None else {}}
+            model = resolve_model(self.file)
+            ident = recorded_identity(model)  # a set's: over every member and its index file
+            env = {**collect_environment(model_directory(model)), "device": device_info,
+                   "session": self.facts.to_json() if self.facts is not None else {},
+                   "resident_before": {"model": self.resident_before, "files": self.resident_files}}
+            if ident.get("files"):
+                env["model_files"] = identity_members(ident)
             self.attempt_id = self.ledger.start_attempt(
                 campaign=self.campaign, config=RunConfig(self.file, "session", params, self.device),
                 cache=self.cache, hypothesis=self.hypothesis, label=self.label, file_identity=ident,
@@ -209,13 +216,15 @@ class _Recorder:
                                    speedup=None, verdict=verdict, notes=notes, cache=self.cache,
                                    verdict_reason="a session is measured on its own; compare sessions side by side")
         self.result = SessionResult(attempt_id, self.file, self.device, self.cache, self.resident_before, report,
-                                    verdict, notes, self.error)
+                                    verdict, notes, self.error, dict(self.resident_files))
 
 
 def session_label(file: str, config: SessionConfig) -> str:
     """``session inplace release=off 20×64 · model``: what a table row needs to tell sessions apart."""
+    from workbench.measure.model import model_name
+
     return (f"session {config.placement} release={config.boundary_release} {config.turns}×{config.tokens} "
-            f"cache={config.cache_mib:g}MiB · {Path(file).stem}")
+            f"cache={config.cache_mib:g}MiB · {model_name(file)}")
 
 
 def session_stats(records: list[TurnRecord], failed: bool = False) -> AttemptStats:
