@@ -73,7 +73,7 @@ def test_a_small_run_end_to_end(bench, tmp_path, monkeypatch, isolated_cache):
     out = tmp_path / "out"
     code = bench.main(["--device", "host", "--dir", str(tmp_path), "--size", "2MiB", "--shape", "none",
                        "--runs", "1", "--scaling-runs", "1", "--threads", "1,2", "--ceiling-size", "4MiB",
-                       "--file-threads", "2", "--budget-s", "60", "--groups", "warm,threads,warm-more,cold-rest",
+                       "--file-threads", "2", "--budget-s", "90", "--groups", "warm,threads,warm-more,cold-rest",
                        "--out", str(out)])
     assert code == 0
     doc = json.loads((out / "bench.json").read_text())
