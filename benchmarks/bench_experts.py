@@ -41,7 +41,7 @@ from workbench.records import format_effect  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_strategies import _ceiling_lines, _machine  # noqa: E402
 
-CONFIGS = [("per-expert pread", "pread", {"granularity": "expert"}), ("experts", "experts", {}),
+CONFIGS = [("per-expert pread", "pread", {"granularity": "expert"}), ("experts", "experts", {"upload": "pageable"}),
            ("odirect bounce", "odirect", {"mode": "bounce"}), ("odirect inplace", "odirect", {"mode": "inplace"})]
 PAIRS = [("experts vs per-expert pread", 0, 1), ("odirect inplace vs bounce", 2, 3)]
 

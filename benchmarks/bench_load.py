@@ -10,7 +10,8 @@ the end of its list, and the output says what was left out and why):
 1. the file (``synth --format safetensors --layout dense --dtype bf16 --shape llama3-8b``; kept and
    reused when already there), fsynced, and its reference checksums;
 2. the walls: ``measure_ceilings`` on a scratch file plus the whole model file read cold and warm;
-3. warm: ``ring`` and every peer (``kind: peer`` in the registry; ``--peer`` adds variants) — fresh
+3. warm: ``ring`` (and its variants ``provision=background`` and ``staging=wc``: write-combined slots)
+   and every peer (``kind: peer`` in the registry; ``--peer`` adds variants) — fresh
    process per run, cache state set and checked with mincore before every run, interleaved, every
    device byte read back and compared with the file; then ``ring`` at 1, 2, 4, 8, 16 reader threads;
    then ``ring`` and every peer cold;
@@ -26,7 +27,6 @@ tables: GB/s, % of the wall that bounds it, the ratio to the best peer with its 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -50,7 +50,8 @@ from load_tables import kind_of  # noqa: E402
 # paths and the ring's slot sizes (they tell the default: GIL-held Python per window against pinned
 # memory provisioned per load); then every other strategy.
 CORE = ("ring", "PEERS")
-WARM_ONLY = {"ring": ("ring provision=background",)}  # rows the warm group runs right after a core row
+# rows the warm group runs right after a core row; bench.md compares each with it (variants_table)
+WARM_ONLY = {"ring": ("ring provision=background", "ring staging=wc")}
 MORE_WARM = ("mmap register=1", "ring slot_mib=4", "ring slot_mib=2", "lanes upload=pinned threads=8")
 MORE_COLD = ("mmap register=1", "lanes upload=pinned threads=8")
 VARIANTS = ("pread upload=pinned", "mmap gate=0.9")

@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_session.sh OUT STEP [STEP ...]
 #
-# STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session
+# STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session | expert-path | expert-path-cold
 # Each step writes its report, log and ledger export under OUT and is cut by `timeout` at its limit, so a
 # slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
 # runai-model-streamer, instanttensor, plotly for python 3.12) are installed from ./.whl when it exists;
@@ -55,7 +55,8 @@ for s in "$@"; do
         WORKBENCH_TEST_DEVICE=cuda step gpu-tests "${LIMIT[tests]}" python3 -m pytest -q -p no:cacheprovider -o addopts= \
             tests/test_strategies_suite.py tests/test_upload_devices.py tests/test_upload_staging.py \
             tests/test_upload_adopt.py tests/test_strategies_hygiene.py tests/test_strategies_peers_gpu.py \
-            tests/test_strategies_experts.py --junitxml="$out/gpu-tests.xml" ;;
+            tests/test_strategies_experts.py tests/test_strategies_experts_staged.py \
+            tests/test_upload_write_combined.py --junitxml="$out/gpu-tests.xml" ;;
     experts-loads)
         step experts-loads "${LIMIT[experts-loads]}" python3 benchmarks/bench_experts.py --device cuda --dir /tmp/bench --size 2GiB \
             --experts 64 --runs 6 --parts ceilings,loads --ledger /tmp/bench/experts.sqlite --out "$out/experts-loads.md" ;;
@@ -74,8 +75,15 @@ for s in "$@"; do
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;
+    expert-path)  # issue 20 §5: experts vs ring warm on the 2 GiB A3B-like GGUF, staging variants, a small model
+        step expert-path 330 python3 benchmarks/bench_expert_path.py --device cuda --dir /tmp/bench --size 2GiB \
+            --experts 64 --runs 6 --groups warm,small --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path.md" ;;
+    expert-path-cold)  # the same file cold, against this step's own disk walls
+        step expert-path-cold 300 python3 benchmarks/bench_expert_path.py --device cuda --dir /tmp/bench --size 2GiB \
+            --experts 64 --runs 6 --groups cold --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path-cold.md" ;;
     *)
-        echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session)" >&2
+        echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session," \
+             "expert-path, expert-path-cold)" >&2
         exit 2 ;;
     esac
 done

@@ -121,6 +121,29 @@ def time_table(s: Any) -> list[str]:
     return lines + [""]
 
 
+def variants_table(s: Any) -> list[str]:
+    """Each variant row (``ring staging=wc``) against its default (``ring``) measured in the same group:
+    the variant's speedup, ratio of medians over paired rounds with its bootstrap interval."""
+    from workbench.measure.effect import ratio_effect
+    from workbench.records import format_effect
+
+    lines = []
+    for r in s.rows:
+        bases = [b for b in s.rows if b is not r and b.group == r.group and b.cache == r.cache
+                 and r.spec.startswith(b.spec + " ") and b.times]
+        if not bases or not r.times:
+            continue
+        base = max(bases, key=lambda b: len(b.spec))
+        e = ratio_effect(base.times, r.times, paired=True)
+        lines.append(f"| `{r.spec}` | `{base.spec}` | {r.cache} | {len(r.times)} | "
+                     f"{format_effect(e.speedup, e.ci_low, e.ci_high)} | {e.verdict} ({e.reason}) |")
+    if not lines:
+        return []
+    return ["## Variants against their default (same group, paired rounds)", "",
+            "| variant | default | cache | n | variant's speedup [95 % CI] | verdict |", "|---|---|---|---|---|---|",
+            *lines, ""]
+
+
 def threads_table(s: Any) -> list[str]:
     rows = [r for r in s.rows if r.group == "threads"]
     if not rows:
@@ -150,7 +173,7 @@ def missing(s: Any) -> list[str]:
 
 def render(s: Any) -> str:
     lines = header(s) + walls_section(s) + prediction(s) + goals(s) + state_table(s, "warm") + state_table(s, "cold")
-    lines += time_table(s) + threads_table(s) + missing(s)
+    lines += variants_table(s) + time_table(s) + threads_table(s) + missing(s)
     lines += ["## Ledger", "", f"`ledger.sqlite`, its CSV export (`attempts.csv`, `runs.csv`) and `bench.json` "
               f"are next to this file ({', '.join(s.files())}). Per campaign, as `workbench ledger export` prints it:", ""]
     for table in s.ledger_tables():

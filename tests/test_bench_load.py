@@ -26,7 +26,7 @@ def test_plan_runs_the_goal_rows_first_and_every_strategy_after(bench):
     assert [g.name for g in groups] == ["warm", "threads", "cold", "warm-more", "cold-more", "warm-rest",
                                         "cold-rest"]
     warm, threads, cold, warm_more, cold_more, warm_rest, cold_rest = groups
-    assert warm.specs == ("ring", "ring provision=background", "peer-a", "peer-b x=1")  # side by side
+    assert warm.specs == ("ring", "ring provision=background", "ring staging=wc", "peer-a", "peer-b x=1")  # side by side
     assert cold.specs == ("ring", "peer-a", "peer-b x=1") and cold.cache == "cold"
     assert threads.specs == ("ring threads=1", "ring threads=16") and threads.runs == 3
     assert "mmap register=1" in warm_more.specs and "mmap register=1" in cold_more.specs
@@ -132,3 +132,24 @@ def test_a_group_stopped_at_its_budget_keeps_its_table(bench, tmp_path, monkeypa
 def test_specs_parse_like_the_command_line(bench):
     assert bench.parse_spec("lanes upload=pinned threads=8") == ("lanes", {"upload": "pinned", "threads": "8"})
     assert bench.parse_spec("ring") == ("ring", {})
+
+
+def test_each_variant_is_compared_with_its_default_in_the_same_group(bench):
+    from types import SimpleNamespace
+
+    import load_report
+    import load_tables
+
+    def row(spec, times, group="warm"):
+        ms = sorted(t * 1e3 for t in times)
+        return load_tables.Row(spec, group, "warm", "workbench", list(times), len(times), len(times), 1.0, ms[len(ms) // 2],
+                               ms[0], ms[-1], 1.0, None, None, "")
+
+    base = [0.100, 0.104, 0.098, 0.101, 0.099, 0.102]
+    rows = [row("ring", base), row("ring staging=wc", [t * 0.8 for t in base]),
+            row("ring provision=background", [t * 1.0 for t in base]), row("ring threads=8", base, group="threads")]
+    lines = load_report.variants_table(SimpleNamespace(rows=rows))
+    text = "\n".join(lines)
+    assert "| `ring staging=wc` | `ring` | warm | 6 | 1.25×" in text and "faster" in text
+    assert "| `ring provision=background` | `ring` |" in text
+    assert "ring threads=8" not in text  # another group: not paired round by round

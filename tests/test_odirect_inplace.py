@@ -182,6 +182,6 @@ def test_tiny_and_large_experts_land_the_same_bytes_every_way(odirect, raw_model
     for cache in ("cold", "warm"):
         prepare(index.path, cache)
         dev = open_device("host")
-        experts = get_strategy("experts")(chunk_mib=1, threads=2).load(index, dev)
+        experts = get_strategy("experts")(upload="pageable", chunk_mib=1, threads=2).load(index, dev)
         assert verify_placements(index, dev, experts.placements).ok
         assert experts.engaged_by("blob_zero_copy").total == 2

@@ -135,7 +135,7 @@ def test_runs_record_the_fast_paths_in_the_run_json_the_ledger_and_the_exports(m
     # `workbench run MOE.gguf --strategy experts` and `--strategy odirect --param mode=inplace`,
     # verified byte-exact, with their engaged facts and shift-copy counts wherever a run is read back
     ledger = tmp_path / "l.sqlite"
-    for strategy, params in (("experts", []), ("odirect", ["--param", "mode=inplace"]),
+    for strategy, params in (("experts", ["--param", "upload=pageable"]), ("odirect", ["--param", "mode=inplace"]),
                              ("odirect", ["--param", "mode=bounce"])):
         result = cli("run", moe64.path, "--strategy", strategy, *params, "--runs", "1", "--cache", "warm",
                      "--ledger", str(ledger), "--campaign", "runs", "--json")

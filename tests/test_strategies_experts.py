@@ -1,5 +1,7 @@
 """The ``experts`` strategy and its per-expert baseline (``pread granularity=expert``): bytes verified per
-tensor out of shared blob buffers, one residency probe per load, and facts that name what engaged."""
+tensor out of shared blob buffers, one residency probe per load, and facts that name what engaged.
+The borrowed-slice modes (``upload=pageable|registered|pinned``) here; the staged default in
+test_strategies_experts_staged.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,6 +24,8 @@ def _cache(isolated_cache):
 
 
 def load(name, index, device="host", **params):
+    if name == "experts":
+        params.setdefault("upload", "pageable")  # the borrowed-slice path (the default is staged)
     dev = open_device(device)
     result = get_strategy(name)(**params).load(index, dev)
     report = verify_placements(index, dev, result.placements)
@@ -151,6 +155,7 @@ def test_per_expert_pread_reads_each_expert_on_its_own(synth_model):
 
 def test_bad_params_are_one_line_errors():
     for name, raw in (("experts", {"gate": "1.5"}), ("experts", {"upload": "zero"}), ("experts", {"threads": "0"}),
+                      ("experts", {"staging": "wcc"}), ("experts", {"provision": "later"}), ("experts", {"spare": "-1"}),
                       ("pread", {"granularity": "layer"}), ("pread", {"granularity": "expert", "upload": "pinned"})):
         with pytest.raises(ParamError) as err:
             get_strategy(name).from_strings(raw)
@@ -158,6 +163,7 @@ def test_bad_params_are_one_line_errors():
 
 
 @pytest.mark.parametrize("name,params", [("experts", {"upload": "registered"}), ("experts", {"upload": "pinned"}),
+                                         ("experts", {}), ("experts", {"staging": "wc"}),
                                          ("pread", {"granularity": "expert"}), ("odirect", {"mode": "inplace"})])
 def test_the_gpu_backend_call_shapes_on_the_fake_cuda_runtime(synth_model, name, params):
     # the H200 runs these through upload/_gpu.py; the fake runtime checks every call and copies for real

@@ -131,8 +131,8 @@ class FailingCopies(Device):
     def destroy_fence(self, fence: Fence) -> None:
         self.inner.destroy_fence(fence)
 
-    def alloc_pinned(self, nbytes: int) -> HostStaging:
-        return self.inner.alloc_pinned(nbytes)
+    def alloc_pinned(self, nbytes: int, write_combined: bool = False) -> HostStaging:
+        return self.inner.alloc_pinned(nbytes, write_combined)
 
     def free_pinned(self, staging: HostStaging) -> None:
         self.inner.free_pinned(staging)
@@ -156,7 +156,7 @@ class Snapshot:
     fds: dict[int, str]
     file_maps: tuple[str, ...]
     anon: int  # bytes of writable anonymous mappings (heap and stacks aside)
-    rss_anon: int  # resident anonymous bytes (RssAnon)
+    rss_anon: int  # resident anonymous bytes (RssAnon) less CPython's arenas (a failed load's traceback fills some)
     usage: DeviceUsage | None
     device_free: int | None
 
@@ -166,7 +166,8 @@ def take_snapshot(device: Device, model: Any) -> Snapshot:
     _libc.malloc_trim(0)  # free memory at the top of the main heap goes back first
     files = {(str(os.stat(f.path).st_ino), os.path.basename(f.path)) for f in model.files}
     file_maps: list[str] = []
-    anon = -_python_heap()  # CPython's own arenas come and go with fragmentation: not the strategy's
+    heap = _python_heap()  # CPython's own arenas come and go with fragmentation: not the strategy's
+    anon = -heap
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
         for line in fh:
             fields = line.split()
@@ -184,7 +185,7 @@ def take_snapshot(device: Device, model: Any) -> Snapshot:
     inner = getattr(device, "inner", device)
     free = inner.memory_free() if DEVICE == "cuda" else None
     return Snapshot(tuple(sorted(t.name for t in threading.enumerate())), len(os.listdir("/proc/self/task")),
-                    fds, tuple(file_maps), anon, _rss_anon(), device.usage(), free)
+                    fds, tuple(file_maps), anon, _rss_anon() - heap, device.usage(), free)
 
 
 def _python_heap() -> int:
@@ -367,9 +368,8 @@ def check_finished_and_failed_loads(name: str, params: dict[str, Any], index: An
         check_clean(before, settled_snapshot(real, index, before), f"{name} {params} after a load")
 
         failing = FailingCopies(real, copies // 2 + 1)
-        with pytest.raises(InjectedCopyFailure, match="refused on purpose") as raised:
-            load(name, params, index, failing)
-        raised = None  # the traceback holds the load's frames; a real caller drops it too
+        with pytest.raises(InjectedCopyFailure, match="refused on purpose"):
+            load(name, params, index, failing)  # pytest drops the traceback (the load's frames) on exit
         gc.collect()  # frames in a cycle with their exception go only when the collector runs
         check_clean(before, settled_snapshot(real, index, before),
                     f"{name} {params} after a load failed half-way")

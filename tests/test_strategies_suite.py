@@ -225,8 +225,8 @@ def test_lanes_many_threads_small_pieces_never_deadlock(upload, raw_model):
         set_cache(index.path, "cold")
         result = load_and_verify("lanes", index, threads=8, chunk_mib=1, upload=upload)
     assert result.path["copy_from"] == upload and result.path["readers"] == 8
-    if upload == "pinned":
-        assert result.engaged_by("pinned_staging").total == 16
+    if upload == "pinned":  # 2 x 8 slots asked, sized to the 5.2 MiB read: 6 — fewer slots than lanes
+        assert result.engaged_by("pinned_staging").total == 6
 
 
 @pytest.mark.parametrize("cache", ["cold", "warm"])

@@ -130,7 +130,7 @@ def test_the_gate_picks_the_plan(cache, raw_model):
     if cache == "warm":
         assert readers.note.startswith("warm: 100% resident") and "windows of 1 MiB shared" in readers.note
         assert (readers.done, readers.total, result.path["readers"]) == (3, 3, 3)
-        assert result.engaged_by("pinned_staging").total == 3 + 4  # readers + spare
+        assert result.engaged_by("pinned_staging").total == 6  # readers + spare, sized: 5.2 MiB fill 6 slots
     else:
         assert readers.note.startswith("cold: 0% resident") and "2 MiB reads" in readers.note
         assert (readers.done, readers.total, result.path["readers"]) == (2, 2, 2)
@@ -284,3 +284,11 @@ def test_evict_on_a_set_drops_every_file(cache, raw_set):
     assert result.counters["dontneed_calls"] > 0
     for f in index.files:
         assert resident_fraction(f.path, f.data_start, f.data_end - f.data_start) < 0.05, f.name
+
+
+def test_a_small_model_gets_a_ring_no_larger_than_it(raw_model):
+    index = raw_model([(1 << 20) + 5, 3000])  # 1 MiB: the default ring is 20 x 8 MiB
+    set_cache(index.path, "warm")
+    result = load(index)
+    fact = result.engaged_by("pinned_staging")
+    assert fact.total == 1 and fact.note.startswith("1 x 1.00") and fact.state == "ON", str(fact)

@@ -40,6 +40,7 @@ class FakeRuntime:
     """A cuda-python / hip-python stand-in: ``(err, value)`` tuples, real memory, every call recorded."""
 
     ALLOC = {"cuda": ("HostAlloc", "FreeHost"), "hip": ("HostMalloc", "HostFree")}
+    WRITE_COMBINED = 4  # cudaHostAllocWriteCombined and hipHostMallocWriteCombined are both 4
 
     def __init__(self, prefix: str, *, devices: int = 1, fail: dict[str, str] | None = None,
                  props: dict[str, Any] | None = None, readonly_flag: bool = True):
@@ -61,6 +62,8 @@ class FakeRuntime:
         setattr(self, f"{prefix}MemcpyKind",
                 enum.IntEnum(f"{prefix}MemcpyKind", {f"{prefix}Memcpy{k}": v for k, v in kinds.items()}))
         setattr(self, f"{prefix}{self.ALLOC[prefix][0]}Default", 0)
+        setattr(self, f"{prefix}{self.ALLOC[prefix][0]}WriteCombined", self.WRITE_COMBINED)
+        self.write_combined: set[int] = set()  # addresses of write-combined host allocations
         setattr(self, f"{prefix}HostRegisterDefault", 0)
         if readonly_flag:
             setattr(self, f"{prefix}HostRegisterReadOnly", 8)
@@ -120,14 +123,21 @@ class FakeRuntime:
         return self._drop(self.device_mem, ptr)
 
     def _HostAlloc(self, size: int, flags: int) -> tuple:
-        return self._ok(self._new(self.host_mem, size))
+        ptr = self._new(self.host_mem, size)
+        if flags & self.WRITE_COMBINED:
+            self.write_combined.add(int(ptr))
+        return self._ok(ptr)
 
     _HostMalloc = _HostAlloc
 
     def _FreeHost(self, ptr: Any) -> tuple:
+        self.write_combined.discard(int(ptr))
         return self._drop(self.host_mem, ptr)
 
     _HostFree = _FreeHost
+
+    def in_write_combined(self, addr: int, size: int) -> bool:
+        return any(base < addr + size and addr < base + len(self.host_mem[base]) for base in self.write_combined)
 
     def _on_device(self, addr: int, size: int) -> bool:
         blocks = self.device_mem.items()
@@ -139,6 +149,8 @@ class FakeRuntime:
         dev, host = (dst, src) if h2d else (src, dst)
         if not self._on_device(dev, size) or self._on_device(host, 1):
             return (self._err("ErrorInvalidValue"),)
+        if not h2d and self.in_write_combined(host, size):
+            raise AssertionError("device-to-host copy into write-combined staging: the CPU would read it")
         ctypes.memmove(dst, src, size)
         return self._ok()
 

@@ -21,7 +21,7 @@ from workbench.untrusted import for_html
 # (strategy, params, what it stands for): the first is the baseline of each measured group
 SLICE_METHODS = (
     ("pread", {"granularity": "expert"}, "per-expert pread"),
-    ("experts", {}, "experts: one copy per blob"),
+    ("experts", {"upload": "pageable"}, "experts: one copy per blob"),
     ("odirect", {"mode": "bounce"}, "odirect bounce"),
     ("odirect", {"mode": "inplace"}, "odirect in place"),
 )

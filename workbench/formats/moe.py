@@ -57,6 +57,12 @@ def _one_file(blob: ExpertBlob, tensors: list[TensorInfo]) -> bool:
     return len(_files_of(blob, tensors)) <= 1
 
 
+def match_gguf_experts_name(name: str) -> tuple[int, str] | None:
+    """``blk.N.ffn_<proj>_exps.weight`` → (N, projection), else None."""
+    m = _GGUF_EXPS.match(name)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
 def group_gguf_experts(path: str, tensors: Iterable[TensorInfo]) -> tuple[ExpertBlob, ...]:
     """Split each stacked ``blk.N.ffn_*_exps.weight`` tensor into per-expert slices."""
     blobs = []

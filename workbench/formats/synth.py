@@ -31,6 +31,7 @@ import re
 from workbench.errors import ParamError
 from workbench.formats.index import TensorIndex
 from workbench.formats.synth_layout import LAYOUTS, plan_model
+from workbench.formats.synth_remainder import check_remainder, with_remainder
 from workbench.formats.synth_shards import write_set
 from workbench.formats.synth_write import CHUNK_BYTES, _write_content, write_gguf, write_safetensors
 from workbench.outputs import partial_path, refuse_overwrite
@@ -60,7 +61,8 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
                     experts: int = 8, alignment: int = 32, seed: int = 0,
                     expert_layout: str | None = None, dtype: str = "f16",
                     shape: str | None = None, shards: int = 1,
-                    max_shard_size: int | None = None, force: bool = True) -> TensorIndex:
+                    max_shard_size: int | None = None, expert_remainder: int | None = None,
+                    expert_stride: str = "page", force: bool = True) -> TensorIndex:
     """Write a synthetic model of about ``size`` bytes — one file, or a sharded set — and return its index.
 
     Parameters
@@ -97,22 +99,34 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
         start a new file whenever the next tensor would pass ``max_shard_size`` bytes (as
         ``save_pretrained`` and gguf-split do). safetensors sets get ``model.safetensors.index.json``
         with Hugging Face's file names and ``metadata.total_size``; GGUF sets ``split.*`` keys.
+    expert_remainder
+        MoE only: every expert blob's first byte lands this many bytes past a page boundary (the
+        second write-up's 1152 at alignment 32), in every file of a set: the data region starts on a
+        page and zero pad tensors (``workbench_pad.<n>``) go in front of blobs (synth_remainder.py).
+        None: where the layout puts them (0 mod 64 at alignment >= 64, else an odd multiple of it).
+    expert_stride
+        MoE only: ``"page"`` (every expert a whole number of pages) or ``"odd"`` (none is, as in a tiny
+        test model: the experts of a blob sit at different remainders and placement declines).
     force
         Replace an existing model or ledger file at an output path; ``False`` (the ``synth`` command's
         default) refuses it in one line before anything is written. Each file is written to a new file
         beside it and renamed over it when complete.
     """
     _check_args(format, layout, size, experts, alignment, seed)
-    specs, meta = plan_model(format, layout, size, experts, alignment, expert_layout, dtype, shape)
+    check_remainder(format, layout, alignment, expert_remainder)
+    specs, meta = plan_model(format, layout, size, experts, alignment, expert_layout, dtype, shape, expert_stride)
+    if expert_remainder is not None:
+        meta["expert_remainder"] = expert_remainder
     if shards != 1 or max_shard_size is not None:
-        return write_set(path, format, specs, meta, alignment, seed, shards, max_shard_size, force)
+        return write_set(path, format, specs, meta, alignment, seed, shards, max_shard_size, expert_remainder,
+                         force)
     path = os.fspath(path)
     refuse_overwrite(path, force=force)
     tmp = ""
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # `synth data/models/m.gguf` in a fresh clone
         tmp = partial_path(path)
-        numbered = list(enumerate(specs))
+        numbered = with_remainder(format, list(enumerate(specs)), alignment, expert_remainder)
         if format == "gguf":
             write_gguf(tmp, numbered, meta, alignment, seed)
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PAGE = 4096
+EXPERT_STRIDES = ("page", "odd")
 _ROW_BLOCK = 32  # a GGUF row (numpy's last dimension) must hold whole Q4_0/Q8_0 blocks
 _BYTES = {"Q4_0": (32, 18), "Q8_0": (32, 34), "F16": (1, 2), "F32": (1, 4), "BF16": (1, 2)}  # per block
 
@@ -26,6 +27,22 @@ def page_multiple_width(hidden: int, dtype: str) -> int:
     return width
 
 
+def odd_width(hidden: int, dtype: str) -> int:
+    """The FFN width nearest ``3/8 · hidden`` for which one expert is NOT a whole number of pages: the
+    tiny-model case of the second write-up, where the experts land at changing remainders and in-place
+    placement must decline. Quantized widths step by the 32-element block, float widths by one.
+
+    Raises ValueError where no width does it (an F16 row of 2048 elements is a page already).
+    """
+    elements, nbytes = _BYTES[dtype]
+    step = _ROW_BLOCK if elements > 1 else 1
+    start = max(step, round(hidden * 3 / 8 / step) * step)
+    for width in range(start, start + PAGE * step, step):
+        if (width * hidden // elements * nbytes) % PAGE:
+            return width
+    raise ValueError(f"every {dtype} expert of hidden size {hidden} is a whole number of pages")
+
+
 @dataclass(frozen=True)
 class Dims:
     """Model hyper-parameters derived from the hidden size."""
@@ -37,6 +54,7 @@ class Dims:
     matrix_dtype: str = "Q4_0"
     expert_layout: str = "stacked"  # GGUF always; safetensors "split" (one tensor per expert) or "stacked"
     ff_dim: int = 0  # a real model's FFN width; 0: derived from hidden
+    expert_stride: str = "page"  # "page": every expert a whole number of pages; "odd": none is
 
     @property
     def head_dim(self) -> int:
@@ -53,7 +71,10 @@ class Dims:
     @property
     def expert_ff(self) -> int:
         """A3B: hidden 2048 → expert FFN 768; rounded to the nearest page-multiple width, so small
-        hidden sizes get a wider FFN (at Q4_0 an expert cannot be smaller than 9 pages)."""
+        hidden sizes get a wider FFN (at Q4_0 an expert cannot be smaller than 9 pages). With
+        ``expert_stride="odd"`` the nearest width whose experts are not page multiples."""
+        if self.expert_stride == "odd":
+            return odd_width(self.hidden, self.matrix_dtype)
         unit = page_multiple_width(self.hidden, self.matrix_dtype)
         return max(unit, round(self.hidden * 3 / 8 / unit) * unit)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from workbench.errors import ParamError
-from workbench.formats.synth_dims import Dims
+from workbench.formats.synth_dims import EXPERT_STRIDES, Dims
 from workbench.formats.synth_experts import EXPERT_LAYOUTS, expert_roles
 
 LAYOUTS = ("dense", "moe")
@@ -49,8 +49,8 @@ class TensorSpec:
 
 
 def plan_model(fmt: str, layout: str, size: int | None, experts: int, alignment: int,
-               expert_layout: str | None = None, dtype: str = "f16",
-               shape: str | None = None) -> tuple[list[TensorSpec], dict[str, int | str]]:
+               expert_layout: str | None = None, dtype: str = "f16", shape: str | None = None,
+               expert_stride: str = "page") -> tuple[list[TensorSpec], dict[str, int | str]]:
     """Tensor specs in file order and the metadata describing them, for a file of about ``size``.
 
     ``expert_layout``: GGUF experts are always ``"stacked"``; safetensors defaults to ``"split"``
@@ -59,14 +59,19 @@ def plan_model(fmt: str, layout: str, size: int | None, experts: int, alignment:
     ``shape``: a name from :data:`SHAPES` fixes hidden, FFN and vocabulary sizes to a real model's
     (dense only); the layer count fills the size, or with ``size=None`` is the real model's (its full
     dimensions: llama3-8b is 32 layers, 16.06 GB in bf16).
+    ``expert_stride``: ``"page"`` (every expert a whole number of pages, as real quantized checkpoints)
+    or ``"odd"`` (none is: the tiny-model case, where in-place placement must stay INERT).
     """
     dtypes = _check_dtype_shape(fmt, layout, dtype, shape)
+    if expert_stride not in EXPERT_STRIDES:
+        raise ParamError("synth", "expert_stride", f"{expert_stride!r} is not one of {', '.join(EXPERT_STRIDES)}")
     if size is None:
         if shape is None:
             raise ParamError("synth", "size", "needed unless --shape names a real model")
         return _plan_real(fmt, layout, experts, expert_layout, dtype, shape, dtypes)
     align = alignment if fmt == "gguf" else 1  # safetensors packs tensors back to back
-    proto = Dims(0, 1, 1, experts, dtypes["matrix"], _expert_layout(fmt, expert_layout))
+    proto = Dims(0, 1, 1, experts, dtypes["matrix"], _expert_layout(fmt, expert_layout),
+                 expert_stride=expert_stride if layout == "moe" else "page")
     if shape is None:
         proto = replace(proto, hidden=_pick_hidden(fmt, layout, size, proto, align, dtypes))
     else:
@@ -85,6 +90,8 @@ def plan_model(fmt: str, layout: str, size: int | None, experts: int, alignment:
     dims = replace(proto, layers=layers, vocab=vocab)
     meta = _metadata(layout, dims, size)
     meta.update({"dtype": dtype, **({"shape": shape} if shape else {})})
+    if layout == "moe":
+        meta["expert_stride"] = expert_stride
     return model_specs(fmt, layout, dims, dtypes), meta
 
 
@@ -159,7 +166,10 @@ def _pick_hidden(fmt: str, layout: str, size: int, proto: Dims, align: int, dtyp
     """The largest ladder hidden size that leaves room for the target layer count."""
     best = _LADDER[0]
     for hidden in _LADDER:
-        per_layer, row, fixed = _costs(fmt, layout, replace(proto, hidden=hidden), align, dtypes)
+        try:
+            per_layer, row, fixed = _costs(fmt, layout, replace(proto, hidden=hidden), align, dtypes)
+        except ValueError:  # expert_stride="odd": no expert width of this hidden size is off the pages
+            continue
         if fixed + _MIN_VOCAB * row + _TARGET_LAYERS * per_layer <= size:
             best = hidden
     return best

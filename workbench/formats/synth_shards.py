@@ -17,6 +17,7 @@ from workbench.errors import ParamError
 from workbench.outputs import partial_path, refuse_overwrite
 from workbench.formats.index import TensorIndex
 from workbench.formats.synth_layout import TensorSpec
+from workbench.formats.synth_remainder import with_remainder
 from workbench.formats.synth_write import Numbered, write_gguf, write_safetensors
 
 _EXPERT = re.compile(r"^(.*\.experts)\.\d+\.(.*)$")  # model.layers.N.mlp.experts.E.<proj>: a blob's member
@@ -87,12 +88,15 @@ def shard_paths(out: str, fmt: str, count: int) -> tuple[str, list[str]]:
 
 
 def write_set(out: str | os.PathLike[str], fmt: str, specs: list[TensorSpec], meta: dict[str, int | str],
-              alignment: int, seed: int, shards: int, max_shard_size: int | None, force: bool = True) -> TensorIndex:
+              alignment: int, seed: int, shards: int, max_shard_size: int | None,
+              expert_remainder: int | None = None, force: bool = True) -> TensorIndex:
     """Write the set (each file through a new ``.partial`` file and a rename, the safetensors index last)
-    and return its index; without ``force`` an existing model or ledger among its files is refused first."""
+    and return its index; without ``force`` an existing model or ledger among its files is refused first.
+    ``expert_remainder``: pads placed file by file (synth_remainder)."""
     from workbench.formats import open_index
 
-    files = plan_shards(specs, shards, max_shard_size)
+    files = [with_remainder(fmt, f, alignment, expert_remainder) for f in plan_shards(specs, shards, max_shard_size)]
+    n_tensors = sum(len(f) for f in files)
     directory, names = shard_paths(os.fspath(out), fmt, len(files))
     outputs = names + ([_st_index_name(names[0])] if fmt == "safetensors" else [])
     for name in outputs:
@@ -101,11 +105,11 @@ def write_set(out: str | os.PathLike[str], fmt: str, specs: list[TensorSpec], me
         os.makedirs(directory, exist_ok=True)
         for no, (name, numbered) in enumerate(zip(names, files)):
             _write_atomic(os.path.join(directory, name), lambda tmp, n=numbered, k=no: (
-                write_gguf(tmp, n, meta, alignment, seed, (k, len(files), len(specs))) if fmt == "gguf"
+                write_gguf(tmp, n, meta, alignment, seed, (k, len(files), n_tensors)) if fmt == "gguf"
                 else write_safetensors(tmp, n, meta, alignment, seed)))
         if fmt == "safetensors":
             index = _st_index_name(names[0])
-            doc = {"metadata": {"total_size": sum(s.nbytes for s in specs)},
+            doc = {"metadata": {"total_size": sum(s.nbytes for f in files for _, s in f)},
                    "weight_map": {s.name: name for name, numbered in zip(names, files) for _, s in numbered}}
             _write_atomic(os.path.join(directory, index), lambda tmp: _write_json(tmp, doc))
     except OSError as exc:

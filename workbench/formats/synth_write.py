@@ -15,6 +15,7 @@ from workbench.formats.synth_layout import TensorSpec
 
 CHUNK_BYTES = 8 << 20
 _KERNEL_ALIGNMENT = 64  # expert offsets below this alignment would under-align the compute kernels
+_PAGE = 4096
 # Bytes per quant block and where its float scales sit, to keep values finite (see _make_finite).
 _BLOCK = {"Q4_0": 18, "Q8_0": 34, "F16": 2, "BF16": 2, "F32": 4, "U8": 1, "I8": 1}
 
@@ -29,7 +30,10 @@ def write_gguf(path: str, specs: Numbered, meta: dict[str, int | str], alignment
     llama.cpp's gguf-split does, only the first split carries the model's key/values.
     """
     header = _write_gguf_header(path, specs, meta, alignment, seed, 0, split)
-    pad = (_data_remainder(alignment) - _round_up(header, alignment)) % _KERNEL_ALIGNMENT
+    if _page_start(meta):  # the pads of synth_remainder count from a page-aligned data region
+        pad = -_round_up(header, alignment) % _PAGE
+    else:
+        pad = (_data_remainder(alignment) - _round_up(header, alignment)) % _KERNEL_ALIGNMENT
     if pad:  # a multiple of the alignment, so the data region moves by exactly `pad`
         _write_gguf_header(path, specs, meta, alignment, seed, pad, split)
     with open(path, "r+b") as f:
@@ -38,6 +42,11 @@ def write_gguf(path: str, specs: Numbered, meta: dict[str, int | str], alignment
         for i, s in specs:
             _write_content(f, s, seed, i)
             _pad(f, alignment)  # next tensor's offset, as gguf-py's writer lays them out
+
+
+def _page_start(meta: dict[str, int | str]) -> bool:
+    """Whether the data region must start on a page (a file with an expert remainder: synth_remainder)."""
+    return meta.get("expert_remainder") is not None
 
 
 def _data_remainder(alignment: int) -> int:
@@ -88,7 +97,7 @@ def write_safetensors(path: str, specs: Numbered, meta: dict[str, int | str], al
         pos += s.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     # Pad with spaces (valid JSON whitespace, as the safetensors writer does) to align the data start.
-    unit = max(8, alignment)
+    unit = _PAGE if _page_start(meta) else max(8, alignment)
     raw += b" " * (-(8 + len(raw)) % unit)
     with open(path, "wb") as f:
         f.write(len(raw).to_bytes(8, "little"))
@@ -136,7 +145,12 @@ def _write_content(f: BinaryIO, spec: TensorSpec, seed: int, index: int) -> None
 
 
 def _content_chunks(spec: TensorSpec, seed: int, index: int) -> Iterator[np.ndarray]:
-    """``spec.nbytes`` pseudo-random bytes from PCG64(seed, index), chunk by chunk (bounded memory)."""
+    """``spec.nbytes`` pseudo-random bytes from PCG64(seed, index), chunk by chunk (bounded memory);
+    zeros for ``index`` -1 (a pad, see synth_remainder)."""
+    if index < 0:
+        for at in range(0, spec.nbytes, CHUNK_BYTES):
+            yield np.zeros(min(CHUNK_BYTES, spec.nbytes - at), dtype=np.uint8)
+        return
     bits = np.random.PCG64(np.random.SeedSequence([seed, index]))
     unit = math.lcm(8, _BLOCK[spec.dtype])  # whole blocks and whole 64-bit words per chunk
     chunk = max(unit, CHUNK_BYTES // unit * unit)

@@ -346,7 +346,10 @@ class _Session:
         ours = {"file": self.models.identity(config.file).get("hash"), "cache": self.cache, "device": config.device}
         theirs = {"file": base.get("file_hash"), "cache": base.get("cache"), "device": base.get("device")}
         diff = [f"{k} {theirs[k]!r} vs {ours[k]!r}" for k in ours if theirs[k] and ours[k] and theirs[k] != ours[k]]
-        settings = settings_differences(base.get("environment"), self._environment(config.file))
+        # the device as the worker reported it (name, binding), as the baseline's environment holds it
+        first = next((r for r in self.runs[0] if r.report is not None and r.report.device_info), None)
+        device = dict(first.report.device_info) if first is not None else {"backend": config.device}
+        settings = settings_differences(base.get("environment"), {**self._environment(config.file), "device": device})
         if settings:
             diff.append(f"load-path settings {format_differences(settings, limit=4)}")
         return f"baseline {baseline[:8]} differs: {', '.join(diff)}" if diff else ""

@@ -140,6 +140,18 @@ class LoadContext:
         self.placements.extend(Placement(t.name, buf, offset, t.nbytes) for t, offset in members)
         return buf
 
+    def place_groups(self, groups: Sequence[tuple[Sequence[tuple[TensorInfo, int]], int]]) -> list[DeviceBuffer]:
+        """Several group buffers (each as :meth:`place_group`: members at their offsets) carved from one
+        device allocation, as :meth:`place_all` carves tensors: one driver call for every blob."""
+        for members, nbytes in groups:
+            for t, offset in members:
+                if offset < 0 or offset + t.nbytes > nbytes:
+                    raise ValueError(f"{t.name}: {t.nbytes} B at {offset} do not fit a {nbytes} B group buffer")
+        bufs = self.device.alloc_many([nbytes for _, nbytes in groups])
+        for (members, _), buf in zip(groups, bufs):
+            self.placements.extend(Placement(t.name, buf, offset, t.nbytes) for t, offset in members)
+        return bufs
+
     def upload(self, buf: DeviceBuffer, offset: int, src: Any, nbytes: int | None = None) -> None:
         """copy_h2d ``src`` into ``buf`` at ``offset`` and count its bytes (thread-safe; untimed)."""
         self.device.copy_h2d(buf, offset, src)

@@ -16,30 +16,35 @@ from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from workbench.strategies.toolkit import (UPLOADS, Evictor, MiB, StagingRing, ThreadGuard, check_upload, files_note,
-                                          pread_into)
+from workbench.strategies.toolkit import (UPLOADS, Evictor, MiB, StagingRing, ThreadGuard, check_upload,
+                                          engage_write_combined, files_note, pread_into)
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
+from workbench.upload.staging import SOURCES, size_ring
 
 
 @dataclass(frozen=True)
 class LanesParams(BaseParams):
     """``threads`` reading lanes, ``chunk_mib`` largest piece a lane reads at once, ``upload``:
     ``pageable`` (a fresh heap buffer per piece, synchronous copy) or ``pinned`` (lanes read into
-    page-locked staging buffers that are recycled once the asynchronous copy out of them is done)."""
+    page-locked staging buffers that are recycled once the asynchronous copy out of them is done);
+    ``staging``: where pinned buffers come from (auto | anon | alloc | wc, as ``ring``'s)."""
 
     heatmap_axes: ClassVar[tuple[str, str] | None] = ("threads", "chunk_mib")
     small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType({"chunk_mib": 1, "threads": 3})
     variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
-        MappingProxyType({"upload": "pinned", "chunk_mib": 1, "threads": 3}),)
+        MappingProxyType({"upload": "pinned", "chunk_mib": 1, "threads": 3}),
+        MappingProxyType({"upload": "pinned", "staging": "wc", "chunk_mib": 1, "threads": 3}))
 
     threads: int = 4
     chunk_mib: int = 16
     upload: str = "pageable"
+    staging: str = "auto"
 
     def __post_init__(self) -> None:
         check_param("lanes", "threads", self.threads >= 1, f"must be >= 1, got {self.threads}")
         check_param("lanes", "chunk_mib", self.chunk_mib >= 1, f"must be >= 1, got {self.chunk_mib}")
         check_upload("lanes", self.upload, LANES_UPLOADS)
+        check_param("lanes", "staging", self.staging in SOURCES, f"one of {', '.join(SOURCES)}, got {self.staging!r}")
 
 
 # lanes implements heap buffers and its own recycled pinned staging; it has no registered mode
@@ -76,8 +81,8 @@ class _Staging:
     the slot's copy when it hands the slot back.
     """
 
-    def __init__(self, ctx: LoadContext, window: int, chunk: int, pinned: bool):
-        self.ring = StagingRing(ctx.device, window, chunk) if pinned else None
+    def __init__(self, ctx: LoadContext, window: int, chunk: int, pinned: bool, source: str = "auto"):
+        self.ring = StagingRing(ctx.device, window, chunk, source=source) if pinned else None
         if self.ring is not None:
             ctx.cleanup(self.ring.close, False)  # error path: a lane's piece may still view a slot
         self.tokens: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -153,6 +158,14 @@ class _Lanes:
             self.slots[j].data, self.slots[j].token = data, token
             self.slots[j].ready.set()
 
+    def discard(self) -> None:
+        """Hand back the staging of pieces read but never uploaded (a load that failed half-way): a
+        live view of page-locked staging would keep the ring from freeing it."""
+        for slot in self.slots:
+            if slot.data is not None:
+                data, slot.data = slot.data, None
+                self.staging.release(slot.token, data)
+
     def wait(self, j: int, guard: ThreadGuard) -> tuple[Any, Any]:
         """Piece ``j`` once read, and the staging token it sits in."""
         slot = self.slots[j]
@@ -175,32 +188,40 @@ class LanesStrategy(Strategy):
     def _load(self, ctx: LoadContext) -> None:
         p = self.params
         bufs = [ctx.place(t) for t in ctx.tensors]
-        run_lanes(ctx, plan_jobs(ctx, p.chunk_mib * MiB), bufs, p.threads, p.chunk_mib, p.upload)
+        run_lanes(ctx, plan_jobs(ctx, p.chunk_mib * MiB), bufs, p.threads, p.chunk_mib, p.upload, p.staging)
         ctx.note(f"evict={'on' if ctx.evict else 'off'} ({ctx.evict_source})")
 
 
 def run_lanes(ctx: LoadContext, jobs: list[Job], bufs: Sequence[Any], threads: int, chunk_mib: int,
-              upload: str) -> int:
+              upload: str, source: str = "auto") -> int:
     """Read ``jobs`` with ``threads`` lanes and upload each piece to ``bufs[job.tensor]`` at ``job.dst``,
     in job order, from the loading thread; records the path and the ``lanes`` (and ``pinned_staging``)
-    facts. ``upload`` is ``pageable`` or ``pinned``. Returns the number of lanes that ran."""
+    facts. ``upload`` is ``pageable`` or ``pinned`` (staging from ``source``, sized to the jobs: no
+    more pinned memory than they move). Returns the number of lanes that ran."""
     pinned = upload == "pinned"
+    window, chunk = 2 * threads, chunk_mib * MiB
+    if pinned:
+        window, chunk = size_ring(window, chunk, [j.nbytes for j in jobs])
     with ctx.phase("staging"):
-        staging = _Staging(ctx, 2 * threads, chunk_mib * MiB, pinned)
+        staging = _Staging(ctx, window, chunk, pinned, source)
     lanes = _Lanes(ctx, jobs, staging)
     n = min(threads, len(jobs))
-    with ThreadGuard("lanes") as guard:
-        for _ in range(n):
-            guard.spawn(lanes.run, guard.stop)
-        for j, job in enumerate(jobs):
-            with ctx.phase("read"):
-                data, token = lanes.wait(j, guard)
-            with ctx.phase("upload"):
-                try:
-                    ctx.device.copy_h2d(bufs[job.tensor], job.dst, data, asynchronous=pinned)
-                finally:
-                    staging.release(token, data)
-                ctx.count("bytes", job.nbytes)
+    try:
+        with ThreadGuard("lanes") as guard:
+            for _ in range(n):
+                guard.spawn(lanes.run, guard.stop)
+            for j, job in enumerate(jobs):
+                with ctx.phase("read"):
+                    data, token = lanes.wait(j, guard)
+                with ctx.phase("upload"):
+                    try:
+                        ctx.device.copy_h2d(bufs[job.tensor], job.dst, data, asynchronous=pinned)
+                    finally:
+                        staging.release(token, data)
+                    ctx.count("bytes", job.nbytes)
+    except BaseException:
+        lanes.discard()  # the lanes are joined: what they read ahead is nobody's now
+        raise
     guard.check()
     with ctx.phase("read"):
         lanes.evictor.finish()
@@ -212,6 +233,7 @@ def run_lanes(ctx: LoadContext, jobs: list[Job], bufs: Sequence[Any], threads: i
         ring = staging.ring
         ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots),
                    unit="buffers", note=f"{ring.describe()}, async copies")
+        engage_write_combined(ctx, ring)
     return n
 
 

@@ -20,27 +20,32 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from workbench.formats.index import TensorIndex
-from workbench.strategies.toolkit import (Evictor, MiB, StagingRing, check_upload, files_note, pread_into,
-                                          pread_upload, read_tensor)
+from workbench.strategies.toolkit import (Evictor, MiB, StagingRing, check_upload, engage_write_combined, files_note,
+                                          pread_into, pread_upload, read_tensor)
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
+from workbench.upload.staging import SOURCES, size_ring
 
 
 @dataclass(frozen=True)
 class PreadParams(BaseParams):
     """``evict``: DONTNEED after each read; ``upload``: pageable | registered | pinned;
-    ``staging_mib``: size of each of the two pinned staging buffers."""
+    ``staging_mib``: size of each of the two pinned staging buffers (at most the largest tensor);
+    ``staging``: where they come from (auto | anon | alloc | wc, as ``ring``'s)."""
 
     variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
         MappingProxyType({"upload": "registered"}), MappingProxyType({"upload": "pinned", "staging_mib": 1}),
+        MappingProxyType({"upload": "pinned", "staging_mib": 1, "staging": "wc"}),
         MappingProxyType({"granularity": "expert"}))
 
     upload: str = "pageable"
     staging_mib: int = 16
     granularity: str = "tensor"
+    staging: str = "auto"
 
     def __post_init__(self) -> None:
         check_upload("pread", self.upload)
         check_param("pread", "staging_mib", self.staging_mib >= 1, f"must be >= 1, got {self.staging_mib}")
+        check_param("pread", "staging", self.staging in SOURCES, f"one of {', '.join(SOURCES)}, got {self.staging!r}")
         check_param("pread", "granularity", self.granularity in GRANULARITIES,
                     f"one of {', '.join(GRANULARITIES)}, got {self.granularity!r}")
         check_param("pread", "granularity", self.granularity == "tensor" or self.upload == "pageable",
@@ -100,10 +105,11 @@ def _upload_registered(ctx: LoadContext) -> None:
                else "register_host refused (RLIMIT_MEMLOCK?): those copies were pageable")
 
 
-def _upload_pinned(ctx: LoadContext, staging: int) -> None:
+def _upload_pinned(ctx: LoadContext, staging: int, source: str = "auto") -> None:
     dev, evictor = ctx.device, Evictor(ctx)
+    slots, size = size_ring(2, staging, [min(staging, t.nbytes) for t in ctx.tensors if t.nbytes])
     with ctx.phase("staging"):
-        ring = StagingRing(dev, 2, staging)
+        ring = StagingRing(dev, slots, size, source=source)
     ctx.cleanup(ring.close, False)  # error path only (closed below otherwise); after the template's sync
     k = 0
     for t in ctx.tensors:
@@ -127,8 +133,9 @@ def _upload_pinned(ctx: LoadContext, staging: int) -> None:
         evictor.finish()
     with ctx.phase("staging"):
         ring.close()
-    ctx.engage("pinned_staging", 2 if ring.locked else 0, 2, unit="buffers",
+    ctx.engage("pinned_staging", slots if ring.locked else 0, slots, unit="buffers",
                note=f"{k} pieces through {ring.describe()}{files_note(ctx)}")
+    engage_write_combined(ctx, ring)
 
 
 class PreadStrategy(Strategy):
@@ -140,7 +147,7 @@ class PreadStrategy(Strategy):
         mode = self.params.upload
         ctx.set_path(copy_from=mode)
         if mode == "pinned":
-            _upload_pinned(ctx, self.params.staging_mib * MiB)
+            _upload_pinned(ctx, self.params.staging_mib * MiB, self.params.staging)
             return
         if self.params.granularity == "expert":
             reads = _upload_per_expert(ctx)

@@ -35,10 +35,10 @@ from workbench.formats.drift import check_unchanged
 from workbench.formats.index import PAGE_SIZE, TensorInfo
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 from workbench.strategies.toolkit import (
-    Evictor, MiB, StagingRing, ThreadGuard, files_note, pread_into, probe_resident,
+    Evictor, MiB, StagingRing, ThreadGuard, engage_write_combined, files_note, pread_into, probe_resident,
 )
 from workbench.upload.base import DeviceBuffer
-from workbench.upload.staging import PROVISIONS, SOURCES
+from workbench.upload.staging import PROVISIONS, SOURCES, size_ring
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,9 @@ class RingParams(BaseParams):
         MappingProxyType({**small_pieces, "gate": 0.0}), MappingProxyType({**small_pieces, "staging": "alloc"}),
         MappingProxyType({**small_pieces, "staging": "anon"}), MappingProxyType({**small_pieces, "arena": False}),
         MappingProxyType({**small_pieces, "provision": "background"}),
-        MappingProxyType({**small_pieces, "provision": "background", "staging": "alloc"}))
+        MappingProxyType({**small_pieces, "provision": "background", "staging": "alloc"}),
+        MappingProxyType({**small_pieces, "staging": "wc"}),
+        MappingProxyType({**small_pieces, "provision": "background", "staging": "wc"}))
 
     threads: int = 16
     cold_threads: int = 8
@@ -276,7 +278,9 @@ class RingStrategy(Strategy):
     def _run_readers(self, ctx: LoadContext, readers: int, slot: int, sources: Sequence[Any],
                      bufs: Sequence[DeviceBuffer], evictor: Evictor) -> None:
         with ctx.phase("staging"):
-            ring = StagingRing(ctx.device, readers + self.params.spare, slot, source=self.params.staging,
+            sizes = [w.hi - w.lo for source in {id(s): s for s in sources}.values() for w in _windows_of(source)]
+            slots, slot = size_ring(readers + self.params.spare, slot, sizes)  # no more than the load reads
+            ring = StagingRing(ctx.device, slots, slot, source=self.params.staging,
                                provision=self.params.provision)
         ctx.cleanup(ring.close, False)  # error path only: closed below otherwise
         with ThreadGuard("ring") as guard, ctx.phase("read"):  # readers start working as they spawn
@@ -291,3 +295,9 @@ class RingStrategy(Strategy):
             ring.close()
         ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots),
                    unit="slots", note=ring.describe() + files_note(ctx))
+        engage_write_combined(ctx, ring)
+
+
+def _windows_of(source: Any) -> list[Window]:
+    """The windows a reader's source holds (a shared queue, or one reader's share)."""
+    return source.windows if isinstance(source, _Queue) else list(source)

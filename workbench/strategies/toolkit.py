@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from workbench.errors import FormatError
+from workbench.formats.drift import check_unchanged
 from workbench.formats.index import ModelFile, TensorInfo
 from workbench.io.pagecache import resident_fraction, sampled_resident_fraction
 from workbench.records import MiB
@@ -24,8 +25,8 @@ from workbench.strategies.params import check_param
 from workbench.upload.staging import StagingRing, Slot
 
 __all__ = ["UPLOADS", "Evictor", "FileMapping", "MiB", "Slot", "StagingRing", "ThreadGuard", "check_upload",
-           "eviction_reason", "files_note", "open_mapping", "pread_into", "pread_upload", "probe_resident", "read_tensor",
-           "upload_borrowed"]
+           "engage_staging", "engage_write_combined", "eviction_reason", "files_note", "open_mapping", "pread_into", "pread_upload",
+           "probe_resident", "read_tensor", "reader_opener", "upload_borrowed"]
 
 # The host memory an upload can copy from: the heap buffer as it is, the heap buffer page-locked for
 # its copy (register_host), or page-locked staging buffers with asynchronous copies.
@@ -110,6 +111,37 @@ def pread_upload(ctx: LoadContext, tensors: tuple[TensorInfo, ...] | None = None
         evictor.finish()
     if ctx.evict:
         ctx.note(f"evict ({ctx.evict_source}): DONTNEED after each read, then each file whole")
+
+
+def reader_opener(ctx: LoadContext) -> Callable[[str], int]:
+    """``open_file(path) -> fd`` for a reader thread's own descriptor of a model file (its own
+    readahead), refused like :meth:`LoadContext.fd` if the file changed since indexing."""
+
+    def open_file(path: str) -> int:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            check_unchanged(ctx.index.file(path), fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    return open_file
+
+
+def engage_staging(ctx: LoadContext, ring: StagingRing, unit: str = "slots", note: str = "") -> None:
+    """The ``pinned_staging`` fact of a closed ring (``note`` after its description) and, where the ring
+    was asked for write-combined slots, the ``write_combined`` fact (INERT on a backend without them)."""
+    ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots), unit=unit,
+               note=ring.describe() + note)
+    engage_write_combined(ctx, ring)
+
+
+def engage_write_combined(ctx: LoadContext, ring: StagingRing) -> None:
+    """The ``write_combined`` fact where the ring was asked for write-combined slots (else nothing)."""
+    fact = ring.write_combined_fact(ctx.device.info().backend)
+    if fact is not None:
+        ctx.engage(fact.feature, fact.done, fact.total, unit=fact.unit, note=fact.note)
 
 
 def files_note(ctx: LoadContext) -> str:

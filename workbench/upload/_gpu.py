@@ -47,6 +47,7 @@ class GpuRuntime:
     prefix: str  # "cuda", "hip": error enum ``{prefix}Error_t``, ``{prefix}MemcpyKind``
     calls: Mapping[str, str]  # role → function name, from :func:`call_names`
     pinned_flags: str  # module constant for page-locked host allocations
+    write_combined_flags: str  # module constant for write-combined page-locked host allocations
     register_flags: str  # module constant for host registration
     register_readonly_flags: str  # for read-only mappings; a binding may lack it
     no_device_codes: tuple[str, ...]  # error names meaning "driver fine, no device"
@@ -333,8 +334,9 @@ class GpuDevice(Device):
         nbytes = len(dest)
         self._check_range(buf, offset, nbytes, "read-back")
         if nbytes:
-            self.synchronize()
             addr, _ = host_address(dest)
+            self._refuse_write_combined(addr, nbytes)
+            self.synchronize()
             self._call("memcpy", addr, buf.ptr + offset, nbytes, self._kind("DeviceToHost"))
 
     def record_event(self) -> GpuEvent:
@@ -378,15 +380,25 @@ class GpuDevice(Device):
         finally:
             self._call("event_destroy", fence.event)
 
-    def alloc_pinned(self, nbytes: int) -> HostStaging:
+    def alloc_pinned(self, nbytes: int, write_combined: bool = False) -> HostStaging:
         self._use()
         size = max(nbytes, 1)
-        raw = self._call("host_alloc", size, getattr(self.module, self.runtime.pinned_flags))
+        flags = self.runtime.write_combined_flags if write_combined else self.runtime.pinned_flags
+        raw = self._call("host_alloc", size, getattr(self.module, flags))
         array = (ctypes.c_char * size).from_address(int(raw))
-        staging = HostStaging(nbytes, memoryview(array).cast("B")[:nbytes], handle=raw, locked=True)
+        staging = HostStaging(nbytes, memoryview(array).cast("B")[:nbytes], handle=raw, locked=True,
+                              write_combined=write_combined)
         self._pinned[id(staging)] = staging
         self.locked.add("pinned", staging.nbytes)
         return staging
+
+    def _refuse_write_combined(self, addr: int, nbytes: int) -> None:
+        """A read-back into write-combined staging would have the CPU read it (uncached): refused."""
+        for s in self._pinned.values():
+            base = int(s.handle) if s.handle is not None else 0
+            if s.write_combined and base < addr + nbytes and addr < base + max(s.nbytes, 1):
+                raise ValueError(f"{self.label}: read-back into write-combined staging at 0x{base:x}: the CPU "
+                                 "must never read write-combined memory (verification reads into its own buffer)")
 
     def free_pinned(self, staging: HostStaging) -> None:
         if staging.handle is None:

@@ -88,12 +88,19 @@ class Fence:
 
 
 class HostStaging:
-    """Page-locked (pinned) host memory a backend can DMA from; ``view`` is a writable memoryview."""
+    """Page-locked (pinned) host memory a backend can DMA from; ``view`` is a writable memoryview.
 
-    __slots__ = ("nbytes", "view", "handle", "locked")
+    ``write_combined``: the memory is write-combined (cudaHostAllocWriteCombined /
+    hipHostMallocWriteCombined): writes skip the cache — no read-for-ownership on the destination —
+    and the DMA out of it may be faster, but a CPU read of it is uncached and very slow, so nothing
+    may read it back (the GPU backends refuse it as a read-back destination)."""
 
-    def __init__(self, nbytes: int, view: memoryview, handle: Any = None, locked: bool = True):
+    __slots__ = ("nbytes", "view", "handle", "locked", "write_combined")
+
+    def __init__(self, nbytes: int, view: memoryview, handle: Any = None, locked: bool = True,
+                 write_combined: bool = False):
         self.nbytes, self.view, self.handle, self.locked = nbytes, view, handle, locked
+        self.write_combined = write_combined
 
 
 class LockedMeter:
@@ -215,7 +222,9 @@ class Device(ABC):
         self.wait_fence(fence)
 
     @abstractmethod
-    def alloc_pinned(self, nbytes: int) -> HostStaging: ...
+    def alloc_pinned(self, nbytes: int, write_combined: bool = False) -> HostStaging:
+        """Page-locked host memory; ``write_combined`` asks for write-combined memory, which a backend
+        may not have (``HostStaging.write_combined`` says what was given)."""
 
     @abstractmethod
     def free_pinned(self, staging: HostStaging) -> None: ...

@@ -14,6 +14,7 @@ CUDA_RUNTIME = GpuRuntime(
     prefix="cuda",
     calls=call_names("cuda", host_alloc="cudaHostAlloc", host_free="cudaFreeHost"),
     pinned_flags="cudaHostAllocDefault",
+    write_combined_flags="cudaHostAllocWriteCombined",
     register_flags="cudaHostRegisterDefault",
     register_readonly_flags="cudaHostRegisterReadOnly",
     no_device_codes=("cudaErrorNoDevice",),

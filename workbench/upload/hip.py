@@ -15,6 +15,7 @@ HIP_RUNTIME = GpuRuntime(
     prefix="hip",
     calls=call_names("hip", host_alloc="hipHostMalloc", host_free="hipHostFree"),
     pinned_flags="hipHostMallocDefault",
+    write_combined_flags="hipHostMallocWriteCombined",
     register_flags="hipHostRegisterDefault",
     register_readonly_flags="hipHostRegisterReadOnly",  # newer HIP only; hip-python 10 lacks it
     no_device_codes=("hipErrorNoDevice",),

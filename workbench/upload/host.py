@@ -134,7 +134,9 @@ class HostDevice(Device):
         _check_readable(buf, offset, n)
         np.frombuffer(dest, dtype=np.uint8)[:] = buf.handle[offset : offset + n]
 
-    def alloc_pinned(self, nbytes: int) -> HostStaging:
+    def alloc_pinned(self, nbytes: int, write_combined: bool = False) -> HostStaging:
+        """An mlocked anonymous mapping. ``write_combined`` is unsupported on host (user space cannot
+        map ordinary memory write-combined): the staging is ordinary, and says so (write_combined False)."""
         m = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         addr, n = _address(m)
         locked = _mlock(addr, n)  # page-locked like cudaHostAlloc; may fail under RLIMIT_MEMLOCK

@@ -9,7 +9,13 @@ device call involved releases the GIL in the bindings measured (cuda-bindings 13
 Provisioning is what costs: fresh page-locked memory ran at 0.2–0.43 s/GiB on the H200 VM and did not
 get faster with threads, so the ring is small (slots = readers + a few, MiB-sized slots) and comes from
 an anonymous mapping advised onto huge pages (which halved the cost there), populated, then registered
-with the device (``register_host``); where registration is refused, from ``alloc_pinned``. Both the
+with the device (``register_host``); where registration is refused, from ``alloc_pinned``. Source
+``wc``: write-combined ``alloc_pinned`` slots (cudaHostAllocWriteCombined / hipHostMallocWriteCombined):
+a pread into them skips the read-for-ownership of every destination line (on the H200, 2026-12-01,
+16 readers into 8 MiB slots: 45.6 GB/s against 40.3 into default pinned slots), but the CPU must never
+read them — nothing here does (preads write them, the device's DMA reads them, verification reads the
+device into its own buffer, and the GPU backends refuse a read-back into them); the host backend has
+no write-combined memory and says so (``write_combined`` fact INERT). Both the
 provisioning and the release happen inside the load window, where a loader pays them; with
 ``provision="background"`` a thread provisions the slots one by one (a block each) while the ring is
 already in use, so the first reader waits for one slot instead of the whole ring.
@@ -20,97 +26,14 @@ import mmap
 import queue
 import threading
 import time
-from typing import Any
-
-import numpy as np
-
+from workbench.records import Engaged
 from workbench.upload.base import Device, Fence
+from workbench.upload.pinned import HUGE_PAGE, MADV_POPULATE_WRITE, SOURCES, PinnedBlock
 
-HUGE_PAGE = 2 << 20
-MADV_POPULATE_WRITE = 23  # Linux 5.14; Python's mmap module has no name for it
-SOURCES = ("auto", "anon", "alloc")
 PROVISIONS = ("upfront", "background")
 
-
-class PinnedBlock:
-    """``nbytes`` of host memory the device can DMA from, and how it was obtained (``how``):
-    ``registered`` (anonymous mapping + register_host), ``pinned`` (alloc_pinned, page-locked) or
-    ``unlocked`` (neither could lock it: copies still work, at the pageable rate).
-
-    ``source``: ``auto`` (the mapping, else alloc_pinned), ``anon`` (the mapping only, unlocked when
-    registration is refused), ``alloc`` (alloc_pinned only)."""
-
-    def __init__(self, device: Device, nbytes: int, source: str = "auto"):
-        if source not in SOURCES:
-            raise ValueError(f"staging source {source!r} is not one of {', '.join(SOURCES)}")
-        self.device, self.nbytes = device, nbytes
-        self._map: mmap.mmap | None = None
-        self._base: memoryview | None = None
-        self._handle: Any = None
-        self._staging: Any = None
-        if source != "alloc" and self._map_and_register(keep=source == "anon"):
-            self.how = "registered" if self._handle is not None else "unlocked"
-        else:
-            self._staging = device.alloc_pinned(nbytes)
-            self.view = self._staging.view
-            self.how = "pinned" if self._staging.locked else "unlocked"
-
-    def _map_and_register(self, keep: bool = False) -> bool:
-        """Anonymous memory on huge pages, populated, registered; when registration is refused, False
-        (nothing held) or, with ``keep``, True with the mapping kept unregistered."""
-        m = mmap.mmap(-1, self.nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        base = memoryview(m)
-        addr = np.frombuffer(base, dtype=np.uint8).ctypes.data
-        start = -addr % HUGE_PAGE  # huge pages only back 2 MiB-aligned ranges
-        view = base[start : start + self.nbytes]
-        _advise(m, start, self.nbytes)
-        handle = self.device.register_host(view)
-        if handle is None and not keep:
-            view.release()
-            base.release()
-            m.close()
-            return False
-        self._map, self._base, self._handle, self.view = m, base, handle, view
-        return True
-
-    @property
-    def locked(self) -> bool:
-        return self.how != "unlocked"
-
-    def close(self, strict: bool = True) -> None:
-        """Unregister and unmap (or free_pinned). Every view of the block must be released first:
-        ``strict`` raises BufferError otherwise (a leak); not strict (error paths, where a failed
-        reader's frame may still hold a slice) leaves the unmapping to the last view's release."""
-        if self._staging is not None:
-            staging, self._staging = self._staging, None
-            try:
-                self.device.free_pinned(staging)
-            except BufferError:
-                if strict:
-                    raise
-        elif self._map is not None:
-            m, self._map = self._map, None
-            self.device.unregister_host(self._handle)
-            self.view.release()
-            self._base.release()
-            try:
-                m.close()
-            except BufferError:
-                if strict:
-                    raise
-
-
-def _advise(m: mmap.mmap, start: int, nbytes: int) -> None:
-    """Huge pages where the kernel offers them, then every page faulted in now (not in a reader)."""
-    length = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
-    try:
-        m.madvise(mmap.MADV_HUGEPAGE, start, length)
-    except (OSError, AttributeError):  # THP off or not Linux: small pages work, only slower to fault
-        pass
-    try:
-        m.madvise(MADV_POPULATE_WRITE, start, length)
-    except OSError:  # before Linux 5.14: touch one byte per page instead
-        np.frombuffer(m, dtype=np.uint8)[start : start + nbytes : mmap.PAGESIZE] = 0
+__all__ = ["HUGE_PAGE", "MADV_POPULATE_WRITE", "PROVISIONS", "SOURCES", "PinnedBlock", "Slot", "StagingRing",
+           "size_ring"]
 
 
 class Slot:
@@ -214,7 +137,7 @@ class StagingRing:
         """How the slots' memory was obtained; background with mixed blocks: the weakest of them
         (``none`` while nothing is provisioned)."""
         hows = {b.how for b in self._blocks}
-        for how in ("unlocked", "pinned", "registered"):
+        for how in ("unlocked", "pinned", "write-combined", "registered"):
             if how in hows:
                 return how
         return "none"
@@ -291,6 +214,7 @@ class StagingRing:
         background: ``20 x 8 MiB registered (mmap + huge pages) one by one in the background (first slot
         after 1.9 ms, all after 36.0 ms), 0.1 ms to provision, 2.0 ms to release``."""
         source = {"registered": "registered (mmap + huge pages)", "pinned": "alloc_pinned",
+                  "write-combined": "alloc_pinned write-combined",
                   "unlocked": "alloc_pinned, NOT page-locked", "none": "nothing provisioned"}[self.how]
         if self.provision == "upfront":
             return (f"{len(self.slots)} x {self.slot_bytes / 2**20:g} MiB {source}, "
@@ -302,6 +226,31 @@ class StagingRing:
         return (f"{count} x {self.slot_bytes / 2**20:g} MiB {source} one by one in the background "
                 f"(first slot {first}, {every}), {self.provision_s * 1e3:.1f} ms to provision, "
                 f"{self.release_s * 1e3:.1f} ms to release")
+
+
+    def write_combined_fact(self, backend: str = "") -> Engaged | None:
+        """``write_combined: 20/20 slots ON`` when source ``wc`` was asked for (None otherwise); INERT,
+        with the reason, where ``backend`` gave ordinary page-locked memory instead."""
+        if self.source != "wc":
+            return None
+        blocks = self._blocks if self.provision == "background" else self._blocks * len(self.slots)
+        done = sum(1 for b in blocks[: len(self.slots)] if b.how == "write-combined")
+        note = "" if done == len(self.slots) else (f"unsupported on {backend or 'this backend'}: ordinary "
+                                                   "page-locked slots")
+        return Engaged("write_combined", done, len(self.slots), "slots", note)
+
+
+def size_ring(slots: int, slot_bytes: int, windows: list[int] | tuple[int, ...]) -> tuple[int, int]:
+    """(slots, slot bytes) for staging ``windows`` (their sizes): a slot no larger than the largest
+    window (page-rounded), and no more slots than there are windows or than their bytes fill, rounded up
+    to a whole slot — a small model never provisions much more pinned memory than it reads
+    (provisioning costs ~0.2 s/GiB inside the window: 20 x 8 MiB for a 10 MiB model was 94 % waste)."""
+    if not windows:
+        return 1, min(slot_bytes, mmap.PAGESIZE)
+    largest = -(-max(windows) // mmap.PAGESIZE) * mmap.PAGESIZE
+    size = max(mmap.PAGESIZE, min(slot_bytes, largest))
+    fill = -(-sum(windows) // size)
+    return max(1, min(slots, len(windows), fill)), size
 
 
 def _one_line(exc: BaseException) -> str:
