@@ -10,7 +10,9 @@ One layer, on the decode thread::
     compute ... this layer computes over the bytes it just landed (compute)
 
 The routing of the next layer is known ahead because it comes from a trace: overlap here is the
-write-up's route-ahead with a perfect predictor. Nothing is read ahead across a turn's end.
+write-up's route-ahead with a perfect predictor. Nothing is read ahead across a turn's end. With one
+inline lane and no overlap the layer is staged slice by slice instead (look up or read, copy, drain,
+release), as the one-thread session always was: a cache of one slice still works there.
 Uploads go through a :class:`SliceUploader` (``put`` then ``drain``); the default copies pageable
 memory with :meth:`Device.copy_h2d`, a staged uploader can take its place without touching the loop.
 """
@@ -93,20 +95,56 @@ class Decoder:
         """Decode ``tokens`` tokens from ``first_token``; nothing is left in flight afterwards."""
         steps = [(t, i) for t in range(first_token, first_token + tokens) for i in range(len(self.trace.layers))]
         ahead: _Plan | None = None
+        serial = self.lanes.inline and not self.overlap
         for n, (t, i) in enumerate(steps):
-            plan = ahead if ahead is not None else self._plan(t, i)
-            landed = self._land(plan)
+            if serial:
+                landed = self._land_serial(t, i)
+            else:
+                landed = self._land(ahead if ahead is not None else self._plan(t, i))
             ahead = self._plan(*steps[n + 1]) if self.overlap and n + 1 < len(steps) else None
             t0 = time.perf_counter()
             self.compute.run(self.arena, [(k.blob, at, size) for k, at, size in landed])
             self.timers.compute += time.perf_counter() - t0
             self.last_landed = landed
 
-    def _plan(self, t: int, i: int) -> _Plan:
+    def _keys(self, t: int, i: int) -> list[SliceKey]:
         t0 = time.perf_counter()
         experts = self.trace.token(t)[i].tolist()
         self.timers.route += time.perf_counter() - t0
-        plan = _Plan([SliceKey(blob, e) for e in experts for blob in self.by_layer[self.trace.layers[i]]])
+        return [SliceKey(blob, e) for e in experts for blob in self.by_layer[self.trace.layers[i]]]
+
+    def _land_serial(self, t: int, i: int) -> list[tuple[SliceKey, int, int]]:
+        """One slice at a time on this thread: look up or read it, copy it, drain, let it go."""
+        landed, at = [], 0
+        for key in self._keys(t, i):
+            if not self.cache.lookup(key, pin=True):
+                kind = self.cache.admit(key)
+                t0 = time.perf_counter()
+                try:
+                    outcome = self.lanes.wait(self.lanes.submit(
+                        lambda reader, key=key: self.cache.fill(key, reader), kind, self.cache.file_of(key)))
+                except BaseException:
+                    self.cache.unpin(key)
+                    raise
+                self.timers.read += time.perf_counter() - t0
+                self.cache.complete(key, outcome, kind)
+            view = self.cache.view(key)
+            nbytes = len(view)
+            try:
+                t0 = time.perf_counter()
+                self.uploader.put(self.arena, at, view)
+                self.uploader.drain()
+                self.timers.upload += time.perf_counter() - t0
+            finally:
+                view.release()
+                self.cache.unpin(key)
+            landed.append((key, at, nbytes))
+            at += -(-nbytes // SLOT_ALIGN) * SLOT_ALIGN
+        self._landed(landed)
+        return landed
+
+    def _plan(self, t: int, i: int) -> _Plan:
+        plan = _Plan(self._keys(t, i))
         for key in plan.keys:
             if not self.cache.lookup(key, pin=True):
                 kind = self.cache.admit(key)
@@ -140,8 +178,11 @@ class Decoder:
                 view.release()
             for key in plan.keys:
                 self.cache.unpin(key)
+        self._landed(landed)
+        return landed
+
+    def _landed(self, landed: list[tuple[SliceKey, int, int]]) -> None:
         self.timers.landed_bytes += sum(n for _, _, n in landed)
         if self.on_upload is not None:
             for key, where, n in landed:
                 self.on_upload(key, where, n)
-        return landed
