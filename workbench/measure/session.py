@@ -189,7 +189,8 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def _outcome(pressure: Any, code: int | None, records: list[TurnRecord]) -> str:
     known = lambda key: sum(max(0, getattr(r, key)) for r in records)  # noqa: E731
-    return pressure.outcome(code, known("cg_refaults"), sum(r.majflt for r in records), known("cg_limit_hits"))
+    said = pressure.outcome(code, known("cg_refaults"), sum(r.majflt for r in records), known("cg_limit_hits"))
+    return f"{said}, after {len(records)} turns" if said.startswith("OOM") else said
 
 
 def read_wall(ledger: Ledger, run: Recorder, device: str) -> tuple[str, float] | None:
