@@ -129,7 +129,7 @@ def _convert(spec: str, key: str, text: str, base: SessionConfig) -> Any:
             return text.lower() in ("1", "true", "on", "yes")
         return kind(text)
     except ValueError:
-        raise ParamError("session", "ab", f"{spec!r}: {key}={text!r} is not a {kind.__name__}") from None
+        raise ParamError("session", "ab", f"{spec!r}: {key}={text!r}: expected {kind.__name__}") from None
 
 
 def run_session_ab(file: str, arms: Sequence[Arm], rounds: int, *, run_cell: Callable[..., SessionResult],
