@@ -57,7 +57,8 @@ def test_cells_run_abba_and_effects_are_ratios_with_intervals():
     order = []
 
     def cell(arm, label):
-        i = arms.index(arm)
+        i = [a.label for a in arms].index(arm.label)
+        assert arm.config.verify_end  # every cell checks what it landed
         rnd = sum(1 for a in order if a == i)
         order.append(i)
         return _fake_result(4.0 * (1.2 if i else 1.0) * (1 + 0.01 * rnd), 1000.0, i, rnd)
@@ -75,10 +76,10 @@ def test_cells_run_abba_and_effects_are_ratios_with_intervals():
 
 def test_different_bytes_per_token_fail_the_check_unless_the_variable_reads_differently():
     arms = [parse_ab("placement=bounce", BASE, "asis", "host"), parse_ab("placement=inplace", BASE, "asis", "host")]
-    result = run_session_ab("m", arms, 1, run_cell=lambda arm, _l: _fake_result(4, 1000 + arms.index(arm), 0, 0))
+    result = run_session_ab("m", arms, 1, run_cell=lambda arm, _l: _fake_result(4, 1000 + (arm.label == arms[1].label), 0, 0))
     assert any(c.startswith("FAILED: cells read different bytes") for c in result.checks)
     sized = [parse_ab("cache-mib=1", BASE, "asis", "host"), parse_ab("cache-mib=2", BASE, "asis", "host")]
-    result = run_session_ab("m", sized, 1, run_cell=lambda arm, _l: _fake_result(4, 1000 + sized.index(arm), 0, 0))
+    result = run_session_ab("m", sized, 1, run_cell=lambda arm, _l: _fake_result(4, 1000 + (arm.label == sized[1].label), 0, 0))
     assert not result.failed_checks and any(c.startswith("n/a: bytes read per token differ") for c in result.checks)
 
 

@@ -134,13 +134,15 @@ def _convert(spec: str, key: str, text: str, base: SessionConfig) -> Any:
 
 def run_session_ab(file: str, arms: Sequence[Arm], rounds: int, *, run_cell: Callable[..., SessionResult],
                    say: Callable[[str], None] = lambda _m: None) -> SessionAbResult:
-    """Every (round, arm) cell in ABBA order through ``run_cell(arm, label)``; then checks and effects."""
+    """Every (round, arm) cell in ABBA order through ``run_cell(arm, label)`` (each arm with
+    ``verify_end``: what a cell landed is checked, untimed); then the checks and the effects."""
     from workbench.measure.order import interleave
 
     if len(arms) < 2:
         raise ParamError("session", "ab", f"an A/B needs at least two arms, got {len(arms)}")
     if rounds < 1:
         raise ParamError("session", "rounds", f"must be >= 1, got {rounds}")
+    arms = [dataclasses.replace(a, config=dataclasses.replace(a.config, verify_end=True)) for a in arms]
     order = interleave(len(arms), rounds, "abba")
     cells: list[tuple[int, int, Any]] = []
     seen = [0] * len(arms)
