@@ -31,7 +31,8 @@ def ab_section(result, metrics: list[str]) -> list[str]:
         lines.append(_cell_row(n, result.arms[i].label, rnd, c))
     lines += ["", f"Effects, candidate arm over baseline arm `{result.arms[0].label}` (median of cells over median; "
                   f"95 % interval, paired by round; each cell's first {result.skipped_turns} turn left out):", "",
-              "| arm | metric | baseline | candidate | ratio [95 %] | verdict | why | n |", "|---|---|---|---|---|---|---|---|"]
+              "| arm | metric | baseline | candidate | ratio [95 %] | verdict | why | n |",
+              "|---|---|---|---|---|---|---|---|"]
     from workbench.records import format_effect
 
     for e in result.effects:
@@ -59,28 +60,32 @@ def _cell_row(n: int, arm: str, rnd: int, c) -> str:
             f"{s.unreleased_pages_last:,} | {c.memory.split(' — ')[-1] if c.memory else '—'}{failed} |")
 
 
-def pressure_verdict(result) -> str:
+def pressure_verdict(result, min_effect: float = 0.02) -> str:
     """Whether the write-up's symptom direction (more major faults and lower tok/s with the leak) shows."""
     effects = {e.metric: e for e in result.effects}
     faults, tps = effects.get("major faults/token"), effects.get("tok/s")
     oom = [c for i, _, c in result.cells if i == 1 and "OOM" in (c.memory or "")]
-    parts = []
-    if oom:
-        parts.append(f"{len(oom)} of the leaking cells met the OOM killer")
-    if faults is not None:
+    oom_fixed = [c for i, _, c in result.cells if i == 0 and "OOM" in (c.memory or "")]
+    parts = [f"{len(oom)} of {sum(1 for i, _, _ in result.cells if i == 1)} leaking cells and {len(oom_fixed)} "
+             "fixed ones met the OOM killer"] if oom or oom_fixed else []
+    no_faults = faults is not None and faults.baseline_median == 0 and faults.candidate_median == 0
+    if no_faults:
+        parts.append("no major faults in either arm (no swap, and pread reads never fault a page back in)")
+    elif faults is not None:
         parts.append(f"major faults/token with the leak: {faults.line()}")
     if tps is not None:
         parts.append(f"tok/s with the leak: {tps.line()}")
-    more = faults is not None and faults.verdict == "higher"
     slower = tps is not None and tps.verdict == "lower"
-    same_way = (faults is None or faults.ratio is None or faults.ratio > 1) and (tps is not None and tps.ratio is not None
-                                                                                 and tps.ratio < 1)
-    if more and slower:
+    leans = tps is not None and tps.ratio is not None and tps.ratio < 1 - min_effect
+    more = no_faults or (faults is not None and faults.verdict == "higher")
+    if oom and not oom_fixed:
+        head = "**Reproduced, to the end**: only the leaking build met the OOM killer."
+    elif slower and more and not no_faults:
         head = "**Reproduced**: the leaking build faults more and decodes slower, both intervals clear of 1."
-    elif oom:
-        head = "**Reproduced, to the end**: the leak's cost went past reclaim to the OOM killer."
-    elif same_way:
-        head = "**Direction seen, not established**: the leak points the write-up's way, but an interval includes 1."
+    elif slower:
+        head = "**Half reproduced**: the leaking build decodes slower (interval clear of 1), without more major faults."
+    elif leans:
+        head = "**Direction seen, not established**: the leaking build leans slower, but the interval includes 1."
     else:
-        head = "**Not reproduced** here: the leaking build did not fault more and decode slower."
+        head = "**Not reproduced** here: the leaking build was not measurably slower."
     return head + " " + "; ".join(parts) + "."

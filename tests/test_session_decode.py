@@ -176,3 +176,19 @@ def test_a_budget_below_a_layer_in_flight_stops_with_one_line(moe64):
         assert any("cannot hold one layer" in w for w in s.facts.warnings)
         with pytest.raises(ParamError, match="in use at once"):
             list(s.turns())
+
+
+def test_the_gate_reads_resident_misses_buffered_per_blob_or_once_per_file(moe64):
+    if not direct_io_support(moe64.path):
+        pytest.skip("O_DIRECT not supported where the model lies: every reader is buffered already")
+    warm_file(moe64.path)
+    records, report = run(moe64, turns=2, gate=0.9, gate_scope="blob")
+    assert sum(r.gated_reads for r in records) == sum(r.misses for r in records) > 0  # resident: page cache serves
+    assert report.summary.facts.gate == "0.9 per blob (at every miss)"
+    assert all(r.disk_bytes_per_token == 0 for r in records)
+    evict_file_pages(moe64.path)
+    records, report = run(moe64, turns=2, gate=0.9, gate_scope="file")
+    assert sum(r.gated_reads for r in records) == 0  # cold when the process started: never gated again
+    assert report.summary.facts.gate.startswith("0.9 per file (once, at the start: below)")
+    records, _ = run(moe64, turns=2)
+    assert sum(r.gated_reads for r in records) == 0

@@ -64,7 +64,8 @@ def ab_outputs(result: Any, metrics: Sequence[str]) -> list[Any]:
     from workbench.records import format_effect
 
     effects = pd.DataFrame([{
-        "arm": e.arm, "metric": e.metric, "baseline": round(e.baseline_median, 4), "candidate": round(e.candidate_median, 4),
+        "arm": e.arm, "metric": e.metric, "baseline": round(e.baseline_median, 4),
+        "candidate": round(e.candidate_median, 4),
         "ratio [95 %]": format_effect(e.ratio, e.low, e.high) if e.ratio is not None else "—",
         "verdict": f"{e.verdict} ({e.judgement})" if e.judgement else e.verdict, "why": e.reason, "n": e.n,
     } for e in result.effects])

@@ -28,7 +28,8 @@ from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.expert.session_summary import SessionReport, SessionSummary
 
 __all__ = [
-    "BOUNDARY_RELEASE", "COMPUTE_MODES", "PLACEMENTS", "POLICIES", "READERS", "BlobLayout", "BlobPlacement", "CacheCounters",
+    "BOUNDARY_RELEASE", "COMPUTE_MODES", "PLACEMENTS", "POLICIES", "READERS", "BlobLayout", "BlobPlacement",
+    "CacheCounters",
     "CacheFacts", "CacheMemory", "EvictionPolicy", "ExpertCache", "ExpertSession", "PlacementReport",
     "ReadOutcome", "RoutingTrace", "SessionConfig", "SessionFacts", "SessionReport", "SessionSummary",
     "SliceKey", "SliceReader", "SliceUploader", "TurnRecord", "layout_blob", "layout_blobs", "load_trace", "moe_shape",

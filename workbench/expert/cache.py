@@ -102,7 +102,8 @@ class ExpertCache:
         self._live_bytes = 0
         self._c = MutableCounters()
         self.gate, self.gate_scope = gate, gate_scope
-        self.file_gate_resident = _file_resident(self.files) >= gate if gate is not None and gate_scope == "file" else None
+        self.file_gate_resident = (_file_resident(self.files) >= gate
+                                   if gate is not None and gate_scope == "file" else None)
         self.facts = CacheFacts(placement, report, self.reader_kinds[self.files[0]], note, boundary_release,
                                 getattr(self._policy, "name", type(self._policy).__name__), budget_bytes,
                                 sum(m.nbytes for m in self._maps), leak_bound_pages(self.layouts, PAGE),

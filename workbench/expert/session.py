@@ -73,7 +73,8 @@ class ExpertSession:
                               for bs in layer_blobs.values())
             self._arena = device.alloc(arena_bytes)
             self._stack.callback(device.free, self._arena)
-            self.lanes = self._stack.enter_context(LanePool(config.lanes, inline=config.lanes == 1 and not config.overlap))
+            inline = config.lanes == 1 and not config.overlap
+            self.lanes = self._stack.enter_context(LanePool(config.lanes, inline=inline))
             tensors = {t.name: t for t in index.tensors}
             self.compute = open_compute(config.compute, device, blobs, tensors, len(self.trace.layers))
             self._stack.callback(self.compute.close)
@@ -88,7 +89,8 @@ class ExpertSession:
         self._cg_before = memory_probe() if memory_probe else None
         self._records: list[TurnRecord] = []
         self._next_token = 0
-        self.facts = self._facts(trace_note, working, expert_bytes, max(layer_bytes(b, k) for b in layer_blobs.values()))
+        layer_set = max(layer_bytes(b, k) for b in layer_blobs.values())
+        self.facts = self._facts(trace_note, working, expert_bytes, layer_set)
 
     def _facts(self, trace_note: str, working: int, expert_bytes: int, layer_set: int) -> SessionFacts:
         f, c = self.cache.facts, self.config

@@ -31,8 +31,8 @@ def session_lines(attempts: pd.DataFrame, turns: pd.DataFrame) -> list[str]:
         of_bound = f" of the {bound:,} the model can leak" if bound else ""
         out.append(
             f"`{str(attempt_id)[:8]}` {labels[attempt_id]}: {len(t)} turns × {int(first['tokens'])} tokens; "
-            f"unreleased pages {int(first['unreleased_pages']):,} → {int(last['unreleased_pages']):,}{of_bound} (first → "
-            f"last turn); anon − accounted {_gap(first):.1f} → {_gap(last):.1f} MiB; faults {int(t['minflt'].sum()):,} "
+            f"unreleased pages {int(first['unreleased_pages']):,} → {int(last['unreleased_pages']):,}{of_bound} "
+            f"(first → last turn); anon − accounted {_gap(first):.1f} → {_gap(last):.1f} MiB; faults {int(t['minflt'].sum()):,} "
             f"minor, {int(t['majflt'].sum()):,} major; tok/s median {rates.median():.1f} "
             f"({rates.min():.1f}–{rates.max():.1f}){_decode(t)}")
     return out

@@ -92,7 +92,8 @@ class MemoryPressure:
             raise OSError(err, f"mlock of {size / MiB:.0f} MiB refused ({os.strerror(err)})")
         self._balloon = (m, addr, size)
         return MemoryLimit("balloon", self.limit_bytes, detail=f"balloon: {size / MiB:,.0f} MiB locked of "
-                           f"{available / MiB:,.0f} MiB available, {self.limit_bytes / MiB:,.0f} MiB left for everything")
+                           f"{available / MiB:,.0f} MiB available, {self.limit_bytes / MiB:,.0f} MiB left for "
+                           "everything")
 
     def oom_kills(self) -> int:
         """The cgroup's OOM kills so far (-1 for a balloon, or where the kernel keeps none)."""
@@ -107,7 +108,8 @@ class MemoryPressure:
         """Which cost the limit had: the OOM killer, reclaim and re-reads, or none seen."""
         kills = self.oom_kills()
         if kills > self._oom_before or (returncode == -9 and self.limit is not None and not self.limit.path):
-            how = f"cgroup oom_kill +{kills - self._oom_before}" if kills > self._oom_before else "SIGKILL under a balloon"
+            how = (f"cgroup oom_kill +{kills - self._oom_before}" if kills > self._oom_before
+                   else "SIGKILL under a balloon")
             return f"OOM-killed ({how})"
         if refaults > 0 or limit_hits > 0:
             return (f"reclaim and re-reads: the limit was hit {max(0, limit_hits):,} times, {max(0, refaults):,} "

@@ -90,7 +90,8 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
             else:
                 with pressure:
                     run.memory_limit = pressure.limit.detail
-                    run.error, code = _spawn(file, config, device, timeout_s, run.on_event, pressure.limit.worker_json())
+                    cgroup = pressure.limit.worker_json()
+                    run.error, code = _spawn(file, config, device, timeout_s, run.on_event, cgroup)
                     run.memory_outcome = _outcome(pressure, code, run.records)
         run.finish(read_wall(store, run, device))  # a worker that stopped without its end event: failed
     except BaseException as exc:

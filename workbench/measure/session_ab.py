@@ -37,11 +37,15 @@ OUTER_KEYS = ("cache", "device")
 # metric → (per-cell value from the turns after the first, higher is better?)
 METRICS: dict[str, tuple[Callable[[Sequence[Any]], float], bool]] = {
     "tok/s": (lambda ts: sum(t.tokens for t in ts) / max(1e-12, sum(t.seconds for t in ts)), True),
-    "residual s/token": (lambda ts: sum(t.residual_s_per_token * t.tokens for t in ts) / sum(t.tokens for t in ts), False),
+    "residual s/token": (lambda ts: sum(t.residual_s_per_token * t.tokens for t in ts) / sum(t.tokens for t in ts),
+                         False),
     "staged GB/s": (lambda ts: sum(t.bytes_read for t in ts) / 1e9 / sum(t.read_busy_s for t in ts)
                     if sum(t.read_busy_s for t in ts) > 0 else 0.0, True),
     "unreleased pages": (lambda ts: float(ts[-1].unreleased_pages), False),
     "major faults/token": (lambda ts: sum(t.majflt for t in ts) / sum(t.tokens for t in ts), False),
+    "disk MiB/token": (lambda ts: sum(t.disk_bytes_per_token * t.tokens for t in ts) / sum(t.tokens for t in ts)
+                       / 2**20, False),
+    "refaults/token": (lambda ts: sum(max(0, t.cg_refaults) for t in ts) / sum(t.tokens for t in ts), False),
 }
 
 
@@ -166,7 +170,8 @@ def _checks(arms: Sequence[Arm], cells: Sequence[tuple[int, int, Any]]) -> tuple
     done = [(i, r) for i, _, r in cells if r.report is not None and not r.error]
     out = []
     failed = len(cells) - len(done)
-    out.append(f"FAILED: {failed} of {len(cells)} cells did not finish" if failed else f"ok: all {len(cells)} cells finished")
+    out.append(f"FAILED: {failed} of {len(cells)} cells did not finish" if failed
+               else f"ok: all {len(cells)} cells finished")
     unverified = [r.attempt_id[:8] for _, r in done if r.report.summary.verified_slices <= 0]
     out.append(f"FAILED: cells {', '.join(unverified)} verified nothing" if unverified else
                f"ok: every cell's landed bytes verified against the file "

@@ -61,7 +61,8 @@ READERS = ("auto", "pread", "direct-bounce", "direct-inplace")
               help="Read every upload back and compare it with the file (slows the turns).")
 @click.option("--verify-end/--no-verify-end", default=None,
               help="After each turn, untimed, check the last layer's uploads; at the end, the cache (on with --ab).")
-@click.option("--ab", "ab", multiple=True, help="An arm: 'key=value ...' over these options; the first is the baseline.")
+@click.option("--ab", "ab", multiple=True,
+              help="An arm: 'key=value ...' over these options; the first is the baseline.")
 @click.option("--rounds", type=click.IntRange(1), default=4, show_default=True, help="A/B rounds (ABBA order).")
 @click.option("--campaign", default="default", show_default=True, help="Ledger campaign.")
 @click.option("--hypothesis", default="", help="What this session is meant to show.")
