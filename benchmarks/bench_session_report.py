@@ -40,7 +40,7 @@ def ab_section(result, metrics: list[str]) -> list[str]:
             continue
         ratio = format_effect(e.ratio, e.low, e.high) if e.ratio is not None else "—"
         verdict = f"{e.verdict} ({e.judgement})" if e.judgement else e.verdict
-        lines.append(f"| {e.arm} | {e.metric} | {e.baseline_median:.4g} | {e.candidate_median:.4g} | {ratio} | "
+        lines.append(f"| {e.arm} | {e.metric} | {_num(e.baseline_median)} | {_num(e.candidate_median)} | {ratio} | "
                      f"{verdict} | {e.reason} | {e.n} |")
     lines += ["", "Checks:", *[f"- {c}" for c in result.checks]]
     return lines
@@ -88,4 +88,9 @@ def pressure_verdict(result, min_effect: float = 0.02) -> str:
         head = "**Direction seen, not established**: the leaking build leans slower, but the interval includes 1."
     else:
         head = "**Not reproduced** here: the leaking build was not measurably slower."
-    return head + " " + "; ".join(parts) + "."
+    tail = "; ".join(parts)
+    return f"{head} {tail[:1].upper()}{tail[1:]}." if tail else head
+
+
+def _num(v: float) -> str:
+    return "—" if v != v else f"{v:.4g}"
