@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 from workbench.expert.cache import ExpertCache
 from workbench.expert.compute import open_compute
-from workbench.expert.decode import Decoder, PageableUploader, SliceUploader, arena_slots
+from workbench.expert.decode import Decoder, PageableUploader, SliceUploader, Timers, arena_slots
 from workbench.expert.lanes import LanePool
 from workbench.expert.memory import process_memory
 from workbench.expert.procstat import CgroupMemory, read_io, read_status
@@ -115,7 +115,7 @@ class ExpertSession:
         n = self.config.tokens
         before, meter0, io0 = self.cache.counters(), self.lanes.meter.snapshot(), read_io()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        self.decoder.timers = timers = type(self.decoder.timers)()
+        self.decoder.timers = timers = Timers()
         t0 = time.perf_counter()
         self.decoder.run(self._next_token, n)
         self.device.synchronize()
