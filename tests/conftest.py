@@ -106,6 +106,39 @@ def raw_model(tmp_path: Path) -> Callable[..., TensorIndex]:
     return make
 
 
+def write_raw_set(directory: Path, specs: Sequence[dict]) -> TensorIndex:
+    """A model of several random files and a hand-made index over them, one file per spec (the keys of
+    :func:`write_raw_model`: ``sizes``, ``first``, ``gap``, ``tail``, ``seed``): files with their own
+    data offsets and tensors at odd offsets, for layouts no format writer produces. Tensor ``j.tNNN``
+    lives in file ``j``; every file is written back to disk, and its stat recorded (drift checks apply)."""
+    from workbench.formats.index import ModelFile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    files, tensors = [], []
+    for j, spec in enumerate(specs):
+        spec = {"seed": j, **spec}
+        one = write_raw_model(directory / f"part-{j}.bin", spec.pop("sizes"), **spec)
+        st = os.stat(one.path)
+        files.append(ModelFile(one.path, "raw", one.size, one.data_offset, 1, len(one),
+                               *one.files[0].data_range, st.st_mtime_ns, st.st_ino))
+        tensors += [TensorInfo(f"{j}.{t.name}", t.offset, t.nbytes, t.dtype, t.shape, t.file) for t in one]
+    first = files[0]
+    return TensorIndex(first.path, "raw", sum(f.size for f in files), first.data_offset, 1, tuple(tensors),
+                       mtime_ns=first.mtime_ns, inode=first.inode, files=tuple(files))
+
+
+@pytest.fixture
+def raw_set(tmp_path: Path) -> Callable[..., TensorIndex]:
+    """``raw_set([{sizes, first, gap, tail, seed}, ...])`` → index over a set of random files in tmp_path."""
+    count = [0]
+
+    def make(specs: Sequence[dict]) -> TensorIndex:
+        count[0] += 1
+        return write_raw_set(tmp_path / f"set{count[0]}", specs)
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def dtype_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], TensorIndex]:
     """``dtype_model(kind)`` → index of a hand-written safetensors file: ``bf16`` (an LLM's dtype),

@@ -139,7 +139,8 @@ def test_residency_the_kernel_hides_is_unreachable_not_cold(tmp_path):
     """mincore shows a file's page-cache residency only to its owner or a writer (Linux >= 5.2); for
     anyone else it reads all zeros, which would pass for cold."""
     if os.geteuid() != 0:
-        outcome = prepare_cache("/usr/bin/env", "cold")  # root's, read-only for us
+        got = prepare_cache("/usr/bin/env", "cold")  # root's, read-only for us
+        outcome = (got.resident, got.reached, got.error)
     else:
         import shutil
         import tempfile
@@ -167,7 +168,8 @@ def prepare_cache_as_nobody(path: str) -> tuple:
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
-            answer = list(prepare_cache(path, "cold"))
+            got = prepare_cache(path, "cold")
+            answer = [got.resident, got.reached, got.error]
         except BaseException as exc:  # noqa: BLE001 - say it to the parent, whatever it is
             answer = [None, None, f"child failed: {exc!r}"]
         try:

@@ -14,6 +14,7 @@ from ledger_helpers import fill_ledger
 from workbench.cli import main
 from workbench.errors import LedgerError
 from workbench.ledger import Ledger
+from workbench.ledger.schema import SCHEMA_VERSION
 
 
 def digest(path: Path) -> str:
@@ -111,9 +112,9 @@ def test_truncated_file(target, source):
 
 
 @pytest.mark.parametrize("statements, match", [
-    (["UPDATE schema_version SET version = 3"], "schema version [3]"),
+    ([f"UPDATE schema_version SET version = {SCHEMA_VERSION + 1}"], f"schema version [{SCHEMA_VERSION + 1}]"),
     (["UPDATE schema_version SET version = 0"], "schema version [0]"),
-    (["INSERT INTO schema_version VALUES (2)"], "schema version [2, 2]"),
+    (["INSERT INTO schema_version VALUES (2)"], f"schema version [{SCHEMA_VERSION}, 2]"),
     (["UPDATE schema_version SET version = 1"], "has unknown ['binary_hash'"),  # v1 never had them
     (["DROP TABLE turns"], "table 'turns' is missing"),
     (["DROP TABLE verdict_history"], "table 'verdict_history' is missing"),
@@ -138,6 +139,9 @@ def test_wrong_schema(target, source, statements, match):
     ("UPDATE runs SET phases = '[1, 2]'", "runs.phases is not a JSON dict"),
     ("UPDATE ceilings SET detail = x'00ff'", "ceilings.detail is not a JSON dict"),
     ("UPDATE runs SET resident_before = 1.5", "runs.resident_before is outside [0, 1]"),
+    ("""UPDATE runs SET resident_files = '{"model-00001-of-00002.safetensors": 3}'""",
+     "runs.resident_files holds 'model-00001-of-00002.safetensors', not a fraction in [0, 1]"),
+    ("UPDATE runs SET resident_files = '[0.5]'", "runs.resident_files is not a JSON dict"),
     ("UPDATE runs SET cache_state = 'lukewarm'", "runs.cache_state is not one of cold, warm, asis"),
     ("UPDATE runs SET verified = 7", "runs.verified is outside [0, 1]"),
     ("UPDATE runs SET bytes = 1.5", "runs.bytes is float, not an integer"),

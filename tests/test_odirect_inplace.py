@@ -129,10 +129,11 @@ def test_a_reader_that_cannot_land_in_place_is_not_counted_as_placed(odirect, sy
 
 
 def test_refused_o_direct_reads_inert_in_both_facts(synth_model, monkeypatch):
-    import workbench.strategies.odirect as od
+    import workbench.io.direct as direct
     from workbench.registry import Availability
 
-    monkeypatch.setattr(od.direct, "direct_io_support", lambda p: Availability(False, "EINVAL on tmpfs"))
+    # the file opens O_DIRECT, then its first read is refused (as on some file systems)
+    monkeypatch.setattr(direct, "direct_read_works", lambda fd, p: Availability(False, "EINVAL on tmpfs"))
     index = synth_model("gguf", "moe", alignment=64)
     result, _ = load(index, mode="inplace")
     assert result.engaged_by("odirect").state == "INERT"

@@ -161,17 +161,17 @@ class Snapshot:
     device_free: int | None
 
 
-def take_snapshot(device: Device, model: str) -> Snapshot:
+def take_snapshot(device: Device, model: Any) -> Snapshot:
+    """``model``: the index of the model loaded (its every file is looked for among the mappings)."""
     _libc.malloc_trim(0)  # free memory at the top of the main heap goes back first
-    st = os.stat(model)
+    files = {(str(os.stat(f.path).st_ino), os.path.basename(f.path)) for f in model.files}
     file_maps: list[str] = []
     anon = -_python_heap()  # CPython's own arenas come and go with fragmentation: not the strategy's
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
         for line in fh:
             fields = line.split()
             lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            named = len(fields) > 5 and os.path.basename(fields[5]) == os.path.basename(model)
-            if fields[4] == str(st.st_ino) and named:
+            if len(fields) > 5 and (fields[4], os.path.basename(fields[5])) in files:
                 file_maps.append(line.strip())
             elif fields[4] == "0" and (len(fields) == 5 or fields[5].startswith("[anon")) and "w" in fields[1]:
                 anon += hi - lo
@@ -228,7 +228,7 @@ def _malloc_unmaps_what_is_freed() -> Iterator[None]:
     _libc.mallopt(M_MMAP_THRESHOLD, 128 << 10)  # glibc's default value (it stays fixed from now on)
 
 
-def settled_snapshot(device: Device, model: str, before: Snapshot | None = None) -> Snapshot:
+def settled_snapshot(device: Device, model: Any, before: Snapshot | None = None) -> Snapshot:
     """A snapshot once joined threads are gone from /proc too (join() returns as a thread's Python side
     ends, a moment before its kernel task exits): the task count no longer falls (and, given
     ``before``, is down to its count), or 2 s have passed."""
@@ -250,7 +250,7 @@ def check_clean(before: Snapshot, after: Snapshot, what: str) -> None:
     assert after.tasks <= before.tasks, f"{what}: {after.tasks - before.tasks} native threads left"
     extra = {fd: target for fd, target in after.fds.items() if before.fds.get(fd) != target}
     assert not extra, f"{what}: descriptors left open: {extra}"
-    assert after.file_maps == () , f"{what}: the model file is still mapped: {after.file_maps}"
+    assert after.file_maps == (), f"{what}: a model file is still mapped: {after.file_maps}"
     grown = after.anon - before.anon
     slack = PEER_ANON_SLACK if what.startswith("peer-") else ANON_SLACK
     assert grown <= slack, f"{what}: {grown >> 10} KiB more anonymous memory mapped than before"
@@ -287,7 +287,8 @@ def prepare_cold(path: str) -> None:
 
 
 def load(name: str, params: dict[str, Any], index: Any, device: Device) -> Any:
-    prepare_cold(index.path)
+    for f in index.files:
+        prepare_cold(f.path)
     strategy = get_strategy(name)(**params)
     strategy.prepare(device)  # as the worker does, before its window (a peer's library, its context)
     return strategy.load(index, device)
@@ -312,9 +313,37 @@ def _cache(isolated_cache):
     return isolated_cache
 
 
+def sharded_variants() -> Iterator[Any]:
+    """(strategy, params, model) over a model of several files, on host (the fake runtime checks the GPU
+    backend's bookkeeping, which the number of files does not change): each strategy's defaults on
+    safetensors shards and on a gguf-split set; under the eviction policy, in small pieces and in each
+    declared variant on the shards."""
+    for name in STRATEGIES.names():
+        params = get_strategy(name).Params
+        seen: list[tuple[dict[str, Any], str]] = []
+        cases = [({}, "safetensors"), ({}, "gguf"), ({"evict": True}, "safetensors")]
+        cases += [(dict(v), "safetensors") for v in (params.small_pieces, *params.variants)]
+        for chosen, fmt in cases:
+            if (chosen, fmt) not in seen:
+                seen.append((chosen, fmt))
+                label = ",".join(f"{k}={v}" for k, v in chosen.items()) or "defaults"
+                yield pytest.param(name, chosen, fmt, id=f"{name}[{label}]-{fmt}-shards")
+
+
 @pytest.mark.parametrize("name, params, device_name", list(strategy_variants()))
 def test_a_load_leaves_nothing_behind_finished_or_failed_half_way(name, params, device_name, synth_model):
     index = synth_model("safetensors", "moe")  # many tensors, and safetensors: every strategy reads it
+    check_finished_and_failed_loads(name, params, index, device_name)
+
+
+@pytest.mark.parametrize("name, params, fmt", list(sharded_variants()))
+def test_a_load_of_a_set_leaves_nothing_behind_in_any_file(name, params, fmt, sharded_model):
+    index = sharded_model(fmt, "moe", shards=3, size=2 << 20)
+    check_finished_and_failed_loads(name, params, index, "host")
+
+
+def check_finished_and_failed_loads(name: str, params: dict[str, Any], index: Any, device_name: str) -> None:
+    """One load that finishes and one that fails half-way leave nothing behind (after a warm-up of each)."""
     skip_unless_it_fits(name, params, index, device_name)
     gc.collect()  # what earlier tests left for the collector must not be freed in the middle of this one
     with open_test_device(device_name) as real:
@@ -329,18 +358,18 @@ def test_a_load_leaves_nothing_behind_finished_or_failed_half_way(name, params, 
         with pytest.raises(InjectedCopyFailure, match="refused on purpose"):
             load(name, params, index, FailingCopies(real, copies // 2 + 1))
 
-        before = settled_snapshot(real, index.path)
+        before = settled_snapshot(real, index)
         result = load(name, params, index, real)
         report = verify_placements(index, real, result.placements)
         assert report.ok, report.detail
         free_placements(real, result)
         result = report = None
-        check_clean(before, settled_snapshot(real, index.path, before), f"{name} {params} after a load")
+        check_clean(before, settled_snapshot(real, index, before), f"{name} {params} after a load")
 
         failing = FailingCopies(real, copies // 2 + 1)
         with pytest.raises(InjectedCopyFailure, match="refused on purpose") as raised:
             load(name, params, index, failing)
         raised = None  # the traceback holds the load's frames; a real caller drops it too
         gc.collect()  # frames in a cycle with their exception go only when the collector runs
-        check_clean(before, settled_snapshot(real, index.path, before),
+        check_clean(before, settled_snapshot(real, index, before),
                     f"{name} {params} after a load failed half-way")

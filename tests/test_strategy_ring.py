@@ -10,7 +10,7 @@ from workbench.formats.index import PAGE_SIZE, TensorInfo
 from workbench.io.pagecache import prepare
 from workbench.measure.verify import verify_placements
 from workbench.strategies import get_strategy
-from workbench.strategies.ring import plan_shares, plan_windows
+from workbench.strategies.ring import Region, plan_shares, plan_windows
 from workbench.upload.host import HostDevice
 
 from device_fakes import DeferredCopyDevice
@@ -31,11 +31,16 @@ def tensors(sizes, first=1231, gap=29):
     return out
 
 
-def covered(windows, ts):
-    """Every tensor byte → how many pieces hold it (must be exactly one each)."""
+def region(ts, file="f", base=0):
+    return Region(file, ts, ts[0].offset, ts[-1].offset + ts[-1].nbytes, base)
+
+
+def covered(windows, ts, files=None):
+    """Every tensor byte → the pieces that hold it (each byte once); ``files``: each tensor's file."""
     got = {i: [] for i in range(len(ts))}
     for w in windows:
         for p in w.pieces:
+            assert files is None or w.file == files[p.tensor]  # a window never crosses a file
             assert w.lo <= ts[p.tensor].offset + p.dst and ts[p.tensor].offset + p.dst + p.nbytes <= w.hi
             assert p.start == ts[p.tensor].offset + p.dst - w.lo
             got[p.tensor].append((p.dst, p.dst + p.nbytes))
@@ -44,8 +49,7 @@ def covered(windows, ts):
 
 def test_windows_hold_every_byte_once_and_split_tensors_at_their_edges():
     ts = tensors([3, (3 << 20) + 5, 0, 1, 5 << 20, 4097])
-    lo, hi = ts[0].offset, ts[-1].offset + ts[-1].nbytes
-    windows = plan_windows(ts, lo, hi, 1 << 20)
+    windows = plan_windows(region(ts), 1 << 20)
     assert windows[0].lo % PAGE_SIZE == 0 and all(w.hi - w.lo <= 1 << 20 for w in windows)
     assert all(a.hi <= b.lo for a, b in zip(windows, windows[1:]))  # in file order, disjoint
     for i, spans in covered(windows, ts).items():
@@ -59,8 +63,7 @@ def test_windows_hold_every_byte_once_and_split_tensors_at_their_edges():
 
 def test_shares_are_contiguous_page_aligned_and_cover_the_region():
     ts = tensors([(7 << 20) + 3, 11, (2 << 20) + 1])
-    lo, hi = ts[0].offset, ts[-1].offset + ts[-1].nbytes
-    shares = plan_shares(ts, lo, hi, 3, 1 << 20)
+    shares = plan_shares([region(ts)], 3, 1 << 20)
     assert len(shares) == 3
     starts = [s[0].lo for s in shares]
     assert all(x % PAGE_SIZE == 0 for x in starts) and starts == sorted(starts)
@@ -69,7 +72,38 @@ def test_shares_are_contiguous_page_aligned_and_cover_the_region():
     windows = [w for s in shares for w in s]
     assert sum(w.nbytes for w in windows) == sum(t.nbytes for t in ts)
     assert all(len(spans) >= 1 for spans in covered(windows, ts).values())
-    assert plan_shares(ts, lo, hi, 64, 1 << 20)[-1]  # more readers than pages: no empty share
+    assert plan_shares([region(ts)], 64, 1 << 20)[-1]  # more readers than pages: no empty share
+
+
+def two_files():
+    a = tensors([(3 << 20) + 5, 7, 4097], first=1231)
+    b = tensors([5, (2 << 20) + 333, 65537], first=77, gap=3)
+    return a, b, [region(a, "a"), region(b, "b", base=len(a))]
+
+
+def test_windows_of_a_set_never_cross_a_file_and_name_the_tensors_of_the_whole_load():
+    a, b, regions = two_files()
+    windows = [w for r in regions for w in plan_windows(r, 1 << 20)]
+    assert [w.file for w in windows] == sorted(w.file for w in windows)  # model order: file a, then b
+    ts, files = a + b, ["a"] * len(a) + ["b"] * len(b)
+    for i, spans in covered(windows, ts, files).items():
+        assert sum(e - s for s, e in spans) == ts[i].nbytes
+    assert {p.tensor for w in windows if w.file == "b" for p in w.pieces} == {3, 4, 5}
+
+
+def test_cold_shares_are_cut_over_the_whole_set_and_may_span_two_files():
+    a, b, regions = two_files()
+    shares = plan_shares(regions, 2, 1 << 20)
+    assert len(shares) == 2
+    assert [w.file for w in shares[0]][0] == "a" and [w.file for w in shares[1]][-1] == "b"
+    assert {w.file for w in shares[1]} == {"a", "b"}  # the end of file a and the start of file b
+    assert all(w.lo % PAGE_SIZE == 0 for s in shares for w in s)
+    windows = [w for s in shares for w in s]
+    ts, files = a + b, ["a"] * len(a) + ["b"] * len(b)
+    for i, spans in covered(windows, ts, files).items():
+        assert sum(e - s for s, e in spans) == ts[i].nbytes
+    sizes = [sum(w.hi - w.lo for w in s) for s in shares]
+    assert abs(sizes[0] - sizes[1]) <= 4 * PAGE_SIZE  # cut by bytes (by file it would be 3 MiB and 2 MiB)
 
 
 def set_cache(path, state):
@@ -179,3 +213,74 @@ def test_a_background_provisioning_failure_fails_the_load_and_releases_everythin
         get_strategy("ring")(threads=2, slot_mib=1, gate=0.0, spare=2, provision="background").load(index, dev)
     assert dev.in_flight == 0 and not dev._arrays
     assert dev.usage().registered == 0 and dev.usage().pinned == 0
+
+
+SET = [{"sizes": [(2 << 20) + 333, 5, 4097], "first": 1231, "gap": 29, "tail": 17},
+       {"sizes": [3, (1 << 20) + 77, 65537, 1], "first": 77, "gap": 3, "tail": 4096},
+       {"sizes": [12289, (2 << 20) + 1], "first": 5000, "gap": 1}]
+
+
+def set_cache_all(index, state):
+    for f in index.files:
+        set_cache(f.path, state)
+
+
+def opens_by_thread(monkeypatch, index):
+    """(thread name, file) → how many times that thread opened that model file."""
+    import collections
+    import os
+    import threading
+
+    real, seen = os.open, collections.Counter()
+    paths = {f.path for f in index.files}
+
+    def counting(path, flags, *args, **kw):
+        if os.fspath(path) in paths:
+            seen[threading.current_thread().name, os.fspath(path)] += 1
+        return real(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", counting)
+    return seen
+
+
+def test_cold_a_set_one_reader_pool_shares_across_files_a_descriptor_per_file_per_reader(raw_set, monkeypatch):
+    index = raw_set(SET)
+    set_cache_all(index, "cold")
+    seen = opens_by_thread(monkeypatch, index)
+    dev = HostDevice()
+    result = load(index, dev, cold_threads=2, cold_mib=1, threads=3, slot_mib=1)
+    readers = {thread for thread, _ in seen if thread.startswith("ring-")}
+    assert result.engaged_by("ring_readers").note.startswith("cold") and len(readers) == 2  # one pool
+    assert all(n == 1 for (t, _), n in seen.items() if t in readers)  # one descriptor per file it reads
+    per_reader = {r: {f for t, f in seen if t == r} for r in readers}
+    assert any(len(files) >= 2 for files in per_reader.values())  # a share ran from one file into the next
+    assert set().union(*per_reader.values()) == {f.path for f in index.files}
+    assert len({p.buffer.handle.base.ctypes.data for p in result.placements}) == 1  # one allocation
+    for feature in ("ring_readers", "pinned_staging", "one_allocation"):
+        assert result.engaged_by(feature).note.endswith("over 3 files")
+
+
+def test_warm_a_set_one_queue_of_windows_in_model_order(raw_set, monkeypatch):
+    import workbench.strategies.ring as ring
+
+    index = raw_set(SET)
+    order, real = [], ring.pread_into
+    monkeypatch.setattr(ring, "pread_into", lambda fd, view, offset, path="": (order.append((path, offset)),
+                                                                                real(fd, view, offset, path))[1])
+    result = load(index, threads=1, slot_mib=1, gate=0.0, spare=0)  # one reader: the queue's order itself
+    assert order == sorted(order, key=lambda o: ([f.path for f in index.files].index(o[0]), o[1]))
+    assert {path for path, _ in order} == {f.path for f in index.files}
+    assert result.engaged_by("ring_readers").note.startswith("warm")
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_evict_on_a_set_drops_every_file(cache, raw_set):
+    from workbench.io.pagecache import resident_fraction
+
+    index = raw_set(SET)
+    set_cache_all(index, "warm")
+    result = load(index, cold_threads=2, cold_mib=1, threads=3, slot_mib=1, evict=True,
+                  gate=0.0 if cache == "warm" else 1.0)
+    assert result.counters["dontneed_calls"] > 0
+    for f in index.files:
+        assert resident_fraction(f.path, f.data_start, f.data_end - f.data_start) < 0.05, f.name

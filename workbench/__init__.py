@@ -30,6 +30,8 @@ _LAZY = {
     "write_synthetic": "workbench.formats.synth",
     "evict_file_pages": "workbench.io.pagecache", "prepare": "workbench.io.pagecache",
     "resident_fraction": "workbench.io.pagecache", "warm_file": "workbench.io.pagecache",
+    "prepare_model": "workbench.io.modelcache", "model_residency": "workbench.io.modelcache",
+    "model_identity": "workbench.io.identity",
     "resolve_eviction": "workbench.io.policy",
     "Ledger": "workbench.ledger",
     "AttemptStats": "workbench.records", "Engaged": "workbench.records", "RunConfig": "workbench.records",
@@ -67,6 +69,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors (never ex
     from workbench.formats import open_index
     from workbench.formats.index import ExpertBlob, FileIdentity, TensorIndex, TensorInfo
     from workbench.formats.synth import write_synthetic
+    from workbench.io.identity import model_identity
+    from workbench.io.modelcache import model_residency, prepare_model
     from workbench.io.pagecache import evict_file_pages, prepare, resident_fraction, warm_file
     from workbench.io.policy import resolve_eviction
     from workbench.ledger import Ledger

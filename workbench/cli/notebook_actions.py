@@ -49,9 +49,10 @@ def model_path(layout: str, format: str, size: str, root: Path | None = None) ->
 
 
 def resolve_file(file: str) -> Path:
-    """The file to measure: the given path, or (empty) the demo's small dense model, made if missing."""
+    """The model to measure: the given path — a file, or a directory, index file or any shard of a set
+    (the runner's preflight checks every file) — or (empty) the demo's small dense model, made if missing."""
     if file:
-        if not Path(file).is_file():
+        if not Path(file).exists():
             raise WorkbenchError(f"{file}: no such model file")
         return Path(file)
     layout, fmt, size = DEFAULT_MODEL
@@ -61,6 +62,7 @@ def resolve_file(file: str) -> Path:
 def expand_configs(file: str | os.PathLike[str], strategies: Sequence[str],
                    params: Mapping[str, Mapping[str, Any]], device: str) -> list[Any]:
     """Every strategy × its parameter grid (lists → cartesian product) as RunConfigs, in order."""
+    from workbench.measure.model import model_name
     from workbench.records import RunConfig
     from workbench.strategies import STRATEGIES
 
@@ -77,8 +79,8 @@ def expand_configs(file: str | os.PathLike[str], strategies: Sequence[str],
         lists = [v if isinstance(v, (list, tuple)) else [v] for v in grid.values()]
         for combo in itertools.product(*lists):
             config = RunConfig(str(file), name, dict(zip(keys, combo)), device)
-            # The file in the label: a campaign over several files must still read unambiguously.
-            configs.append(dataclasses.replace(config, label=f"{config.display} · {Path(file).stem}"))
+            # The model in the label: a campaign over several models must still read unambiguously.
+            configs.append(dataclasses.replace(config, label=f"{config.display} · {model_name(str(file))}"))
     return configs
 
 

@@ -26,9 +26,10 @@ SLICE_METHODS = (
 
 
 def moe_model(file: str, alignment: int, size: str, experts: int) -> Path:
-    """``file`` when given; else the synthetic MoE GGUF of this alignment under data/models (made if missing)."""
+    """``file`` when given (a file, or a directory / index file / shard of a set); else the synthetic MoE
+    GGUF of this alignment under data/models (made if missing)."""
     if file:
-        if not Path(file).is_file():
+        if not Path(file).exists():
             raise WorkbenchError(f"{file}: no such model file")
         return Path(file)
     path = defaults.models_dir() / f"moe-a{alignment}-e{experts}-{size}.gguf"

@@ -87,12 +87,14 @@ class BufferedReader:
 
 
 class DirectBounceReader:
-    """O_DIRECT window into a (growing, reused) bounce buffer, then the payload copied out."""
+    """O_DIRECT window into a (growing, reused) bounce buffer, then the payload copied out. ``fd``: a
+    descriptor of ``path`` the caller opened O_DIRECT and keeps (shared by readers; not closed here)."""
 
     name = "direct-bounce"
 
-    def __init__(self, path: str | os.PathLike):
-        self._fd = open_direct(path)
+    def __init__(self, path: str | os.PathLike, fd: int | None = None):
+        self._owns = fd is None
+        self._fd = open_direct(path) if fd is None else fd
         self._bounce: AlignedBuffer | None = None
 
     def read_into(self, region: memoryview, at: int, offset: int, nbytes: int,
@@ -112,9 +114,9 @@ class DirectBounceReader:
         if self._bounce is not None:
             self._bounce.close()
             self._bounce = None
-        if self._fd >= 0:
+        if self._fd >= 0 and self._owns:
             os.close(self._fd)
-            self._fd = -1
+        self._fd = -1
 
 
 class DirectInplaceReader(DirectBounceReader):
@@ -124,8 +126,8 @@ class DirectInplaceReader(DirectBounceReader):
 
     name = "direct-inplace"
 
-    def __init__(self, path: str | os.PathLike):
-        super().__init__(path)
+    def __init__(self, path: str | os.PathLike, fd: int | None = None):
+        super().__init__(path, fd)
         self.fallbacks = 0
 
     def read_into(self, region: memoryview, at: int, offset: int, nbytes: int,

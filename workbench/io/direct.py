@@ -127,18 +127,26 @@ def _try_direct_read(path: str | os.PathLike) -> Availability:
     try:
         fd = open_direct(path)
     except OSError as exc:
-        return Availability(False, _reason(exc, path))
+        return Availability(False, refusal_reason(exc, path))
+    try:
+        return direct_read_works(fd, path)
+    finally:
+        os.close(fd)
+
+
+def direct_read_works(fd: int, path: str | os.PathLike = "") -> Availability:
+    """Whether one aligned read through ``fd`` (opened O_DIRECT) works: some file systems accept the
+    open and refuse the reads."""
     try:
         with AlignedBuffer(DEFAULT_ALIGNMENT) as buf:
             os.preadv(fd, [buf.view], 0)
         return Availability(True)
     except OSError as exc:
-        return Availability(False, _reason(exc, path))
-    finally:
-        os.close(fd)
+        return Availability(False, refusal_reason(exc, path))
 
 
-def _reason(exc: OSError, path: str | os.PathLike) -> str:
+def refusal_reason(exc: OSError, path: str | os.PathLike) -> str:
+    """``EINVAL on tmpfs (Invalid argument)``: why O_DIRECT was refused, and where."""
     from workbench.io.pagecache import filesystem_type
 
     name = errno.errorcode.get(exc.errno or 0, str(exc.errno))

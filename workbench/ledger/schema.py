@@ -20,7 +20,7 @@ from typing import Any, Iterator
 from workbench import defaults
 from workbench.errors import LedgerError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "campaigns": ("id", "name", "description", "created"),
@@ -34,7 +34,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "runs": (
         "id", "attempt_id", "position", "pid", "load_s", "wall_s", "bytes", "resident_before",
         "cache_state", "cache_reached", "verified", "engaged", "phases", "minflt", "majflt",
-        "lock_wait_s", "error", "result", "created",
+        "lock_wait_s", "error", "result", "created", "resident_files",
     ),
     "ceilings": ("id", "host", "name", "gbps", "detail", "measured_at"),
     "verdict_history": ("id", "attempt_id", "old", "new", "note", "at"),
@@ -52,7 +52,9 @@ ADDED_TABLES: dict[int, tuple[str, ...]] = {2: ("turns",)}
 # gets them by ALTER TABLE when it is opened (one way: an older workbench then refuses it by version).
 #   kind: what an attempt measured — a strategy load, an external engine, a long expert session;
 #   ci_low/ci_high/verdict_reason: the speedup's confidence interval and why the verdict is what it is;
-#   binary_path/binary_hash: the executable an external engine ran, hashed like the model file.
+#   binary_path/binary_hash: the executable an external engine ran, hashed like the model file;
+#   resident_files (3): a model is a set of files — each file's resident fraction before the run (JSON
+#   object, file name → fraction; ``resident_before`` is the whole model's). Older runs read back {}.
 ADDED_COLUMNS: dict[int, tuple[tuple[str, str, str], ...]] = {
     2: (
         ("attempts", "kind", "TEXT NOT NULL DEFAULT 'strategy'"),
@@ -62,6 +64,7 @@ ADDED_COLUMNS: dict[int, tuple[tuple[str, str, str], ...]] = {
         ("attempts", "binary_path", "TEXT"),
         ("attempts", "binary_hash", "TEXT"),
     ),
+    3: (("runs", "resident_files", "TEXT"),),
 }
 
 DDL = """
@@ -88,7 +91,7 @@ CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, attempt_id TEXT NOT NULL REFERENCES attempts(id), position INTEGER,
     pid INTEGER, load_s REAL, wall_s REAL, bytes INTEGER, resident_before REAL, cache_state TEXT,
     cache_reached INTEGER, verified INTEGER, engaged TEXT, phases TEXT, minflt INTEGER,
-    majflt INTEGER, lock_wait_s REAL, error TEXT, result TEXT, created TEXT NOT NULL);
+    majflt INTEGER, lock_wait_s REAL, error TEXT, result TEXT, created TEXT NOT NULL, resident_files TEXT);
 CREATE INDEX IF NOT EXISTS runs_attempt ON runs(attempt_id);
 CREATE TABLE IF NOT EXISTS ceilings (
     id TEXT PRIMARY KEY, host TEXT NOT NULL, name TEXT NOT NULL, gbps REAL NOT NULL,

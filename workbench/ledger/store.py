@@ -114,6 +114,7 @@ class Ledger:
             "engaged": encode(list(run.engaged)), "phases": encode(dict(run.phases)),
             "minflt": run.minflt, "majflt": run.majflt, "lock_wait_s": run.lock_wait_s,
             "error": run.error, "result": encode(run.report.to_json()), "created": now(),
+            "resident_files": encode(dict(run.resident_files)),
         }
         self._require_attempt(attempt_id)
         self._insert("runs", row)
@@ -345,8 +346,8 @@ def _decode_attempt(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _decode_run(row: dict[str, Any]) -> dict[str, Any]:
-    for key in ("engaged", "phases", "result"):
-        row[key] = decode(row[key])
+    for key in ("engaged", "phases", "result", "resident_files"):
+        row[key] = decode(row.get(key))
     row["engaged"] = tuple(row["engaged"] or ())
     for key in ("cache_reached", "verified"):
         row[key] = None if row[key] is None else bool(row[key])

@@ -140,6 +140,23 @@ def _json(kind: type, null: bool = True) -> Rule:
     return rule
 
 
+def _fractions() -> Rule:
+    """A JSON object of name → fraction in [0, 1] (each file's resident fraction), or NULL."""
+    def rule(v: Any) -> str | None:
+        if v is None:
+            return None
+        try:
+            value = json.loads(v) if isinstance(v, str) else None
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            return "is not a JSON dict"
+        bad = [k for k, f in value.items() if isinstance(f, bool) or not isinstance(f, (int, float))
+               or not math.isfinite(f) or not 0 <= f <= 1]
+        return f"holds {bad[0]!r}, not a fraction in [0, 1]" if bad else None
+    return rule
+
+
 def _time(null: bool = False) -> Rule:
     def rule(v: Any) -> str | None:
         if v is None:
@@ -173,7 +190,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "bytes": _COUNT, "resident_before": _number(0, 1), "cache_state": _one_of(CACHE_STATES, null=True),
         "cache_reached": _FLAG, "verified": _FLAG, "engaged": _json(list), "phases": _json(dict),
         "minflt": _COUNT, "majflt": _COUNT, "lock_wait_s": _SECONDS, "error": _OPT, "result": _json(dict),
-        "created": _time(),
+        "created": _time(), "resident_files": _fractions(),
     },
     "ceilings": {"id": _ID, "host": _NAME, "name": _NAME, "gbps": _number(null=False), "detail": _json(dict),
                  "measured_at": _time()},

@@ -79,6 +79,7 @@ def run_to_json(run: RunRecord) -> dict[str, Any]:
     d = run.to_json()
     out = {k: d[k] for k in RUN_KEYS}
     out.update(cache_state=run.cache_state, cache_reached=run.cache_reached,
+               resident_files=dict(run.resident_files),  # each file of the model before the run
                lock_wait_s=run.lock_wait_s, overhead_s=run_overhead(run),
                timings={} if run.report.timings is None else run.report.timings.to_json())
     if run.report.cache_error:

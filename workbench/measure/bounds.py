@@ -1,7 +1,7 @@
 """Which measured wall bounds an attempt: the ceiling its GB/s is reported against."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from workbench.records import LoadPath
 
@@ -15,12 +15,24 @@ def backend_of(spec: str) -> str:
     return "host" if name.startswith("host") else name
 
 
-def host_ceilings(ledger: Ledger, host: str | None = None) -> dict[str, float]:
-    """The latest GB/s of each ceiling recorded for ``host`` (default: this machine)."""
+def host_ceilings(ledger: Ledger, host: str | None = None, model: str | None = None) -> dict[str, float]:
+    """The latest GB/s of each ceiling recorded for ``host`` (default: this machine).
+
+    With ``model`` (the path a model resolves to), a whole-model read (``*_read_file_*``) is kept only
+    when it read that model — every file of it; another model's says nothing about this one's files."""
     from workbench.defaults import host_id
 
     frame = ledger.ceilings(host=host or host_id())
-    return {str(n): float(g) for n, g in zip(frame["name"], frame["gbps"])}
+    return {str(n): float(g) for n, g, detail in zip(frame["name"], frame["gbps"], frame["detail"])
+            if model is None or "_read_file_" not in str(n) or _read_model(detail, model)}
+
+
+def _read_model(detail: Mapping[str, Any] | None, model: str) -> bool:
+    """Whether a whole-model wall's ``detail`` names ``model`` (walls before sets name the file read)."""
+    import os
+
+    read = (detail or {}).get("model") or (detail or {}).get("file")
+    return bool(read) and os.path.realpath(str(read)) == os.path.realpath(model)
 
 
 def bounding_ceiling(walls: Mapping[str, float], state: str | None, device: str,

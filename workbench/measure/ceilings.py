@@ -4,28 +4,28 @@ cold read (buffered after eviction, and O_DIRECT) and page-cache read at 1..N th
 device backend host→device from pageable, pinned and registered memory. Stored per host in the ledger;
 the runner reports every attempt's GB/s as a fraction of the wall that bounds it.
 
-Given the model ``file`` too, the same reads of that whole file (``cold_read_file_<N>t``,
-``page_cache_read_file_<N>t``): on the H200's virtio disk a 2 GiB region read 15 % faster than the
-whole 8 GB file in the same run, so a load of the file is held against a read of the file.
+Given the model ``file`` too, the same reads of that whole model — every file of a set (a directory, an
+index file or any shard), so a sharded cold read is N files read — as ``cold_read_file_<N>t`` and
+``page_cache_read_file_<N>t``: on the H200's virtio disk a 2 GiB region read 15 % faster than the
+whole 8 GB file in the same run, so a load of the model is held against a read of the model.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from workbench.errors import CacheStateError, WorkbenchError
 from workbench.measure.bounds import backend_of as _backend
+from workbench.measure.reads import CHUNK, read_all as _read_all, read_files as _read_files
 from workbench.records import MiB
 
 if TYPE_CHECKING:
     from workbench.measure.runner import LedgerArg
     from workbench.upload.base import Device, DeviceBuffer
-CHUNK = 4 * MiB  # per read call: large enough that syscall cost vanishes, small enough to stay in L2/L3
 FILE_CHUNK = 16 * MiB  # whole-file reads: the read size the H200's disk served best
 COPY_MAX = 256 * MiB  # memcpy / host→device size cap: the rate is flat long before this
 REPEATS = 3
@@ -87,8 +87,8 @@ def measure_ceilings(directory: str | os.PathLike[str] | None = None, *,
     lock_dir
         The device locks (held for ``devices`` throughout, so no sweep is timed meanwhile).
     file, file_threads
-        A model file to read whole, cold and warm, with each of ``file_threads`` readers (default: the
-        largest of ``threads``); the file is left resident.
+        A model (a file, or a directory / index file / shard of a set) to read whole, cold and warm,
+        with each of ``file_threads`` readers (default: the largest of ``threads``); it is left resident.
     """
     from workbench.measure.lock import DeviceLock, lock_name
 
@@ -132,32 +132,37 @@ def _measure(directory: str | os.PathLike[str] | None, devices: Sequence[str], s
 
 def _with_file_reads(report: CeilingsReport, path: str, file_threads: Sequence[int] | None,
                      threads: Sequence[int] | None, progress: Callable[[str], None] | None) -> CeilingsReport:
+    """The walls of reading the whole model — every file of a set, the threads sharing its bytes laid
+    end to end — cold (every file evicted and checked) and from the page cache (every file resident)."""
     import dataclasses
 
-    from workbench.io.pagecache import prepare
+    from workbench.io.modelcache import model_files, prepare_model
 
+    model = model_files(path, any_file=True)  # a file the workbench cannot index is still read whole
+    files = list(zip(model.paths, model.sizes))[: model.n_data_files]
+    size, n = model.data_bytes, len(files)
     counts = list(file_threads or [max(threads or thread_counts())])
-    size = os.path.getsize(path)
     found, skipped = list(report.ceilings), list(report.skipped)
-    (progress or (lambda _msg: None))(f"whole-file reads of {os.path.basename(path)}")
+    what = os.path.basename(path) + (f" ({n} files)" if n > 1 else "")
+    (progress or (lambda _msg: None))(f"whole-model reads of {what}")
+    detail = {"file": path, "model": model.path, "files": n, "chunk": FILE_CHUNK}
     for t in counts:
         try:
-            prepare(path, "cold")
+            prepare_model(model, "cold")
         except CacheStateError as exc:
             skipped.append((f"cold_read_file_{t}t", str(exc)))
             continue
-        found.append(_ceiling(f"cold_read_file_{t}t", size, _read_all(path, size, t, False, FILE_CHUNK),
-                              threads=t, mode="buffered pread of the whole model file after fadvise(DONTNEED)",
-                              file=path, chunk=FILE_CHUNK))
+        found.append(_ceiling(f"cold_read_file_{t}t", size, _read_files(files, t, False, FILE_CHUNK), threads=t,
+                              mode="buffered pread of the whole model after fadvise(DONTNEED)", **detail))
     try:
-        prepare(path, "warm")
+        prepare_model(model, "warm")
     except CacheStateError as exc:
         return dataclasses.replace(report, ceilings=tuple(found),
                                    skipped=tuple(skipped + [("page_cache_read_file", str(exc))]))
     for t in counts:
-        best = min(_read_all(path, size, t, False, FILE_CHUNK) for _ in range(2))
-        found.append(_ceiling(f"page_cache_read_file_{t}t", size, best, threads=t, repeats=2, file=path,
-                              mode="pread of the whole resident model file", chunk=FILE_CHUNK))
+        best = min(_read_files(files, t, False, FILE_CHUNK) for _ in range(2))
+        found.append(_ceiling(f"page_cache_read_file_{t}t", size, best, threads=t, repeats=2,
+                              mode="pread of the whole resident model", **detail))
     return dataclasses.replace(report, ceilings=tuple(found), skipped=tuple(skipped))
 
 
@@ -229,37 +234,6 @@ def _warm_reads(path: str, size: int, counts: Sequence[int], found: list[Ceiling
         best = min(_read_all(path, size, t, False) for _ in range(2))
         found.append(_ceiling(f"page_cache_read_{t}t", size, best, threads=t,
                               mode="pread from resident pages", repeats=2))
-
-
-def _read_all(path: str, size: int, threads: int, direct: bool, chunk: int = CHUNK) -> float:
-    """Seconds for ``threads`` threads to pread the file, each its own contiguous share."""
-    from workbench.io.direct import open_direct
-
-    fd = open_direct(path) if direct else os.open(path, os.O_RDONLY)
-    try:
-        share = -(-size // threads // chunk) * chunk
-        workers = [threading.Thread(target=_read_share, args=(fd, lo, min(size, lo + share), direct, chunk))
-                   for lo in range(0, size, share)]
-        t0 = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        return time.perf_counter() - t0
-    finally:
-        os.close(fd)
-
-
-def _read_share(fd: int, lo: int, hi: int, direct: bool, chunk: int = CHUNK) -> None:
-    from workbench.io.direct import AlignedBuffer, read_direct
-
-    with AlignedBuffer(chunk) as buf:
-        for off in range(lo, hi, chunk):
-            n = min(chunk, hi - off)
-            if direct:
-                read_direct(fd, buf.view, off, n)
-            else:
-                os.preadv(fd, [buf.view[:n]], off)  # releases the GIL: threads really overlap
 
 
 def _memcpy(nbytes: int) -> Ceiling:

@@ -202,13 +202,12 @@ def _exit_code(proc: subprocess.Popen, deadline: float) -> int | None:
 
 
 def file_nbytes(path: str) -> int:
-    """Tensor bytes when the file is a model the workbench reads, else its size."""
-    try:
-        from workbench.formats import open_index
+    """Tensor bytes when ``path`` is a model the workbench reads (a file or a set: every file's), else
+    the file's size."""
+    from workbench.io.modelcache import model_files
 
-        return open_index(path).nbytes
-    except (WorkbenchError, ImportError):
-        return os.path.getsize(path)
+    model = model_files(path, any_file=True)
+    return model.index.nbytes if model.index is not None else model.data_bytes
 
 
 class _Engines:
@@ -246,8 +245,9 @@ def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int =
     (``kind='external'``, its build's files hashed), the cache state set and checked before every run,
     the device lock held, every run in the ledger, verdicts against the first command (or ``baseline``).
 
-    ``device`` names the lock and the device recorded with the attempts (the one the engines load
-    onto); further keyword arguments (``ledger``, ``campaign``, ``hypothesis``, ``progress``,
+    ``file`` is the model the engines load: a file, or a directory / index file / shard of a set, whose
+    every file has its cache state set and checked before each run. ``device`` names the lock and the
+    device recorded with the attempts (the one the engines load onto); further keyword arguments (``ledger``, ``campaign``, ``hypothesis``, ``progress``,
     ``lock_dir``, ``min_effect``) go to the runner. Bad commands, patterns or files fail here in one line, before
     anything is recorded.
     """
@@ -256,9 +256,12 @@ def measure_engines(commands: Sequence[EngineCommand], file: str, *, runs: int =
     if not commands:
         raise WorkbenchError("nothing to measure: no engine command given")
     checked = [check_command(c) for c in commands]
-    if not os.path.isfile(file):
-        raise WorkbenchError(f"{file}: no such file (the model the command loads)")
-    nbytes = file_nbytes(file)
+    if not os.path.exists(file):
+        raise WorkbenchError(f"{file}: no such file or directory (the model the command loads)")
+    try:  # a directory, index file or shard: the set; a file the workbench cannot index: that file
+        nbytes = file_nbytes(file)
+    except (OSError, WorkbenchError) as exc:
+        raise WorkbenchError(f"the model the command loads (--file): {exc}") from None
     labels = default_labels(commands)
     configs = [RunConfig(file=file, strategy="external", params=c.params(), device=device, label=label)
                for c, label in zip(commands, labels)]

@@ -10,24 +10,27 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from workbench.errors import (
-    CacheStateError, LedgerError, MeasurementInterrupted, UnrecordedResults, WorkbenchError, WorkerFailed,
+    LedgerError, MeasurementInterrupted, UnrecordedResults, WorkbenchError, WorkerFailed,
 )
 from workbench.measure.attempt import (
-    AttemptResult, cache_label, decide, effective_state,
+    AttemptResult, Decision, cache_label, decide, effective_state,
 )
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.lock import DeviceLock
+from workbench.measure.model import (  # noqa: F401 - recorded_identity: imported from here too
+    Models, identity_members, model_directory, prepare_cache, recorded_identity,
+)
 from workbench.measure.order import DEFAULT_ORDER, interleave
 from workbench.records import CACHE_STATES, AttemptStats, LoadPath, RunConfig, RunRecord
 from workbench.measure.spawn import Outcome, run_worker
 
 if TYPE_CHECKING:
+    from workbench.formats.index import TensorIndex
     from workbench.ledger import Ledger
+    from workbench.measure.model import Model
 
     # what ``ledger=`` accepts everywhere in measure/: an open Ledger, a path, or None (the default)
     LedgerArg = Ledger | str | os.PathLike[str] | None
-
-WARM_MIN = 0.98  # resident fraction that counts as warm (pagecache.prepare's default too)
 
 RunFn = Callable[[RunConfig], Outcome]
 Progress = Callable[[int, int, RunConfig, RunRecord], None]
@@ -113,7 +116,7 @@ def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[in
         base_runs = store.run_records(baseline)
     try:
         for position, i in enumerate(sequence):
-            record = _timed_run(run_fn, configs[i], position, cache, lock_dir)
+            record = _timed_run(run_fn, configs[i], position, cache, lock_dir, session.model(configs[i].file))
             session.add(i, record)
             if progress is not None:
                 progress(position + 1, len(sequence), configs[i], record)
@@ -129,9 +132,10 @@ def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[in
     return results
 
 
-def preflight(configs: Sequence[RunConfig]) -> None:
+def preflight(configs: Sequence[RunConfig]) -> dict[str, TensorIndex]:
     """Fail in one line, before any attempt is opened, on what no run could survive: a strategy or
-    parameter that does not parse, a backend that is not here, a file that is missing or malformed.
+    parameter that does not parse, a backend that is not here, a model that is missing or malformed
+    (any file of a set). Returns the index of each model.
 
     Errors that only a run can reveal (a crash, wrong bytes, a timeout) stay failed runs in the ledger.
     """
@@ -156,6 +160,7 @@ def preflight(configs: Sequence[RunConfig]) -> None:
         fits = strategy.fits(indexes[config.file], name)  # format, dtypes, device (a GPU-only peer)
         if not fits:
             raise StrategyUnavailable(config.strategy, f"{config.file}: {fits.reason}")
+    return indexes
 
 
 def open_ledger(ledger: LedgerArg) -> Ledger:
@@ -165,37 +170,16 @@ def open_ledger(ledger: LedgerArg) -> Ledger:
     return ledger if isinstance(ledger, Ledger) else Ledger(ledger)
 
 
-def prepare_cache(path: str, state: str) -> tuple[float | None, bool, str | None]:
-    """Set the page-cache state: (resident fraction, reached, the CacheStateError text if not)."""
-    from workbench.io.pagecache import prepare, resident_fraction
-
-    try:
-        if state == "warm":  # already resident: skip re-reading the whole file before every run
-            resident = resident_fraction(path)
-            if resident >= WARM_MIN:
-                return resident, True, None
-        return float(prepare(path, state, warm_min=WARM_MIN)), True, None
-    except CacheStateError as exc:
-        resident = exc.resident
-        if resident is None:
-            try:
-                resident = resident_fraction(path)
-            except (OSError, WorkbenchError):
-                resident = None
-        return resident, False, str(exc)
-
-
 def _timed_run(run_fn: RunFn, config: RunConfig, position: int, cache: str,
-               lock_dir: str | os.PathLike[str] | None) -> RunRecord:
+               lock_dir: str | os.PathLike[str] | None, model: Model | None = None) -> RunRecord:
+    """One run: the model's cache state set over every file (``model``: its files resolved once per
+    measurement, else ``config.file``), then ``run_fn`` under the device lock."""
     # The lock covers cache preparation too: evicting a file disturbs anyone timing the same disk.
     from workbench.io.hostmem import reported_kib
 
     with DeviceLock(config.device, lock_dir) as lock:
         reported_before = reported_kib()
-        try:
-            resident, reached, cache_error = prepare_cache(config.file, cache)
-        except (OSError, WorkbenchError) as exc:  # a missing file: let the worker say so, too
-            resident, reached, cache_error = None, False, str(exc)
+        prepared = prepare_cache(config.file if model is None else model, cache)
         try:
             out = run_fn(config)
         except WorkerFailed as exc:  # the worker died or said nothing: that is this run's result
@@ -207,13 +191,13 @@ def _timed_run(run_fn: RunFn, config: RunConfig, position: int, cache: str,
     if reported_before is not None and reported_after is not None:
         # memory the VM handed back to its hypervisor around this run: a timing confounder
         report = dataclasses.replace(report, host_memory_reported_mib=(reported_after - reported_before) / 1024)
-    if cache_error:
-        report = dataclasses.replace(report, cache_error=cache_error)
+    if prepared.error:
+        report = dataclasses.replace(report, cache_error=prepared.error)
     return RunRecord(
         position=position, pid=out.pid, load_s=out.load_s, wall_s=out.wall_s, bytes=out.bytes,
-        resident_before=resident, cache_state=cache, cache_reached=reached, verified=out.verified,
-        engaged=out.engaged, phases=out.phases, minflt=out.minflt, majflt=out.majflt,
-        lock_wait_s=lock.waited_s, error=out.error, report=report)
+        resident_before=prepared.resident, cache_state=cache, cache_reached=prepared.reached,
+        verified=out.verified, engaged=out.engaged, phases=out.phases, minflt=out.minflt, majflt=out.majflt,
+        lock_wait_s=lock.waited_s, error=out.error, report=report, resident_files=prepared.files)
 
 
 class _Session:
@@ -230,7 +214,12 @@ class _Session:
         self.finished: set[int] = set()  # attempts the ledger holds finished, with every run
         self.lost: LedgerError | None = None  # the first ledger write that failed
         self._env: dict[str, dict[str, Any]] = {}
+        self.models = Models()  # each model's files and identity, resolved once
         ledger.ensure_campaign(campaign)
+
+    def model(self, path: str) -> Model:
+        """The model's files for preparing its cache state (resolved at its first run)."""
+        return self.models.files(path)
 
     def add(self, i: int, record: RunRecord) -> None:
         """Keep a run, and record it now, opening its attempt first (with the device facts the worker
@@ -272,19 +261,22 @@ class _Session:
         # The worker reports the device it opened; the parent never opens one (a CUDA context here
         # would cost memory and time on the device being measured).
         device_info = dict(first.report.device_info or {"backend": config.device})
+        identity = self.models.identity(config.file)
         environment = {**self._environment(config.file), "device": device_info, **_strategy_kind(config)}
+        if identity.get("files"):  # a set: which members (and index file) its hash covers
+            environment["model_files"] = identity_members(identity)
         engine = first.report.external
         kind = "external" if config.strategy == "external" else "strategy"
         binary = {"path": engine.binary_path, "hash": engine.binary_hash} if engine and engine.binary_hash else None
         return self.ledger.start_attempt(
             campaign=self.campaign, config=config, cache=cache_label(self.cache, [first]),
-            hypothesis=self.hypothesis, label=self.labels[i], file_identity=recorded_identity(config.file),
-            environment=environment, device_info=device_info, host=host_id(), kind=kind, binary=binary)
+            hypothesis=self.hypothesis, label=self.labels[i], file_identity=identity, environment=environment,
+            device_info=device_info, host=host_id(), kind=kind, binary=binary)
 
     def _environment(self, path: str) -> dict[str, Any]:
         from workbench.measure.environment import collect_environment
 
-        directory = os.path.dirname(os.path.abspath(path))
+        directory = model_directory(self.model(path))
         if directory not in self._env:
             try:
                 self._env[directory] = collect_environment(directory=directory)
@@ -322,19 +314,37 @@ class _Session:
         else:
             baseline_id, self.paired = baseline, False
             self.baseline_note = self._baseline_mismatch(baseline)
-        walls = host_ceilings(self.ledger)
-        return [self._finish_one(i, stats[i], base_runs, baseline_id, walls, bounding_ceiling)
-                for i in range(len(self.configs))]
+        # walls per model: a read of the whole model counts only for loads of that model
+        walls = {c.file: host_ceilings(self.ledger, model=self.models.canonical(c.file)) for c in self.configs}
+        return [self._finish_one(i, stats[i], base_runs, baseline_id, walls[c.file], bounding_ceiling)
+                for i, c in enumerate(self.configs)]
 
     def _baseline_mismatch(self, baseline: str) -> str:
         """What differs between a ledger baseline and this measurement (file, cache, device), if anything:
         a verdict against a baseline taken on another file or cache state compares two different things."""
         base = self.ledger.attempt(baseline)
         config = self.configs[0]
-        ours = {"file": recorded_identity(config.file).get("hash"), "cache": self.cache, "device": config.device}
+        ours = {"file": self.models.identity(config.file).get("hash"), "cache": self.cache, "device": config.device}
         theirs = {"file": base.get("file_hash"), "cache": base.get("cache"), "device": base.get("device")}
         diff = [f"{k} {theirs[k]!r} vs {ours[k]!r}" for k in ours if theirs[k] and ours[k] and theirs[k] != ours[k]]
         return f"baseline {baseline[:8]} differs: {', '.join(diff)}" if diff else ""
+
+    def _decide(self, i: int, runs: Sequence[RunRecord], base_runs: Sequence[RunRecord] | None,
+                is_base: bool) -> tuple[Decision, str]:
+        """The verdict and the notes: runs on another model than the baseline's (another set) are
+        compared but never paired by round, and a model that changed while measured fails its attempt."""
+        config, base = self.configs[i], self.configs[0]
+        same = not self.paired or self.models.same(config.file, base.file)
+        d = decide(runs, base_runs, is_baseline=is_base, paired=self.paired and same, min_effect=self.min_effect)
+        notes = [d.note, "" if is_base else self.baseline_note]
+        if not same and not is_base:
+            notes.append(f"another model than the baseline's ({self.models.identity(base.file).get('path')} vs "
+                         f"{self.models.identity(config.file).get('path')}): rounds not paired")
+        changed = self.models.changed(config.file)
+        if changed:
+            d = dataclasses.replace(d, verdict="failed", reason=changed)
+            notes.append(changed)
+        return d, "; ".join(filter(None, notes))
 
     def _finish_one(self, i: int, stats: AttemptStats, base_runs: Sequence[RunRecord] | None,
                     baseline_id: str | None, walls: dict[str, float],
@@ -343,11 +353,8 @@ class _Session:
 
         runs, config = tuple(self.runs[i]), self.configs[i]
         is_base = baseline_id == self.result_ids[i]
-        decision = decide(runs, base_runs, is_baseline=is_base, paired=self.paired, min_effect=self.min_effect)
-        note = decision.note
+        decision, note = self._decide(i, runs, base_runs, is_base)
         label = cache_label(self.cache, runs)
-        if self.baseline_note and not is_base:
-            note = "; ".join(filter(None, [note, self.baseline_note]))
         if label != cache_label(self.cache, runs[:1]):
             note = "; ".join(filter(None, [note, f"cache state: {label}"]))
         wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs))
@@ -391,16 +398,3 @@ def _summarize(runs: Sequence[RunRecord]) -> AttemptStats:
 
     nbytes = max((r.bytes for r in runs if r.ok), default=0)
     return summarize(runs, nbytes)
-
-
-def recorded_identity(path: str) -> dict[str, Any]:
-    """The model file's identity as an attempt records it; the path and the error when it cannot be
-    read (a missing file is a failed attempt, still recorded)."""
-    from dataclasses import asdict
-
-    from workbench.io.identity import file_identity
-
-    try:
-        return asdict(file_identity(path))
-    except (OSError, WorkbenchError) as exc:
-        return {"path": str(path), "error": str(exc)}

@@ -19,9 +19,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from workbench.errors import ParamError
 from workbench.expert.session_config import SessionConfig, check_config
@@ -49,6 +48,7 @@ class SessionResult:
     verdict: str
     notes: str
     error: str | None = None
+    resident_files: Mapping[str, float] = field(default_factory=dict)  # per file of the model, before
     memory: str = ""  # how --memory-limit was enforced and what it cost ("" without one)
 
 
@@ -74,17 +74,21 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
     memory_method
         How ``config.memory_limit_mib`` is enforced: ``auto`` (a cgroup, else a balloon), ``cgroup``, ``balloon``.
     """
+    from workbench.measure.model import prepare_cache
     from workbench.measure.pressure import MemoryPressure
     from workbench.measure.runner import open_ledger
 
     index = preflight_session(file, config, device)
     store = open_ledger(ledger)
-    run = Recorder(store, index, config, device, campaign, hypothesis, label or session_label(file, config), on_turn,
-                   on_start)
+    run = Recorder(store, file, index, config, device, campaign, hypothesis, label or session_label(file, config),
+                   on_turn, on_start)
     pressure = MemoryPressure(config.memory_limit_mib, memory_method) if config.memory_limit_mib else None
     try:
         with DeviceLock(device, lock_dir):
-            run.resident_before, run.cache = prepare_model_cache(index, cache)
+            prepared = prepare_cache(file, cache)  # every file of the model
+            run.cache = cache if prepared.reached or cache == "asis" else \
+                f"asis(unreachable: {cache}; {prepared.error})"[:300]
+            run.resident_before, run.resident_files = prepared.resident, dict(prepared.files)
             if pressure is None:
                 run.error, _ = _spawn(file, config, device, timeout_s, run.on_event, {})
             else:
@@ -124,24 +128,6 @@ def preflight_session(file: str, config: SessionConfig, device: str) -> Any:
     if not avail:
         raise BackendUnavailable(name, avail.reason, DEVICES.entries[name].hint)
     return index
-
-
-def prepare_model_cache(index: Any, state: str) -> tuple[float | None, str]:
-    """Set every file of the model to ``state``: (the set's resident fraction, the honest label)."""
-    from workbench.measure.runner import prepare_cache
-
-    sizes, fractions, errors = [], [], []
-    for f in index.files:
-        resident, reached, error = prepare_cache(f.path, state)
-        sizes.append(f.size)
-        fractions.append(resident)
-        if not reached and error:
-            errors.append(error)
-    known = [(r, s) for r, s in zip(fractions, sizes) if r is not None]
-    resident = sum(r * s for r, s in known) / max(1, sum(s for _, s in known)) if known else None
-    if state == "asis" or not errors:
-        return resident, state
-    return resident, f"asis(unreachable: {state}; {errors[0]})"[:300]
 
 
 def _spawn(file: str, config: SessionConfig, device: str, timeout_s: float,
@@ -205,7 +191,7 @@ def read_wall(ledger: Ledger, run: Recorder, device: str) -> tuple[str, float] |
     io = sum(r.io_bytes for r in run.records)
     state = "cold" if io and disk >= io / 2 else "warm"
     try:
-        walls = host_ceilings(ledger)
+        walls = host_ceilings(ledger, model=run.index.path)
     except Exception:  # noqa: BLE001 - no ceilings table in an old ledger: no wall, not a failure
         return None
     return wall_of(walls, state, run.facts.lanes, run.facts.reader.startswith("direct"))
@@ -216,9 +202,11 @@ def session_label(file: str, config: SessionConfig) -> str:
     extra = "".join([f" lanes={config.lanes}" if config.lanes > 1 else "", " overlap" if config.overlap else "",
                      f" compute={config.compute}" if config.compute != "none" else "",
                      f" mem={config.memory_limit_mib:g}MiB" if config.memory_limit_mib else ""])
+    from workbench.measure.model import model_name
+
     cache = f"{config.cache_mib:g}MiB" if config.cache_mib else "default"
     return (f"session {config.placement} release={config.boundary_release}{extra} {config.turns}×{config.tokens} "
-            f"cache={cache} · {Path(file).stem}")
+            f"cache={cache} · {model_name(file)}")
 
 
 def summary_line(report: SessionReport) -> str:
@@ -239,5 +227,4 @@ def summary_line(report: SessionReport) -> str:
             f"compute {f.compute}")
 
 
-__all__ = ["SessionResult", "measure_session", "preflight_session", "prepare_model_cache", "session_label",
-           "summary_line", "summarize"]
+__all__ = ["SessionResult", "measure_session", "preflight_session", "session_label", "summary_line", "summarize"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.expert.session_config import SessionConfig
@@ -19,15 +18,16 @@ if TYPE_CHECKING:
 class Recorder:
     """Turns the worker's events into one ledger attempt and its turns rows, as they arrive."""
 
-    def __init__(self, ledger: Ledger, index: TensorIndex, config: SessionConfig, device: str, campaign: str,
+    def __init__(self, ledger: Ledger, file: str, index: TensorIndex, config: SessionConfig, device: str, campaign: str,
                  hypothesis: str, label: str, on_turn: Callable[[TurnRecord], None] | None,
                  on_start: Callable[[SessionFacts], None] | None = None):
         self.ledger, self.index, self.config, self.device = ledger, index, config, device
-        self.file = index.path
+        self.file = file  # as given: a file, a shard, an index or a directory
         self.campaign, self.hypothesis, self.label, self.on_turn = campaign, hypothesis, label, on_turn
         self.on_start = on_start
         self.cache, self.resident_before, self.error = "asis", None, None
         self.memory_limit, self.memory_outcome = "", ""
+        self.resident_files: dict[str, float] = {}
         self.records: list[TurnRecord] = []
         self.facts: SessionFacts | None = None
         self.verified_slices = 0
@@ -53,13 +53,17 @@ class Recorder:
 
     def _start(self, device_info: dict[str, Any]) -> str:
         if self.attempt_id is None:
-            from workbench.io.identity import model_identity
             from workbench.measure.environment import collect_environment
+            from workbench.measure.model import identity_members, model_directory, recorded_identity, resolve_model
 
             params = {k: v for k, v in dataclasses.asdict(self.config).items() if v is not None}
-            ident = dataclasses.asdict(model_identity(self.index))
-            env = {**collect_environment(str(Path(self.index.files[0].path).resolve().parent)), "device": device_info,
-                   "session": self.facts.to_json() if self.facts is not None else {}}
+            model = resolve_model(self.file)
+            ident = recorded_identity(model)  # a set's: over every member and its index file
+            env = {**collect_environment(model_directory(model)), "device": device_info,
+                   "session": self.facts.to_json() if self.facts is not None else {},
+                   "resident_before": {"model": self.resident_before, "files": self.resident_files}}
+            if ident.get("files"):
+                env["model_files"] = identity_members(ident)
             self.attempt_id = self.ledger.start_attempt(
                 campaign=self.campaign, config=RunConfig(self.file, "session", params, self.device),
                 cache=self.cache, hypothesis=self.hypothesis, label=self.label, file_identity=ident,
@@ -96,7 +100,7 @@ class Recorder:
     def result(self, cls: type) -> Any:
         memory = f"{self.memory_limit} — {self.memory_outcome}" if self.memory_limit else ""
         return cls(self.attempt_id, self.file, self.device, self.cache, self.resident_before, self.report,
-                   self.verdict, self.notes, self.error, memory)
+                   self.verdict, self.notes, self.error, dict(self.resident_files), memory)
 
 
 def session_stats(records: list[TurnRecord], failed: bool = False) -> AttemptStats:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from workbench.errors import UnrecordedDumpError, WorkbenchError
 from workbench.measure.attempt import run_from_json
-from workbench.measure.runner import recorded_identity
+from workbench.measure.model import recorded_identity
 from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ _RUN = {"position": int, "bytes": int, "cache_state": str}
 _RUN_OPT = {"pid": int, "load_s": (int, float), "wall_s": (int, float), "resident_before": (int, float),
             "verified": bool, "cache_reached": bool, "error": str, "engaged": list, "phases": dict,
             "minflt": int, "majflt": int, "lock_wait_s": (int, float), "result": dict, "timings": dict,
-            "external": dict}
+            "external": dict, "resident_files": dict}
 
 
 @dataclass(frozen=True)

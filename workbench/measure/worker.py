@@ -84,6 +84,7 @@ def run_load(config: Mapping[str, Any], stdout: Any = None) -> WorkerReport:
         verify = _verify(index, device, result) if config.get("verify", True) else None
         t_verified = time.monotonic()
     load = result.summary()
+    resident_after, resident_files = _resident_after(index)
     spawn = config.get("spawn_monotonic")
     timings = Timings(
         startup_s=None if spawn is None else _T_ENTRY - float(spawn), import_s=t_init - t_import,
@@ -95,7 +96,7 @@ def run_load(config: Mapping[str, Any], stdout: Any = None) -> WorkerReport:
         init_s=t_window - t_init, index_s=t_index - t_window, verify_s=t_verified - t_loaded,
         load=dataclasses.replace(load, phases={**load.phases, "index": t_index - t_window}),
         verified=None if verify is None else verify.ok, verify=verify,
-        resident_after=_resident_after(config["file"]), timings=timings)
+        resident_after=resident_after, resident_after_files=resident_files, timings=timings)
 
 
 def _import_formats() -> None:
@@ -107,9 +108,11 @@ def _import_formats() -> None:
 
     for name in FORMATS:
         FORMATS.get(name)
-    # Imported lazily on first use by the GGUF reader (gguf-py) and by every strategy's eviction
-    # policy (workbench.io); anything else imported in the window is listed in ``window_imports``.
-    for lazy in ("gguf", "workbench.io.policy", "workbench.io.pagecache"):
+    # Imported lazily on first use by the GGUF reader (gguf-py), by open_index's set resolution (a
+    # model may be a set of files) and by every strategy's eviction policy (workbench.io); anything
+    # else imported in the window is listed in ``window_imports``.
+    for lazy in ("gguf", "workbench.formats.resolve", "workbench.formats.sets", "workbench.io.policy",
+                 "workbench.io.pagecache"):
         with contextlib.suppress(ImportError):
             importlib.import_module(lazy)
 
@@ -120,13 +123,15 @@ def _verify(index: Any, device: Any, result: Any) -> VerifySummary:
     return verify_placements(index, device, result.placements).summary()
 
 
-def _resident_after(path: str) -> float | None:
-    from workbench.io.pagecache import resident_fraction
+def _resident_after(index: Any) -> tuple[float | None, dict[str, float]]:
+    """The model's resident fraction after the load, and each file's (every file of a set)."""
+    from workbench.io.modelcache import model_residency
 
     try:
-        return resident_fraction(path)
+        seen = model_residency(index)
     except (OSError, WorkbenchError):
-        return None
+        return None, {}
+    return seen.resident, seen.by_name()
 
 
 def main(argv: list[str] | None = None) -> int:

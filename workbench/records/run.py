@@ -54,7 +54,7 @@ class RunRecord:
     load_s: float | None  # the load window, after interpreter start and device init
     wall_s: float | None  # the whole worker process, spawn to exit, as the parent saw it
     bytes: int
-    resident_before: float | None  # mincore fraction just before the run started
+    resident_before: float | None  # mincore fraction of the model (every file) just before the run started
     cache_state: str  # what was asked: cold / warm / asis
     cache_reached: bool | None  # whether resident_before matches the state asked for (None: never tried)
     verified: bool | None  # device bytes == file bytes (None: not checked)
@@ -65,6 +65,8 @@ class RunRecord:
     lock_wait_s: float = 0.0
     error: str | None = None
     report: WorkerReport = field(default_factory=WorkerReport)  # what the run itself reported
+    # file name → mincore fraction just before the run, for every file of the model (its index file too)
+    resident_files: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -73,7 +75,8 @@ class RunRecord:
     def to_json(self) -> dict[str, Any]:
         """The run as the ledger's ``runs`` row holds it: the report under ``result``."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "report"}
-        d.update(engaged=list(self.engaged), phases=dict(self.phases), result=self.report.to_json())
+        d.update(engaged=list(self.engaged), phases=dict(self.phases), result=self.report.to_json(),
+                 resident_files=dict(self.resident_files))
         return d
 
     @classmethod
@@ -83,6 +86,7 @@ class RunRecord:
         values = {k: v for k, v in data.items() if k in known}
         values["engaged"] = tuple(values.get("engaged") or ())
         values["phases"] = dict(values.get("phases") or {})
+        values["resident_files"] = {str(k): float(v) for k, v in (values.get("resident_files") or {}).items()}
         return cls(**values, report=WorkerReport.from_json(data.get("result") or {}))
 
 

@@ -167,6 +167,7 @@ class WorkerReport:
     external: ExternalRun | None = None
     host_memory_reported_mib: float | None = None  # memory the VM handed back around the run
     cache_error: str | None = None  # why the page-cache state asked for was not reached
+    resident_after_files: Mapping[str, float] = field(default_factory=dict)  # file name → fraction after the load
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object the worker prints and the ledger stores (``runs.result``)."""
@@ -189,6 +190,8 @@ class WorkerReport:
             "verified": self.verified, "verify": None if self.verify is None else self.verify.to_json(),
             "resident_after": self.resident_after,
             "timings": None if self.timings is None else self.timings.to_json(),
+            # only when measured: reports written before a model was a set of files hold the other keys
+            **({"resident_after_files": dict(self.resident_after_files)} if self.resident_after_files else {}),
         }
 
     @classmethod
@@ -215,4 +218,5 @@ class WorkerReport:
             "verify": None if verify is None else VerifySummary.from_json(verify),
             "resident_after": _opt_float(data.get("resident_after")),
             "timings": None if timings is None else Timings.from_json(timings),
+            "resident_after_files": {str(k): float(v) for k, v in (data.get("resident_after_files") or {}).items()},
         }

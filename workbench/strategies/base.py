@@ -72,15 +72,10 @@ class LoadContext:
         """Each file with its tensors in file order."""
         return self.index.by_file()
 
-    @property
-    def data_range(self) -> tuple[int, int]:
-        """The data region of a one-file model (a set has one per file: ``ctx.files[i].data_range``)."""
-        return self.index.data_range
-
     def fd(self, file: str | ModelFile | TensorInfo | None = None, flags: int = os.O_RDONLY) -> int:
         """A descriptor of one of the model's files (``None``: the only one), opened once per load and
         flags, refused if the file changed since indexing, closed when the load ends; thread-safe."""
-        path = _path_of(self.index, file)
+        path = self.path_of(file)
         with self._lock:
             fd = self._fds.get((path, flags))
             if fd is None:
@@ -90,16 +85,20 @@ class LoadContext:
                 check_unchanged(self.index.file(path), fd)
         return fd
 
+    def path_of(self, file: str | ModelFile | TensorInfo | None) -> str:
+        """The path of one of the model's files (``None``: the only one; a set has to name it)."""
+        if file is None:
+            if self.index.sharded:
+                raise ValueError(f"{self.index.path}: a model of {len(self.files)} files: name the file")
+            return self.files[0].path
+        return file if isinstance(file, str) else file.file if isinstance(file, TensorInfo) else file.path
+
     def once(self, key: Any, make: Callable[[], Any]) -> Any:
         """The load's one object for ``key``, made by ``make()`` the first time (a file's mapping)."""
         with self._lock:
             if key not in self._once:
                 self._once[key] = make()
             return self._once[key]
-
-    def open_fd(self, flags: int = os.O_RDONLY, file: str | ModelFile | TensorInfo | None = None) -> int:
-        """The same as :meth:`fd` (kept for strategies written against one-file models)."""
-        return self.fd(file, flags)
 
     def cleanup(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` when the load ends (last registered runs first)."""
@@ -194,7 +193,7 @@ class Strategy:
 
     @classmethod
     def supports(cls, index: TensorIndex) -> Availability:
-        """Whether this strategy can load ``index``'s file (a peer loader may read one format only)."""
+        """Whether this strategy can load the model ``index`` (a peer loader may read one format only)."""
         return Availability(True)
 
     def fits(self, index: TensorIndex, backend: str) -> Availability:
@@ -285,14 +284,6 @@ class Strategy:
 
     def _load(self, ctx: LoadContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-def _path_of(index: TensorIndex, file: str | ModelFile | TensorInfo | None) -> str:
-    if file is None:
-        if index.sharded:
-            raise ValueError(f"{index.path}: a model of {len(index.files)} files: name the file to open")
-        return index.files[0].path
-    return file if isinstance(file, str) else file.file if isinstance(file, TensorInfo) else file.path
 
 
 def free_placements(device: Device, result: LoadResult) -> None:

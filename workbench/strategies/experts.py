@@ -30,7 +30,7 @@ from workbench.formats.index import PAGE_SIZE, TensorInfo
 from workbench.io.pagecache import resident_map
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 from workbench.strategies.lanes import Job, cut_jobs, run_lanes
-from workbench.strategies.toolkit import UPLOADS, MiB, check_upload, eviction_reason, open_mapping
+from workbench.strategies.toolkit import UPLOADS, MiB, check_upload, eviction_reason, files_note, open_mapping
 from workbench.upload.base import DeviceBuffer
 
 
@@ -172,7 +172,8 @@ def _report(ctx: LoadContext, items: Sequence[_Item], p: ExpertsParams) -> None:
     dense = [it for it in items if it.blob is None]
     ctx.engage("blob_zero_copy", sum(it.zero_copy for it in blobs), len(blobs), unit="blobs",
                note=_why(blobs, p.gate) if blobs else "no expert blobs: not a MoE model")
-    ctx.engage("dense_zero_copy", sum(it.zero_copy for it in dense), len(dense), note=_why(dense, p.gate))
+    ctx.engage("dense_zero_copy", sum(it.zero_copy for it in dense), len(dense),
+               note=(_why(dense, p.gate) + files_note(ctx)).lstrip(", "))
     first = next((it.blob for it in blobs if it.why_not == "not contiguous"), None)
     if first is not None:
         ctx.note(f"not contiguous: layer {first.blob.layer} {first.blob.name}: {first.reason}")

@@ -55,7 +55,7 @@ class MmapStrategy(Strategy):
         reason = fallback_reason(ctx, self.params.gate)
         if reason or n == 0:
             pread_upload(ctx)
-            ctx.engage("zero_copy", 0, n, note=reason or "no tensors")
+            ctx.engage("zero_copy", 0, n, note=(reason or "no tensors") + files_note(ctx))
             return
         if self.params.register:
             _upload_registered_mappings(ctx)

@@ -8,30 +8,23 @@ buffer in one copy. Only the reservation is promised to the reader (``allow_in_p
 ``plan_blob`` declines (a stride that is no page multiple, a remainder that would under-align the
 tensors) falls back to the bounce path for that blob, and so do dense tensors, which have no buffer
 placed for them. A placed blob counts as placed only if every one of its reads did land in place.
-
-Every load reports ``odirect-zero-copy: n/m layer buffers placed — ON|PARTIAL|INERT`` with the reason
-when not all, and counts ``shift_copy_bytes`` (all of them) and ``expert_shift_copy_bytes``.
+The blobs of a file where O_DIRECT is refused are declined with that reason (the caller reads them).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from workbench.expert.blobs import PackedBlob, pack_blobs
 from workbench.expert.memory import Reservation
 from workbench.expert.placement import BlobPlacement, plan_blob
-from workbench.expert.readers import SliceReader, open_reader
+from workbench.expert.readers import DirectInplaceReader
 from workbench.formats.index import PAGE_SIZE, TensorInfo
-from workbench.records import Engaged, MiB
+from workbench.records import MiB
 from workbench.strategies.base import LoadContext
+from workbench.strategies.odirect_bounce import BounceLane, DirectFiles, zero_copy_fact
 from workbench.strategies.toolkit import ThreadGuard
 from workbench.upload.base import DeviceBuffer
-
-if TYPE_CHECKING:
-    from workbench.strategies.odirect import _Lane
-
-MODES = ("bounce", "inplace")
-FEATURE = "odirect-zero-copy"
 
 
 @dataclass(frozen=True)
@@ -47,17 +40,23 @@ class Work:
 
 
 class InplaceLane:
-    """A bounce lane plus what in-place reads need: an O_DIRECT reader and one reused reservation."""
+    """A bounce lane plus what in-place reads need: an in-place reader per file (over the file's one
+    O_DIRECT descriptor) and one reused reservation."""
 
-    def __init__(self, ctx: LoadContext, bounce: "_Lane", reserve: int, chunk: int):
+    def __init__(self, ctx: LoadContext, bounce: BounceLane, reserve: int, chunk: int):
         self.ctx, self.bounce, self.chunk = ctx, bounce, max(PAGE_SIZE, chunk - chunk % PAGE_SIZE)
-        self.reader: SliceReader | None = None
+        self.readers: dict[str, DirectInplaceReader] = {}
         self.reservation: Reservation | None = None
         if reserve:
-            self.reader, _ = open_reader("direct-inplace", ctx.index.path)  # the caller probed O_DIRECT
-            ctx.cleanup(self.reader.close)
             self.reservation = Reservation(reserve)
             ctx.cleanup(self.reservation.close)
+
+    def reader(self, path: str) -> DirectInplaceReader:
+        """The in-place reader of file ``path`` (made on first use; the caller probed O_DIRECT there)."""
+        if path not in self.readers:
+            self.readers[path] = DirectInplaceReader(path, fd=self.bounce.files.of(path).fd)
+            self.ctx.cleanup(self.readers[path].close)
+        return self.readers[path]
 
     def run(self, work: Work) -> bool:
         """Do one unit; True when it was a placed blob and every read landed in place."""
@@ -69,12 +68,13 @@ class InplaceLane:
     def _read_blob(self, packed: PackedBlob, plan: BlobPlacement, buf: DeviceBuffer) -> bool:
         first, end = packed.blob.span
         region = self.reservation.view[:plan.reserve]
+        reader = self.reader(packed.blob.file)
         try:
             in_place = True
             window = first - plan.remainder  # page-aligned: windows never overlap, each lands in place
             for lo in range(window, end, self.chunk):
                 piece, stop = max(lo, first), min(lo + self.chunk, end)
-                out = self.reader.read_into(region, plan.remainder + piece - first, piece, stop - piece,
+                out = reader.read_into(region, plan.remainder + piece - first, piece, stop - piece,
                                             allow_in_place=True)
                 in_place &= out.in_place
                 self._count(out.shift_copy_bytes, out.in_place, stop - piece)
@@ -102,37 +102,46 @@ class InplaceLane:
             self.ctx.count("inplace_reads")
 
 
-def plan_work(ctx: LoadContext) -> tuple[list[Work], list[str], int]:
-    """Every unit in file order, why blobs were declined, and the largest reservation a placed one needs."""
+def plan_work(ctx: LoadContext, files: DirectFiles) -> tuple[list[Work], list[str], int]:
+    """Every unit of the files read with O_DIRECT, in model order; why blobs were declined (those of
+    files read buffered too); and the largest reservation a placed blob needs."""
     packed, dense = pack_blobs(ctx.index)
-    units: list[tuple[int, Work]] = []
+    rank = {f.path: i for i, f in enumerate(ctx.files)}
+    units: list[tuple[tuple[int, int], Work]] = []
     reasons: list[str] = []
     reserve = 0
+    refused = sum(1 for p in packed if not files.direct(p.blob.file))
+    if refused:  # one reason for them all: the caller reads those files buffered
+        some = f" for {refused} of {len(packed)} blobs" if refused < len(packed) else ""
+        reasons.append(f"O_DIRECT refused ({files.refused()}){some}")
     for p in packed:
+        if not files.direct(p.blob.file):
+            continue
         buf = ctx.place_group(p.members, p.nbytes)
         plan = plan_blob(p.blob, PAGE_SIZE)
+        where = (rank[p.blob.file], p.blob.offset)
         if plan.placed:
-            units.append((p.blob.offset, Work(buf, blob=p, plan=plan)))
+            units.append((where, Work(buf, blob=p, plan=plan)))
             reserve = max(reserve, plan.reserve)
             continue
         reasons.append(f"layer {p.blob.layer} {p.blob.name} experts: {plan.reason}")
-        units += [(t.offset, Work(buf, tensor=t, dst=at, expert=True)) for t, at in p.members]
-    units += [(t.offset, Work(ctx.place(t), tensor=t)) for t in dense]
+        units += [((rank[t.file], t.offset), Work(buf, tensor=t, dst=at, expert=True)) for t, at in p.members]
+    units += [((rank[t.file], t.offset), Work(ctx.place(t), tensor=t)) for t in dense if files.direct(t.file)]
     return [w for _, w in sorted(units, key=lambda u: u[0])], reasons, reserve
 
 
-def load_inplace(ctx: LoadContext, make_bounce: "type[_Lane]", fd: int, block: int, threads: int,
-                 bounce_mib: int) -> None:
-    """The in-place load: placed blobs straight into their reservations, everything else bounced."""
-    work, reasons, reserve = plan_work(ctx)
-    lanes = [InplaceLane(ctx, make_bounce(ctx, fd, block, bounce_mib * MiB), reserve, bounce_mib * MiB)
-             for _ in range(max(1, min(threads, len(work))))]
+def load_inplace(ctx: LoadContext, files: DirectFiles, threads: int, bounce_mib: int) -> None:
+    """The in-place load of the files read with O_DIRECT: placed blobs straight into their
+    reservations, everything else bounced (the tensors of files read buffered are the caller's)."""
+    work, reasons, reserve = plan_work(ctx, files)
     placed = [False] * len(work)
+    lanes = [InplaceLane(ctx, BounceLane(ctx, files, bounce_mib * MiB), reserve, bounce_mib * MiB)
+             for _ in range(min(threads, len(work)))]
     if len(lanes) == 1:
         for i, w in enumerate(work):
             with ctx.phase("read"):  # reads, and the uploads that follow each, interleave per unit
                 placed[i] = lanes[0].run(w)
-    else:
+    elif lanes:
         with ctx.phase("read"), ThreadGuard("odirect-inplace") as guard:
             for k, lane in enumerate(lanes):
                 guard.spawn(_lane_run, lane, work, placed, k, len(lanes), guard)
@@ -149,13 +158,3 @@ def _lane_run(lane: InplaceLane, work: Sequence[Work], placed: list[bool], k: in
         if guard.stop.is_set():
             return
         placed[i] = lane.run(work[i])
-
-
-def zero_copy_fact(placed: int, total: int, reasons: Sequence[str], counters: dict[str, int]) -> Engaged:
-    """``odirect-zero-copy: n/m layer buffers placed — STATE (reason; expert shift copy X MiB)``."""
-    why = "" if placed == total and total else (reasons[0] if reasons else "no expert blobs: not a MoE model")
-    if len(reasons) > 1 and placed < total:
-        why += f" (+{len(reasons) - 1} more)"
-    shifted = counters.get("expert_shift_copy_bytes", 0)
-    note = "; ".join(filter(None, [why, f"expert shift copy {shifted / MiB:.2f} MiB" if total else ""]))
-    return Engaged(FEATURE, placed, total, "layer buffers placed", note)

@@ -92,7 +92,7 @@ class PopulateStrategy(Strategy):
         reason = fallback_reason(ctx, None)
         if reason or n == 0:
             pread_upload(ctx)
-            ctx.engage("zero_copy", 0, n, note=reason or "no tensors")
+            ctx.engage("zero_copy", 0, n, note=(reason or "no tensors") + files_note(ctx))
             return
         _populate_all(ctx)
         upload_borrowed(ctx)  # the mappings populated above, one per file

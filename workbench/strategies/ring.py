@@ -1,16 +1,21 @@
 """``ring``: parallel readers that copy for themselves, through one small staging ring — the fast path.
 
-Each reader thread takes a window of the file, preads it into a free slot of a shared
+Each reader thread takes a window of a model file, preads it into a free slot of a shared
 :class:`~workbench.upload.staging.StagingRing`, issues the asynchronous copies of the tensor pieces in
 that window itself, and hands the slot back fenced behind them; no thread waits for another to upload.
-How the file is cut depends on one residency probe per load (mincore over 4096 pages spread across the
-file: probing all 2 M pages of an 8 GB file costs ~0.2 s, as much as the warm load):
+How the model is cut depends on one residency probe per load (mincore over 4096 pages spread across
+each file: probing all 2 M pages of an 8 GB file costs ~0.2 s, as much as the warm load):
 
-- warm (at least ``gate`` resident): ``threads`` readers share one queue of ``slot_mib`` windows in file
-  order — small pieces keep every reader busy to the end, and the page cache reads at memory speed;
-- cold: ``cold_threads`` readers each read one contiguous share of the file front to back in
-  ``cold_mib`` preads, each through its own descriptor (its own readahead) — the pattern the H200's
-  disk served best, where interleaved small windows lost 15 %.
+- warm (at least ``gate`` resident): ``threads`` readers share one queue of ``slot_mib`` windows in model
+  order (file by file) — small pieces keep every reader busy to the end, and the page cache reads at
+  memory speed;
+- cold: ``cold_threads`` readers each read one contiguous share of the model's bytes front to back in
+  ``cold_mib`` preads — the pattern the H200's disk served best, where interleaved small windows lost
+  15 %. Shares are cut over the whole set, so one may run from the end of one file into the next.
+
+A model of several files keeps the one reader pool and the one staging ring across its files: a window
+never crosses a file (it knows its file), and each reader opens its own descriptor of each file it
+reads (its own readahead state), closed when it is done.
 
 Every tensor's device buffer is carved from one device allocation (``arena``; 0.7 ms against 7.6 ms
 for 129 separate allocations on the H200). Reader threads' time is summed per activity in counters
@@ -26,9 +31,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Iterator, Mapping, NamedTuple, Sequence
 
+from workbench.formats.drift import check_unchanged
 from workbench.formats.index import PAGE_SIZE, TensorInfo
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
-from workbench.strategies.toolkit import Evictor, MiB, StagingRing, ThreadGuard, pread_into, probe_resident
+from workbench.strategies.toolkit import (
+    Evictor, MiB, StagingRing, ThreadGuard, files_note, pread_into, probe_resident,
+)
 from workbench.upload.base import DeviceBuffer
 from workbench.upload.staging import PROVISIONS, SOURCES
 
@@ -85,7 +93,8 @@ class Piece(NamedTuple):
 
 
 class Window(NamedTuple):
-    lo: int  # file offsets, [lo, hi)
+    file: str  # the model file it reads: a window never crosses a file
+    lo: int  # offsets in that file, [lo, hi)
     hi: int
     pieces: tuple[Piece, ...]
 
@@ -94,10 +103,31 @@ class Window(NamedTuple):
         return sum(p.nbytes for p in self.pieces)
 
 
-def plan_windows(tensors: Sequence[TensorInfo], lo: int, hi: int, size: int) -> list[Window]:
-    """Windows of ``size`` bytes over [lo, hi) (``lo`` page-aligned down), each with the pieces of the
-    tensors it holds; a tensor crossing a window edge is split there. ``tensors`` in file order."""
-    lo -= lo % PAGE_SIZE
+class Region(NamedTuple):
+    """A stretch [lo, hi) of one file to read, the file's tensors in file order, and ``base``: the
+    index of ``tensors[0]`` among the load's tensors (what a piece names)."""
+
+    file: str
+    tensors: Sequence[TensorInfo]
+    lo: int
+    hi: int
+    base: int = 0
+
+
+def model_regions(ctx: LoadContext) -> list[Region]:
+    """Each file's data region, in model order (the order of ``ctx.tensors``, file by file)."""
+    regions, base = [], 0
+    for f, tensors in ctx.by_file():
+        if tensors:
+            regions.append(Region(f.path, tensors, *f.data_range, base))
+        base += len(tensors)
+    return regions
+
+
+def plan_windows(region: Region, size: int) -> list[Window]:
+    """Windows of ``size`` bytes over the region (``lo`` page-aligned down), each with the pieces of the
+    tensors it holds; a tensor crossing a window edge is split there."""
+    tensors, lo, hi = region.tensors, region.lo - region.lo % PAGE_SIZE, region.hi
     windows, first = [], 0
     for a in range(lo, hi, size):
         b = min(a + size, hi)
@@ -108,23 +138,35 @@ def plan_windows(tensors: Sequence[TensorInfo], lo: int, hi: int, size: int) -> 
             t = tensors[k]
             s, e = max(a, t.offset), min(b, t.offset + t.nbytes)
             if e > s:
-                pieces.append(Piece(k, s - t.offset, s - a, e - s))
+                pieces.append(Piece(region.base + k, s - t.offset, s - a, e - s))
             k += 1
         if pieces:
-            windows.append(Window(a, b, tuple(pieces)))
+            windows.append(Window(region.file, a, b, tuple(pieces)))
     return windows
 
 
-def plan_shares(tensors: Sequence[TensorInfo], lo: int, hi: int, readers: int, size: int) -> list[list[Window]]:
-    """One contiguous, page-aligned share of [lo, hi) per reader, each cut into ``size`` windows."""
-    lo -= lo % PAGE_SIZE
-    share = -(-(hi - lo) // readers // PAGE_SIZE) * PAGE_SIZE or PAGE_SIZE
-    shares = [plan_windows(tensors, a, min(a + share, hi), size) for a in range(lo, hi, share)]
+def plan_shares(regions: Sequence[Region], readers: int, size: int) -> list[list[Window]]:
+    """One contiguous share of the regions' bytes per reader — cut over all of them in model order, so
+    a share may run from the end of one file into the next — each cut into ``size`` windows. Each file
+    counts from its region's page-aligned start to the page after its end: cuts land on page boundaries."""
+    spans = [(r, r.lo - r.lo % PAGE_SIZE, -(-r.hi // PAGE_SIZE) * PAGE_SIZE) for r in regions]
+    total = sum(b - a for _, a, b in spans)
+    share = -(-total // readers // PAGE_SIZE) * PAGE_SIZE or PAGE_SIZE
+    shares: list[list[Window]] = [[]]
+    room = share
+    for r, a, b in spans:
+        while a < b:
+            take = min(room, b - a)
+            shares[-1] += plan_windows(r._replace(lo=a, hi=min(a + take, r.hi)), size)
+            a, room = a + take, room - take
+            if not room:
+                shares.append([])
+                room = share
     return [s for s in shares if s]
 
 
 class _Queue:
-    """Windows handed out in file order to whichever reader asks next (warm)."""
+    """Windows handed out in model order to whichever reader asks next (warm)."""
 
     def __init__(self, windows: list[Window]):
         self.windows, self._next, self._lock = windows, 0, threading.Lock()
@@ -139,28 +181,34 @@ class _Queue:
 
 
 class _Readers:
-    """What every reader thread shares: the file, the ring, the buffers, and the time tallies."""
+    """What every reader thread shares: the ring, the buffers, the evictor, and the time tallies."""
 
     TALLIES = ("wait_us", "read_us", "issue_us", "release_us")
 
     def __init__(self, ctx: LoadContext, ring: StagingRing, bufs: Sequence[DeviceBuffer], evictor: Evictor):
         self.ctx, self.ring, self.bufs, self.evictor = ctx, ring, bufs, evictor
-        self.path = ctx.index.path
 
     def run(self, windows: Any, stop: threading.Event) -> None:
-        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)  # its own readahead state
+        fds: dict[str, int] = {}  # this reader's own descriptor of each file it reads: its own readahead
         ns = dict.fromkeys(self.TALLIES, 0)
         moved = 0
         try:
             for w in windows:
-                if not self._one(fd, w, stop, ns):
+                if not self._one(self._fd(fds, w.file), w, stop, ns):
                     return
                 moved += w.nbytes
         finally:
-            os.close(fd)
+            for fd in fds.values():
+                os.close(fd)
             self.ctx.count("bytes", moved)
             for key, value in ns.items():
                 self.ctx.count(key, value // 1000)
+
+    def _fd(self, fds: dict[str, int], path: str) -> int:
+        if path not in fds:
+            fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            check_unchanged(self.ctx.index.file(path), fds[path])
+        return fds[path]
 
     def _one(self, fd: int, w: Window, stop: threading.Event, ns: dict[str, int]) -> bool:
         clock = time.perf_counter_ns
@@ -171,8 +219,8 @@ class _Readers:
         t1 = clock()
         try:
             with slot.view[: w.hi - w.lo] as view:
-                pread_into(fd, view, w.lo, self.path)
-                self.evictor.drop(w.lo, w.hi - w.lo)  # only under the evict policy
+                pread_into(fd, view, w.lo, w.file)
+                self.evictor.drop(w.file, w.lo, w.hi - w.lo)  # only under the evict policy
                 t2 = clock()
                 copy = self.ctx.device.copy_h2d
                 for p in w.pieces:
@@ -198,23 +246,23 @@ class RingStrategy(Strategy):
 
     def _load(self, ctx: LoadContext) -> None:
         p = self.params
-        evictor = Evictor(ctx, ctx.open_fd())
+        evictor = Evictor(ctx)
         resident = probe_resident(ctx, sampled=True)
         warm = resident >= p.gate
         t0 = time.perf_counter_ns()
         bufs = ctx.place_all() if p.arena else [ctx.place(t) for t in ctx.tensors]
         ctx.count("alloc_us", (time.perf_counter_ns() - t0) // 1000)
-        lo, hi = ctx.data_range
+        regions, files = model_regions(ctx), files_note(ctx)
         if warm:
-            windows = plan_windows(ctx.tensors, lo, hi, p.slot_mib * MiB)
+            windows = [w for r in regions for w in plan_windows(r, p.slot_mib * MiB)]  # one queue, model order
             readers, slot, sources = min(p.threads, len(windows)), p.slot_mib * MiB, None
         else:
-            shares = plan_shares(ctx.tensors, lo, hi, p.cold_threads, p.cold_mib * MiB)
+            shares = plan_shares(regions, p.cold_threads, p.cold_mib * MiB)
             windows = [w for share in shares for w in share]
             readers, slot, sources = len(shares), p.cold_mib * MiB, shares
         plan = (f"warm: {resident:.0%} resident >= {p.gate:.0%}, {len(windows)} windows of {p.slot_mib} MiB "
-                f"shared" if warm else f"cold: {resident:.0%} resident < {p.gate:.0%}, a contiguous share "
-                f"per reader in {p.cold_mib} MiB reads")
+                f"shared{files}" if warm else f"cold: {resident:.0%} resident < {p.gate:.0%}, a contiguous share "
+                f"per reader in {p.cold_mib} MiB reads{files}")
         if not windows:
             ctx.engage("ring_readers", 0, 0, unit="threads", note="nothing to read")
             return
@@ -223,7 +271,7 @@ class RingStrategy(Strategy):
         ctx.engage("ring_readers", readers, p.threads if warm else p.cold_threads, unit="threads", note=plan)
         if p.arena:
             ctx.engage("one_allocation", 1, 1, unit="allocations",
-                       note=f"{len(bufs)} tensors carved from one device allocation")
+                       note=f"{len(bufs)} tensors carved from one device allocation{files}")
 
     def _run_readers(self, ctx: LoadContext, readers: int, slot: int, sources: Sequence[Any],
                      bufs: Sequence[DeviceBuffer], evictor: Evictor) -> None:
@@ -242,4 +290,4 @@ class RingStrategy(Strategy):
         with ctx.phase("staging"):
             ring.close()
         ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots),
-                   unit="slots", note=ring.describe())
+                   unit="slots", note=ring.describe() + files_note(ctx))

@@ -69,12 +69,12 @@ class WarmerStrategy(Strategy):
     def _load(self, ctx: LoadContext) -> None:
         p = self.params
         if ctx.evict:
-            ctx.engage("warmer", 0, p.threads, unit="threads", note=f"skipped: {eviction_reason(ctx)}")
+            ctx.engage("warmer", 0, p.threads, unit="threads", note=f"skipped: {eviction_reason(ctx)}{files_note(ctx)}")
             pread_upload(ctx)
             return
         frac = probe_resident(ctx)
         if frac >= p.gate:
-            ctx.engage("warmer", 0, p.threads, unit="threads", note=f"skipped: {frac:.0%} resident")
+            ctx.engage("warmer", 0, p.threads, unit="threads", note=f"skipped: {frac:.0%} resident{files_note(ctx)}")
             pread_upload(ctx)
             return
         chunks = _Chunks(ctx, p.chunk_mib * MiB)

@@ -38,6 +38,8 @@ def _rows(env: dict[str, Any]) -> list[tuple[str, str]]:
         ("O_DIRECT", _yes_no(env["o_direct"], env["o_direct_reason"])
          + (f", logical block {env['logical_block_size']} B" if env["o_direct"] else "")),
         ("page-cache eviction", _yes_no(env["page_cache_eviction"], env["page_cache_eviction_reason"])),
+        *([("model", env["model"]["set"]), ("model files on", ", ".join(env["model"]["file_systems"]))]
+          if "model" in env else []),
         # README "Measuring honestly" and every run's note send the reader here
         ("memory_reporting", _memory_reporting(env.get("memory_reporting"))),
     ]
@@ -57,7 +59,12 @@ def _rows(env: dict[str, Any]) -> list[tuple[str, str]]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def env(directory: str, device: str | None, as_json: bool) -> None:
     """Machine, file system and device backends."""
+    from workbench.measure.model import model_facts
+
     facts = collect_environment(directory, device=device)
+    model = model_facts(directory)  # a directory, index file or shard of a set: its files too
+    if model is not None:
+        facts["model"] = model
     if as_json:
         click.echo(json.dumps(facts, indent=2, sort_keys=True))
         return

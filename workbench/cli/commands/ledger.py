@@ -99,6 +99,21 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
         for r in runs.to_dict("records")
     ]
     _echo_table(("pos", "pid", "load", "wall", "resident", "cache", "verified", "engaged", "error"), rows)
+    _show_files(runs.to_dict("records"))
+
+
+def _show_files(runs: list[dict[str, Any]]) -> None:
+    """A model of several files: each file's resident fraction before each run (the column above is
+    the whole model's), so a shard the state missed is seen."""
+    from workbench.errors import printable
+
+    names = list(dict.fromkeys(n for r in runs for n in (r.get("resident_files") or {})))
+    if len(names) < 2:
+        return
+    click.echo(f"\nresident before, per file ({len(names)} files; columns: run position):")
+    _echo_table(("file", *(_int(r["position"]) for r in runs)),
+                [(printable(name), *(_frac((r.get("resident_files") or {}).get(name)) for r in runs))
+                 for name in names])
 
 
 def _show_turns(led: Any, attempt_id: str) -> None:

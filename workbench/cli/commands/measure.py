@@ -92,23 +92,25 @@ def parse_strategy(text: str, common: dict[str, str]) -> tuple[str, dict[str, st
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", metavar="MODEL", type=click.Path())
 @click.option("--strategy", required=True, help="Strategy name, optionally with inline K=V params.")
-@click.option("--label", default="", help="Name of the attempt in tables (default: strategy, params · file stem).")
+@click.option("--label", default="", help="Name of the attempt in tables (default: strategy, params · model name).")
 @_worker_options
 def run(file: str, strategy: str, label: str, **opts: Any) -> None:
-    """Measure one strategy on FILE, a fresh worker process per run."""
+    """Measure one strategy on MODEL (a file, a directory, an index file or any shard of a set), a fresh
+    worker process per run."""
     _run_configs(file, [strategy], [label] if label else None, **opts)
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", metavar="MODEL", type=click.Path())
 @click.option("--strategy", "strategies", multiple=True, required=True,
               help="Repeat for each strategy; e.g. --strategy \"pread evict=1\" --strategy mmap.")
 @click.option("--label", "labels", multiple=True, help="One per --strategy, in the same order.")
 @_worker_options
 def compare(file: str, strategies: tuple[str, ...], labels: tuple[str, ...], **opts: Any) -> None:
-    """Measure strategies on FILE interleaved; the first is the baseline unless --baseline."""
+    """Measure strategies on MODEL (a file, a directory, an index file or any shard of a set)
+    interleaved; the first is the baseline unless --baseline."""
     if len(strategies) < 2 and not opts["baseline"]:
         raise click.UsageError("compare needs two or more --strategy (or --baseline ATTEMPT_ID)")
     if labels and len(labels) != len(strategies):
@@ -120,8 +122,7 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
                  device: str, order: str, seed: int, verify: bool, caches: tuple[str, ...], runs: int,
                  campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
                  min_effect_pct: float, timeout_s: float, as_json: bool) -> None:
-    from pathlib import Path
-
+    from workbench.measure.model import model_name
     from workbench.measure.runner import measure, open_ledger, preflight
     from workbench.records import RunConfig
 
@@ -132,8 +133,8 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
         name, merged = parse_strategy(text, common)
         configs.append(RunConfig(file=file, strategy=name, params=merged, device=device))
     preflight(configs)  # before the ledger opens or a bar draws: a bad input is one line, nothing else
-    # The file's stem in the label, as in the notebooks: attempts on two files must not read the same.
-    labels = labels or [f"{c.display} · {Path(file).stem}" for c in configs]
+    # The model's name in the label, as in the notebooks: attempts on two models must not read the same.
+    labels = labels or [f"{c.display} · {model_name(file)}" for c in configs]
     ledger = open_ledger(ledger_path)
     results: list[Any] = []
     interrupted = None
@@ -201,8 +202,9 @@ def _resume_command(caches: list[str]) -> str:
               help="The file that identifies each build, one per --cmd ('' = resolve from the command: "
                    "its executable, or interpreter + script).")
 @click.option("--shell", is_flag=True, help="Run the commands through /bin/sh instead of as argument lists.")
-@click.option("--file", "file", required=True, type=click.Path(dir_okay=False, exists=True),
-              help="The model file the command loads (cache state, identity, GB/s).")
+@click.option("--file", "file", required=True, type=click.Path(exists=True),
+              help="The model the command loads — a file, or a directory / index file / shard of a set: "
+                   "the cache state of every file, the identity, GB/s.")
 @click.option("--device", default=None,
               help="The device the engine loads onto: the lock held and the device recorded "
                    "(host, cuda[:n], hip[:n]; default: the best available, cuda, hip, else host).")
@@ -267,8 +269,9 @@ def _per_command(values: Sequence[str], n: int, option: str) -> list[str | None]
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
               help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ceilings as JSON.")
-@click.option("--file", "model_file", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="Also read this model file whole, cold and warm (the walls its loads are held against).")
+@click.option("--file", "model_file", type=click.Path(exists=True), default=None,
+              help="Also read this model whole — every file of a set (a directory, index file or shard) — "
+                   "cold and warm: the walls its loads are held against.")
 def ceilings(directory: str | None, devices: tuple[str, ...], size: str, threads: int | None,
              ledger_path: str | None, as_json: bool, model_file: str | None) -> None:
     """Measure this machine's bandwidth walls and store them in the ledger for this host."""
@@ -334,6 +337,7 @@ def _unrecorded_printed(ledger: Any, as_json: bool, single: bool, earlier: list[
 
 
 def _report(results: list[Any], ledger: Any, as_json: bool, single: bool, recorded: bool = True) -> None:
+    from workbench.measure.model import describe_sets
     from workbench.measure.tables import attempts_table, phases_table
 
     for r in results:  # loud, on stderr, in every mode: an unstable number must not pass unseen
@@ -351,6 +355,8 @@ def _report(results: list[Any], ledger: Any, as_json: bool, single: bool, record
         payload = results[0].to_json() if single else [r.to_json() for r in results]
         click.echo(json.dumps(payload, indent=2, default=str))
         return
+    for line in describe_sets([r.config.file for r in results]):  # a set: which files, how much
+        click.echo(line)
     click.echo(attempts_table(results))
     phases = phases_table(results)
     if phases:

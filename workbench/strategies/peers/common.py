@@ -177,6 +177,7 @@ class PeerStrategy(Strategy):
     modules: ClassVar[tuple[str, ...]] = ()
     hint: ClassVar[str] = INSTALL
     gpu_only: ClassVar[bool] = False
+    sets: ClassVar[bool] = False  # True once the peer loads a model of several files as its library's README does
 
     @classmethod
     def available(cls) -> Availability:
@@ -191,6 +192,8 @@ class PeerStrategy(Strategy):
     def supports(cls, index: TensorIndex) -> Availability:
         if index.format != "safetensors":
             return Availability(False, f"reads safetensors files only, this one is {index.format}")
+        if index.sharded and not cls.sets:
+            return Availability(False, f"loads one file here; a model of {len(index.files)} files is not wired yet")
         return Availability(True)
 
     def fits(self, index: TensorIndex, backend: str) -> Availability:
