@@ -4,7 +4,8 @@
 #
 #     bash benchmarks/gpu_session.sh OUT STEP [STEP ...]
 #
-# STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session | expert-path | expert-path-cold
+# STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session | expert-path | expert-path-cold |
+#       session-ab | session-pressure
 # Each step writes its report, log and ledger export under OUT and is cut by `timeout` at its limit, so a
 # slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
 # runai-model-streamer, instanttensor, plotly for python 3.12) are installed from ./.whl when it exists;
@@ -56,7 +57,7 @@ for s in "$@"; do
             tests/test_strategies_suite.py tests/test_upload_devices.py tests/test_upload_staging.py \
             tests/test_upload_adopt.py tests/test_strategies_hygiene.py tests/test_strategies_peers_gpu.py \
             tests/test_strategies_experts.py tests/test_strategies_experts_staged.py \
-            tests/test_upload_write_combined.py --junitxml="$out/gpu-tests.xml" ;;
+            tests/test_upload_write_combined.py tests/test_session_device.py --junitxml="$out/gpu-tests.xml" ;;
     experts-loads)
         step experts-loads "${LIMIT[experts-loads]}" python3 benchmarks/bench_experts.py --device cuda --dir /tmp/bench --size 2GiB \
             --experts 64 --runs 6 --parts ceilings,loads --ledger /tmp/bench/experts.sqlite --out "$out/experts-loads.md" ;;
@@ -72,6 +73,16 @@ for s in "$@"; do
     load-warm)
         step load-warm "${LIMIT[load-warm]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups warm,threads \
             --budget-s 530 --out "$out/load-warm" ;;
+    session-ab)  # issue 20: bounce vs in place as decode sessions, 4 lanes, overlap, the experts' matmuls on the GPU
+        step session-ab 540 python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench --size 4GiB \
+            --experts 128 --cache-mib 2000 --turns 20 --tokens 4 --rounds 4 --compute device \
+            --parts ceilings,placement --ledger /tmp/bench/session.sqlite --out "$out/session-ab.md" ;;
+    session-pressure)  # issue 20: release off vs on under a memory limit (a cgroup, else a locked balloon)
+        step session-pressure 540 python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench --size 4GiB \
+            --experts 128 --cache-mib 2000 --turns 20 --tokens 4 --rounds 4 --compute device --parts pressure \
+            --ledger /tmp/bench/session.sqlite --out "$out/session-pressure.md"
+        python3 -m workbench.cli ledger --ledger /tmp/bench/session.sqlite export --csv "$out/session" \
+            --markdown "$out/session/attempts.md" ;;
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;
@@ -83,7 +94,7 @@ for s in "$@"; do
             --experts 64 --runs 6 --groups cold --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path-cold.md" ;;
     *)
         echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session," \
-             "expert-path, expert-path-cold)" >&2
+             "expert-path, expert-path-cold, session-ab, session-pressure)" >&2
         exit 2 ;;
     esac
 done

@@ -122,20 +122,22 @@ def test_engine_ab_notebook_runs_from_the_run_button(lab, tmp_path):
 
 
 def test_expert_slices_notebook_runs_from_the_run_button(lab, tmp_path):
-    values = {"size": "3MiB", "experts": "8", "runs": "1"}
+    values = {"size": "3MiB", "experts": "8", "runs": "1", "A/B rounds": "1", "A/B turns": "3", "tokens/turn": "2"}
     _in_browser(tmp_path, lambda page: _drive_panel(page, lab, "03_expert_slices", values,
                                                     ".wb-output .wb-placement table",
                                                     "Alignment 32: odirect-zero-copy INERT"))
     with Ledger(lab["ledger"]) as ledger:
-        assert len(ledger.attempts("notebook-expert-slices")) == 16  # 4 methods x 2 models x cold, warm
+        kinds = list(ledger.attempts("notebook-expert-slices")["kind"])
+    assert kinds.count("strategy") == 16 and kinds.count("session") == 2  # 4 methods x 2 models x 2; the A/B
 
 
 def test_long_session_notebook_runs_from_the_run_button(lab, tmp_path):
-    values = {"turns": "3", "tokens/turn": "2", "single-shot tokens": "1", "cache MiB": "1", "k": "2"}
+    values = {"turns": "3", "tokens/turn": "2", "single-shot tokens": "1", "cache MiB": "1", "k": "2",
+              "A/B rounds": "1"}
     _in_browser(tmp_path, lambda page: _drive_panel(page, lab, "04_long_session", values,
                                                     ".wb-output .wb-sessions table", "long release=off"))
     with Ledger(lab["ledger"]) as ledger:
-        assert list(ledger.attempts("notebook-long-session")["kind"]) == ["session"] * 4
+        assert list(ledger.attempts("notebook-long-session")["kind"]) == ["session"] * 6  # 4 + the A/B's 2 cells
 
 
 def _drive_panel(page, lab, name: str, values: dict[str, str], table_selector: str, text: str) -> None:

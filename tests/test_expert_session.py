@@ -9,7 +9,7 @@ import pytest
 from workbench.errors import ParamError, TraceError
 from workbench.expert.routing import save_trace, synthetic_trace
 from workbench.expert.session import ExpertSession, SessionConfig, run_session
-from workbench.expert.session_records import TurnRecord
+from workbench.expert.session_records import DECODE_TURN_KEYS, MEMORY_TURN_KEYS, TURN_EXTRAS, TurnRecord
 from workbench.io.direct import direct_io_support
 from workbench.upload.host import HostDevice
 
@@ -106,10 +106,11 @@ def test_json_is_the_issue_document(moe64):
     _, report = session(moe64, 2, 2)
     doc = json.loads(json.dumps(report.to_json()))
     assert list(doc) == ["turns", "summary"] and len(doc["turns"]) == 2
-    assert all(list(t) == ISSUE_KEYS for t in doc["turns"])  # exactly the issue's keys, in order
-    assert doc["summary"]["per_turn"] == {"shift_copy_bytes": [t.shift_copy_bytes for t in report.turns],
-                                          "resident_bytes": [t.resident_bytes for t in report.turns]}
+    keys = list(ISSUE_KEYS) + list(DECODE_TURN_KEYS) + list(MEMORY_TURN_KEYS) + list(TURN_EXTRAS)
+    assert all(list(t) == keys for t in doc["turns"])  # the first issue's keys first, in order
     assert TurnRecord.from_json(report.turns[1].to_json()) == report.turns[1]
+    old = {k: doc["turns"][0][k] for k in ISSUE_KEYS}  # a turn recorded before the decode fields existed
+    assert TurnRecord.from_json(old).issue_json() == old
     s = doc["summary"]
     assert s["turns"] == 2 and s["tokens"] == 4 and s["facts"]["placement_report"].startswith("odirect-zero-copy ON")
     t = doc["turns"][0]

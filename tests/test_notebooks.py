@@ -209,10 +209,14 @@ def test_expert_slices_notebook_measures_both_alignments_and_says_which_engaged(
     files = {a: ensure_model(space["root"] / f"moe-a{a}.gguf", layout="moe", format="gguf", size=3 * MiB,
                              alignment=a, experts=8) for a in (64, 32)}
     nb = execute("03_expert_slices.ipynb", tmp_path / "03.ipynb", file_64=str(files[64]), file_32=str(files[32]),
-                 caches=["warm"], runs=2, campaign="nb-03", ledger_path=str(space["ledger"]))
+                 caches=["warm"], runs=2, campaign="nb-03", ledger_path=str(space["ledger"]), session_rounds=1,
+                 session_turns=3, session_tokens=2, lanes=2, compute="sleep:1")
     with Ledger(space["ledger"]) as ledger:
         attempts = ledger.attempts("nb-03")
         runs = ledger.runs(campaign="nb-03")
+    sessions = attempts[attempts["kind"] == "session"]
+    assert [label.split(" · ")[0] for label in sessions["label"]] == ["placement=bounce", "placement=inplace"]
+    attempts = attempts[attempts["kind"] != "session"]
     assert len(attempts) == 8 and (runs["verified"] == True).all()  # noqa: E712 - 4 methods x 2 models
     assert list(attempts["verdict"]).count("baseline") == 2  # per-expert pread, once per model
     page = html_outputs(nb)
@@ -222,6 +226,8 @@ def test_expert_slices_notebook_measures_both_alignments_and_says_which_engaged(
     titles = plotly_titles(nb)
     assert any(t.startswith("Median load time: per-expert vs blob") for t in titles)
     assert any(t.startswith("Shift-copy MiB per load") for t in titles)
+    assert 'class="wb-ab"' in page and "every cell read the same bytes per token" in page
+    assert any(t.startswith("Session A/B: shift MiB/token per cell") for t in titles)
 
 
 def test_long_session_notebook_sets_single_shot_beside_long(space, tmp_path):
@@ -229,11 +235,16 @@ def test_long_session_notebook_sets_single_shot_beside_long(space, tmp_path):
     model = ensure_model(space["root"] / "moe-a64-e64.gguf", layout="moe", format="gguf", size=16 * MiB,
                          alignment=64, experts=64)
     nb = execute("04_long_session.ipynb", tmp_path / "04.ipynb", file=str(model), turns=4, tokens=4, short_tokens=1,
-                 cache_mib=0.5, experts_per_token=2, campaign="nb-04", ledger_path=str(space["ledger"]))
+                 cache_mib=0.5, experts_per_token=2, campaign="nb-04", ledger_path=str(space["ledger"]), rounds=1,
+                 lanes=2, compute="sleep:1")
     with Ledger(space["ledger"]) as ledger:
         attempts = ledger.attempts("nb-04")
         turns = ledger.turns(campaign="nb-04")
-    assert list(attempts["kind"]) == ["session"] * 4 and len(turns) == 1 + 1 + 4 + 4
+    assert list(attempts["kind"]) == ["session"] * 6 and len(turns) == 1 + 1 + 4 + 4 + 4 + 4
+    ab = attempts.iloc[4:]
+    assert [label.split(" · ")[0] for label in ab["label"]] == ["boundary-release=off", "boundary-release=on"]
+    assert ab["verdict"].iloc[1] in ("faster", "slower", "inconclusive")
+    attempts, turns = attempts.iloc[:4], turns[turns["attempt_id"].isin(attempts["id"].iloc[:4])]
     ends = {label.split(" · ")[0]: turns[turns["attempt_id"] == i]["unreleased_pages"].iloc[-1]
             for i, label in zip(attempts["id"], attempts["label"])}
     assert ends["single-shot release=off"] == ends["single-shot release=on"] == 0
@@ -242,6 +253,8 @@ def test_long_session_notebook_sets_single_shot_beside_long(space, tmp_path):
     titles = plotly_titles(nb)
     assert any(t.startswith("Unreleased pages at the end") for t in titles)
     assert any(t.startswith("Unreleased pages per turn") for t in titles)
+    assert any(t.startswith("Session A/B: unreleased pages per cell") for t in titles)
+    assert any(t.startswith("Where a token's time went") for t in titles)
 
 
 def test_failing_notebook_fails_papermill_with_the_one_line_error(space, tmp_path):

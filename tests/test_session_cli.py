@@ -47,7 +47,7 @@ def test_json_is_the_issue_shape_and_the_leak_grows_only_with_release_off(moe64,
     docs = [json.loads(r.stdout) for r in (off, on)]
     for doc in docs:
         assert list(doc) == ["turns", "summary"] and len(doc["turns"]) == 4
-        assert all(list(t) == ISSUE_KEYS for t in doc["turns"])
+        assert all(list(t)[:len(ISSUE_KEYS)] == ISSUE_KEYS for t in doc["turns"])  # the first issue's keys first
     leak = [t["unreleased_pages"] for t in docs[0]["turns"]]
     assert leak[0] > 0 and all(b > a for a, b in zip(leak, leak[1:])), leak
     assert all(t["unreleased_pages"] == 0 for t in docs[1]["turns"])

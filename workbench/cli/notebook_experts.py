@@ -129,8 +129,11 @@ def _effect(a: Mapping[str, Any]) -> str:
 
 
 def expert_slices_panel(*, file_64: str, file_32: str, size: str, experts: int, caches: Sequence[str], runs: int,
-                        device: str, campaign: str, hypothesis: str = "", ledger: str = "") -> Panel:
-    """The panel of notebook 03: the two models (alignment 64 and 32), cache states, runs, device."""
+                        device: str, campaign: str, hypothesis: str = "", ledger: str = "", session_rounds: int = 0,
+                        session_turns: int = 6, session_tokens: int = 8, lanes: int = 4, overlap: bool = True,
+                        compute: str = "sleep:4") -> Panel:
+    """The panel of notebook 03: the two models (alignment 64 and 32), cache states, runs, device, and
+    the placement A/B as sessions (bounce vs in place, ``session_rounds`` rounds; 0: none)."""
     import ipywidgets as w
 
     from workbench.records import CACHE_STATES
@@ -145,6 +148,12 @@ def expert_slices_panel(*, file_64: str, file_32: str, size: str, experts: int, 
         "caches": w.SelectMultiple(options=CACHE_STATES, value=tuple(caches), description="cache", rows=3),
         "runs": w.BoundedIntText(value=runs, min=1, max=100, description="runs"),
         "device": w.Dropdown(options=_devices(device), value=device or _best(), description="device"),
+        "session_rounds": w.BoundedIntText(value=session_rounds, min=0, max=100, description="A/B rounds"),
+        "session_turns": w.BoundedIntText(value=session_turns, min=1, max=10_000, description="A/B turns"),
+        "session_tokens": w.BoundedIntText(value=session_tokens, min=1, max=10_000, description="tokens/turn"),
+        "lanes": w.BoundedIntText(value=lanes, min=1, max=64, description="lanes"),
+        "overlap": w.Checkbox(value=overlap, description="overlap"),
+        "compute": w.Text(value=compute, description="compute"),
         "campaign": w.Text(value=campaign, description="campaign"),
         "hypothesis": w.Text(value=hypothesis, description="hypothesis", layout=w.Layout(width="70%")),
     }
@@ -156,8 +165,23 @@ def expert_slices_panel(*, file_64: str, file_32: str, size: str, experts: int, 
                  32: moe_model(v["file_32"], 32, v["size"], v["experts"])}
         results = run_expert_slices(files, v["caches"], v["runs"], v["device"], store, v["campaign"],
                                     v["hypothesis"], say)
-        return expert_slices_outputs(store, v["campaign"], [r.attempt_id for r in results], files)
+        out = expert_slices_outputs(store, v["campaign"], [r.attempt_id for r in results], files)
+        if v["session_rounds"]:
+            out += placement_ab(files[64], v, store, say)
+        return out
     return Panel("Expert slices: per-expert vs blob, bounce vs in place", controls, action)
+
+
+def placement_ab(path: Path, v: Mapping[str, Any], store: Path, say: Callable[[str], None]) -> list[Any]:
+    """Bounce vs in place as a decode session A/B: shift bytes per token, tok/s, residual, staged GB/s."""
+    from workbench.cli.notebook_ab import ab_outputs, run_ab
+    from workbench.expert.session import SessionConfig
+
+    base = SessionConfig(turns=v["session_turns"], tokens=v["session_tokens"], lanes=v["lanes"],
+                         overlap=v["overlap"], compute=v["compute"])
+    result = run_ab(path, base, ["placement=bounce", "placement=inplace"], v["session_rounds"], v["device"], store,
+                    v["campaign"], v["hypothesis"], say=say)
+    return ab_outputs(result, ["shift MiB/token", "tok/s", "residual ms/token", "staged GB/s"])
 
 
 def session_plan(turns: int, tokens: int, short_tokens: int, cache_mib: float, experts_per_token: int,

@@ -78,8 +78,11 @@ def long_session_outputs(store: Path, campaign: str, ids: Sequence[str]) -> list
 
 def long_session_panel(*, file: str, size: str, experts: int, turns: int, tokens: int, short_tokens: int,
                        cache_mib: float, experts_per_token: int, placement: str, device: str, campaign: str,
-                       hypothesis: str = "", ledger: str = "") -> Panel:
-    """The panel of notebook 04: the model, the session's shape, the cache budget, placement, device."""
+                       hypothesis: str = "", ledger: str = "", ab: Sequence[str] = (), rounds: int = 0,
+                       lanes: int = 1, overlap: bool = False, compute: str = "none",
+                       memory_limit_mib: float = 0.0) -> Panel:
+    """The panel of notebook 04: the model, the session's shape, the cache budget, placement, device, and
+    the A/B (``ab`` arms over ``rounds`` rounds, with lanes, overlap, compute and a memory limit)."""
     import ipywidgets as w
 
     controls = {
@@ -95,6 +98,12 @@ def long_session_panel(*, file: str, size: str, experts: int, turns: int, tokens
         "experts_per_token": w.BoundedIntText(value=experts_per_token, min=1, max=1024, description="k"),
         "placement": w.Dropdown(options=["inplace", "bounce", "aligned"], value=placement, description="placement"),
         "device": w.Dropdown(options=_devices(device), value=device or _best(), description="device"),
+        "ab": w.Textarea(value="\n".join(ab), description="A/B arms", placeholder="one --ab per line"),
+        "rounds": w.BoundedIntText(value=rounds, min=0, max=100, description="A/B rounds"),
+        "lanes": w.BoundedIntText(value=lanes, min=1, max=64, description="lanes"),
+        "overlap": w.Checkbox(value=overlap, description="overlap"),
+        "compute": w.Text(value=compute, description="compute"),
+        "memory_limit_mib": w.BoundedFloatText(value=memory_limit_mib, min=0, max=1 << 24, description="mem MiB"),
         "campaign": w.Text(value=campaign, description="campaign"),
         "hypothesis": w.Text(value=hypothesis, description="hypothesis", layout=w.Layout(width="70%")),
     }
@@ -105,5 +114,23 @@ def long_session_panel(*, file: str, size: str, experts: int, turns: int, tokens
         plan = session_plan(v["turns"], v["tokens"], v["short_tokens"], v["cache_mib"], v["experts_per_token"],
                             v["placement"])
         results = run_long_sessions(path, plan, v["device"], store, v["campaign"], v["hypothesis"], say)
-        return long_session_outputs(store, v["campaign"], [r.attempt_id for r in results])
+        out = long_session_outputs(store, v["campaign"], [r.attempt_id for r in results])
+        specs = [line.strip() for line in str(v["ab"]).splitlines() if line.strip()]
+        if specs and v["rounds"]:
+            out += _ab(path, plan[-1][1], specs, v, store, say)
+        return out
     return Panel("Long session: release off vs on, single-shot vs long", controls, action)
+
+
+def _ab(path: Path, long: Any, specs: Sequence[str], v: Mapping[str, Any], store: Path,
+        say: Callable[[str], None]) -> list[Any]:
+    """The A/B over the long session's shape with the panel's lanes, overlap, compute and memory limit."""
+    import dataclasses
+
+    from workbench.cli.notebook_ab import ab_outputs, run_ab
+
+    base = dataclasses.replace(long, lanes=v["lanes"], overlap=v["overlap"], compute=v["compute"],
+                               memory_limit_mib=v["memory_limit_mib"] or None)
+    result = run_ab(path, base, specs, v["rounds"], v["device"], store, v["campaign"], v["hypothesis"],
+                    cache="cold" if v["memory_limit_mib"] else "asis", say=say)
+    return ab_outputs(result, ["tok/s", "unreleased pages", "major faults/token", "residual ms/token"])

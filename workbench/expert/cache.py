@@ -7,7 +7,8 @@ eviction releases pages with ``madvise(MADV_DONTNEED)`` by one of two rules:
 * ``boundary_release="off"`` — only the pages the entry *fully* covers: exact while slots own whole
   pages, but under the in-place placement every slice shares its first and last page with a
   neighbour, and those pages are never handed back, even once the neighbour is gone too. This is
-  the leak of the second write-up, reproduced on purpose.
+  the leak of the second write-up, reproduced on purpose; :attr:`CacheFacts.leak_bound_pages` is
+  the most it can leak (every page some slot only partly covers).
 * ``"on"`` — :func:`~workbench.expert.placement.releasable_pages`: also a boundary page, once no live
   entry touches it.
 
@@ -15,25 +16,35 @@ The cache keeps a per-page count of live entries touching each page and whether 
 page, so it can say what it believes it holds (``accounted_pages``: pages some live entry touches)
 and what it failed to give back (``unreleased_pages``: committed, touched by nobody); mincore over its
 reservations measures what is really resident (:meth:`ExpertCache.memory`).
+
+A model may be a set of files: every blob names its file (:attr:`ExpertBlob.file`) and the cache
+opens one reader per file. Misses can be read by other threads (a session's reader lanes): the
+decode thread :meth:`admit`\\ s a miss (evicting, accounting, pinning it), a lane :meth:`fill`\\ s its
+slot with its own reader, and the decode thread :meth:`complete`\\ s and :meth:`unpin`\\ s it. Pinned
+entries are never evicted. Everything but :meth:`fill` belongs to the decode thread.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Hashable, NamedTuple, Sequence
 
 import numpy as np
 
 from workbench.errors import ParamError
-from workbench.expert.layout import PLACEMENTS, BlobLayout, layout_blobs
+from workbench.expert.cache_state import CacheCounters, CacheFacts, CacheMemory, MutableCounters
+from workbench.expert.layout import PLACEMENTS, leak_bound_pages, layout_blobs
 from workbench.expert.memory import PAGE, Reservation
-from workbench.expert.placement import PlacementReport, pages_fully_covered, pages_touched, releasable_pages
+from workbench.expert.placement import pages_fully_covered, pages_touched, releasable_pages
 from workbench.expert.policy import EvictionPolicy, make_policy
-from workbench.expert.readers import READERS, open_reader
+from workbench.expert.readers import READERS, ReadOutcome, SliceReader, make_reader, resolve_reader
 from workbench.formats.index import ExpertBlob
 
 BOUNDARY_RELEASE = ("on", "off")
+GATE_SCOPES = ("blob", "file")
 DEFAULT_READER = {"inplace": "direct-inplace", "bounce": "direct-bounce", "aligned": "pread"}
+
+__all__ = ["BOUNDARY_RELEASE", "DEFAULT_READER", "GATE_SCOPES", "CacheCounters", "CacheFacts", "CacheMemory",
+           "ExpertCache", "SliceKey"]
 
 
 class SliceKey(NamedTuple):
@@ -43,64 +54,14 @@ class SliceKey(NamedTuple):
     expert: int
 
 
-@dataclass(frozen=True)
-class CacheCounters:
-    """Cumulative since the cache opened; subtract two snapshots for a turn."""
-
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    bytes_read: int = 0  # payload bytes staged (the same whatever the reader)
-    io_bytes: int = 0  # bytes the reader moved from the file (O_DIRECT: whole windows)
-    shift_copy_bytes: int = 0  # bytes memcpy'd out of a bounce buffer
-    inplace_reads: int = 0
-    released_pages: int = 0
-
-    def minus(self, earlier: "CacheCounters") -> "CacheCounters":
-        return CacheCounters(*(a - b for a, b in zip(_astuple(self), _astuple(earlier))))
-
-
-@dataclass(frozen=True)
-class CacheMemory:
-    """What the cache believes it holds against what is resident, in pages of its reservations."""
-
-    live_entries: int
-    live_bytes: int  # payload bytes of live entries (what the budget counts)
-    accounted_pages: int  # pages some live entry touches
-    committed_pages: int  # pages the cache wrote and has not released
-    unreleased_pages: int  # committed but touched by no live entry: the leak
-    resident_pages: int  # measured by mincore over the reservations
-
-    @property
-    def accounted_bytes(self) -> int:
-        return self.accounted_pages * PAGE
-
-    @property
-    def resident_bytes(self) -> int:
-        return self.resident_pages * PAGE
-
-
-@dataclass(frozen=True)
-class CacheFacts:
-    """How the cache was set up: what it was asked for and what it could do."""
-
-    placement: str
-    placement_report: PlacementReport
-    reader: str  # the reader in use
-    reader_note: str  # why it is not the one asked for, "" when it is
-    boundary_release: str
-    policy: str
-    budget_bytes: int
-    reserved_bytes: int
-
-
 class ExpertCache:
-    """Expert slices of ``blobs`` (from the file at ``path``) under ``budget_bytes`` of payload.
+    """Expert slices of ``blobs`` under ``budget_bytes`` of payload.
 
     Parameters
     ----------
     path, blobs
-        The model file and the expert blobs to cache (e.g. ``index.path, index.blobs``).
+        The model (its canonical path) and the expert blobs to cache (``index.path, index.blobs``); a
+        blob is read from its own ``file``, from ``path`` when it names none.
     budget_bytes
         Payload bytes the live entries may hold; at least the largest slice.
     placement
@@ -109,54 +70,110 @@ class ExpertCache:
         ``"on"`` (release a boundary page once no live entry touches it) or ``"off"`` (the leak).
     reader
         ``"pread"``, ``"direct-bounce"``, ``"direct-inplace"`` or ``"auto"`` (by placement:
-        :data:`DEFAULT_READER`); O_DIRECT falls back to pread where refused, noted in :attr:`facts`.
+        :data:`DEFAULT_READER`); O_DIRECT falls back to pread per file where refused, noted in :attr:`facts`.
     policy
         ``"lru"``, ``"fifo"`` or an :class:`~workbench.expert.policy.EvictionPolicy` instance.
+    gate, gate_scope
+        With ``gate`` (a resident fraction), a miss whose pages the page cache holds at least that
+        fraction of is read buffered (the page cache serves it; O_DIRECT would go to the disk again).
+        ``gate_scope`` ``"blob"`` measures the miss's blob when it is read; ``"file"`` measures the
+        whole model once, when the cache opens (the first write-up's once-per-process gate).
     """
 
     def __init__(self, path: str | os.PathLike, blobs: Sequence[ExpertBlob], *, budget_bytes: int,
                  placement: str = "inplace", boundary_release: str = "on", reader: str = "auto",
-                 policy: str | EvictionPolicy = "lru"):
-        _check_args(blobs, budget_bytes, placement, boundary_release, reader)
+                 policy: str | EvictionPolicy = "lru", gate: float | None = None, gate_scope: str = "blob"):
+        _check_args(blobs, budget_bytes, placement, boundary_release, reader, gate, gate_scope)
         self.path, self.blobs, self.budget = os.fspath(path), tuple(blobs), budget_bytes
+        self.files = tuple(dict.fromkeys(b.file or self.path for b in self.blobs))
         self.layouts, report = layout_blobs(self.blobs, placement, PAGE)
         self._policy = make_policy(policy)
         self._release_all = boundary_release == "on"
-        self._reader, note = open_reader(DEFAULT_READER[placement] if reader == "auto" else reader, self.path)
+        asked = DEFAULT_READER[placement] if reader == "auto" else reader
+        resolved = {f: resolve_reader(asked, f) for f in self.files}
+        self.reader_kinds = {f: kind for f, (kind, _) in resolved.items()}
+        note = "; ".join(dict.fromkeys(n for _, n in resolved.values() if n))
+        self._readers: dict[tuple[str, str], SliceReader] = {}
         self._maps = [Reservation(lay.reserve) for lay in self.layouts]
         self._refs = [np.zeros(m.pages, dtype=np.int32) for m in self._maps]
         self._committed = [np.zeros(m.pages, dtype=bool) for m in self._maps]
         self._live: dict[SliceKey, int] = {}  # key → payload bytes
+        self._pins: dict[SliceKey, int] = {}
         self._live_bytes = 0
-        self._c = _Counters()
-        self.facts = CacheFacts(placement, report, self._reader.name, note, boundary_release,
+        self._c = MutableCounters()
+        self.gate, self.gate_scope = gate, gate_scope
+        self.file_gate_resident = (_file_resident(self.files) >= gate
+                                   if gate is not None and gate_scope == "file" else None)
+        self.facts = CacheFacts(placement, report, self.reader_kinds[self.files[0]], note, boundary_release,
                                 getattr(self._policy, "name", type(self._policy).__name__), budget_bytes,
-                                sum(m.nbytes for m in self._maps))
+                                sum(m.nbytes for m in self._maps), leak_bound_pages(self.layouts, PAGE),
+                                len(self.files))
 
-    # --- staging and eviction -------------------------------------------------------------------
-    def stage(self, key: SliceKey) -> bool:
-        """Make ``key`` live (reading it on a miss, evicting as the budget needs); True on a hit."""
-        if key in self._live:
-            self._c.hits += 1
-            self._policy.touch(key)
-            return True
-        lay = self.layouts[key.blob]
-        offset, nbytes = lay.slice(key.expert)
+    # --- the decode thread: lookups, admissions, completions --------------------------------------
+    def lookup(self, key: SliceKey, pin: bool = False) -> bool:
+        """A hit (counted, the policy told, pinned with ``pin``) or False: then :meth:`admit` it."""
+        nbytes = self._live.get(key)
+        if nbytes is None:
+            return False
+        self._c.hits += 1
+        self._c.hit_bytes += nbytes
+        self._policy.touch(key)
+        if pin:
+            self._pins[key] = self._pins.get(key, 0) + 1
+        return True
+
+    def admit(self, key: SliceKey) -> str:
+        """Make a miss live and pinned, evicting unpinned entries as the budget needs; its pages are
+        accounted now, its bytes arrive with :meth:`fill`. Returns the reader kind it must be read with."""
+        offset, nbytes = self.layouts[key.blob].slice(key.expert)
         while self._live and self._live_bytes + nbytes > self.budget:
-            self.evict(self._policy.victim())
-        self._read(key, lay, offset, nbytes)
+            try:
+                victim = self._policy.victim(self._pins)
+            except LookupError:
+                raise ParamError("cache", "budget", f"{self.budget} B cannot hold the {len(self._pins)} expert "
+                                 "slices in use at once (a layer's routed experts)") from None
+            self.evict(victim)
         pages = self._touched(key)
         self._refs[key.blob][pages.start:pages.stop] += 1
         self._committed[key.blob][pages.start:pages.stop] = True
         self._live[key] = nbytes
         self._live_bytes += nbytes
+        self._pins[key] = self._pins.get(key, 0) + 1
         self._policy.admit(key)
         self._c.misses += 1
         self._c.bytes_read += nbytes
+        return self._reader_kind(key)
+
+    def complete(self, key: SliceKey, outcome: ReadOutcome, kind: str = "") -> None:
+        """Count a filled miss (``kind``: the reader kind :meth:`admit` returned)."""
+        self._c.io_bytes += outcome.io_bytes
+        self._c.shift_copy_bytes += outcome.shift_copy_bytes
+        self._c.inplace_reads += outcome.in_place
+        if kind == "pread" and self.reader_kinds[self.file_of(key)] != "pread":
+            self._c.gated_reads += 1  # the gate sent it to the page cache instead of the placement's reader
+
+    def unpin(self, key: SliceKey) -> None:
+        left = self._pins[key] - 1
+        if left:
+            self._pins[key] = left
+        else:
+            del self._pins[key]
+
+    def stage(self, key: SliceKey) -> bool:
+        """Make ``key`` live on this thread (reading it on a miss); True on a hit."""
+        if self.lookup(key):
+            return True
+        kind = self.admit(key)
+        try:
+            self.complete(key, self.fill(key, self.reader(kind, self.file_of(key))), kind)
+        finally:
+            self.unpin(key)
         return False
 
     def evict(self, key: SliceKey) -> None:
         """Drop a live entry and release its pages by the boundary rule."""
+        if key in self._pins:
+            raise ValueError(f"{key} is in use (pinned) and cannot be evicted")
         nbytes = self._live.pop(key)
         self._policy.forget(key)
         self._live_bytes -= nbytes
@@ -175,19 +192,43 @@ class ExpertCache:
             self._c.released_pages += len(pages)
         self._c.evictions += 1
 
-    def _read(self, key: SliceKey, lay: BlobLayout, offset: int, nbytes: int) -> None:
+    # --- any thread: reading a miss's bytes into its slot -------------------------------------------
+    def fill(self, key: SliceKey, reader: SliceReader) -> ReadOutcome:
+        """Read an admitted entry's bytes into its slot with ``reader`` (safe from a lane thread)."""
+        lay = self.layouts[key.blob]
+        offset, nbytes = lay.slice(key.expert)
         touched = self._touched(key)
         lo, hi = touched.start * PAGE, touched.stop * PAGE
         view = self._maps[key.blob].view[lo:hi]  # the entry's own pages: all an overhang may touch
         try:
             # The promise holds for every placement: the region is the pages this entry commits, and
             # inside it slot and file differ by a constant, so overhung bytes get their own contents.
-            out = self._reader.read_into(view, lay.slots[key.expert] - lo, offset, nbytes, allow_in_place=True)
+            return reader.read_into(view, lay.slots[key.expert] - lo, offset, nbytes, allow_in_place=True)
         finally:
             view.release()
-        self._c.io_bytes += out.io_bytes
-        self._c.shift_copy_bytes += out.shift_copy_bytes
-        self._c.inplace_reads += out.in_place
+
+    def file_of(self, key: SliceKey) -> str:
+        return self.blobs[key.blob].file or self.path
+
+    def reader(self, kind: str, file: str) -> SliceReader:
+        """This cache's own reader of ``kind`` on ``file`` (for :meth:`stage`; lanes keep their own)."""
+        r = self._readers.get((kind, file))
+        if r is None:
+            r = self._readers[(kind, file)] = make_reader(kind, file)
+        return r
+
+    def _reader_kind(self, key: SliceKey) -> str:
+        file = self.file_of(key)
+        if self.gate is None:
+            return self.reader_kinds[file]
+        if self.gate_scope == "file":
+            resident = bool(self.file_gate_resident)
+        else:
+            from workbench.io.pagecache import resident_fraction
+
+            first, end = self.blobs[key.blob].span
+            resident = resident_fraction(file, first, end - first) >= self.gate
+        return "pread" if resident else self.reader_kinds[file]
 
     def _extent(self, key: SliceKey) -> tuple[int, int]:
         lay = self.layouts[key.blob]
@@ -202,6 +243,10 @@ class ExpertCache:
 
     def __len__(self) -> int:
         return len(self._live)
+
+    def live_keys(self) -> list[SliceKey]:
+        """The live entries, oldest admission first."""
+        return list(self._live)
 
     @property
     def reservations(self) -> tuple[Reservation, ...]:
@@ -227,7 +272,9 @@ class ExpertCache:
         return CacheMemory(len(self._live), self._live_bytes, accounted, committed, unreleased, resident)
 
     def close(self) -> None:
-        self._reader.close()
+        for r in self._readers.values():
+            r.close()
+        self._readers.clear()
         for m in self._maps:
             m.close()
 
@@ -238,30 +285,24 @@ class ExpertCache:
         self.close()
 
 
-class _Counters:
-    """Mutable tallies behind :class:`CacheCounters`."""
+def _file_resident(files: Sequence[str]) -> float:
+    """The whole model's resident fraction, by pages, over every file."""
+    from workbench.io.pagecache import resident_pages
 
-    def __init__(self) -> None:
-        for name in CacheCounters.__dataclass_fields__:
-            setattr(self, name, 0)
-
-    def snapshot(self) -> CacheCounters:
-        return CacheCounters(**{name: getattr(self, name) for name in CacheCounters.__dataclass_fields__})
+    counts = [resident_pages(f) for f in files]
+    return sum(r for r, _ in counts) / max(1, sum(t for _, t in counts))
 
 
-def _astuple(c: CacheCounters) -> tuple[int, ...]:
-    return tuple(getattr(c, name) for name in CacheCounters.__dataclass_fields__)
-
-
-def _check_args(blobs: Sequence[ExpertBlob], budget: int, placement: str, release: str, reader: str) -> None:
+def _check_args(blobs: Sequence[ExpertBlob], budget: int, placement: str, release: str, reader: str,
+                gate: float | None, gate_scope: str) -> None:
     if not blobs:
         raise ParamError("cache", "blobs", "no expert blobs: the model is not a MoE")
-    if placement not in PLACEMENTS:
-        raise ParamError("cache", "placement", f"{placement!r} is not one of {', '.join(PLACEMENTS)}")
-    if release not in BOUNDARY_RELEASE:
-        raise ParamError("cache", "boundary_release", f"{release!r} is not one of on, off")
-    if reader != "auto" and reader not in READERS:
-        raise ParamError("cache", "reader", f"{reader!r} is not one of auto, {', '.join(READERS)}")
+    for name, value, known in (("placement", placement, PLACEMENTS), ("boundary_release", release, BOUNDARY_RELEASE),
+                               ("reader", reader, ("auto", *READERS)), ("gate_scope", gate_scope, GATE_SCOPES)):
+        if value not in known:
+            raise ParamError("cache", name, f"{value!r} is not one of {', '.join(known)}")
+    if gate is not None and not 0.0 <= gate <= 1.0:
+        raise ParamError("cache", "gate", f"must be a resident fraction in [0, 1], got {gate!r}")
     empty = next((b for b in blobs if any(n <= 0 for _, n in b.slices)), None)
     if empty is not None:
         raise ParamError("cache", "blobs", f"layer {empty.layer} {empty.name} has an empty expert slice")

@@ -71,3 +71,22 @@ def layout_blobs(blobs: Sequence[ExpertBlob], placement: str,
 
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
+
+
+def partial_pages(lay: BlobLayout, page: int = PAGE_SIZE) -> int:
+    """Pages of the blob's reservation that some slot touches without covering them whole: the pages
+    the fully-covered release rule (``boundary_release="off"``) can never hand back."""
+    partial: set[int] = set()
+    for slot, extent in zip(lay.slots, lay.extents):
+        if extent <= 0:
+            continue
+        if slot % page:
+            partial.add(slot // page)
+        if (slot + extent) % page:
+            partial.add((slot + extent - 1) // page)
+    return len(partial)
+
+
+def leak_bound_pages(layouts: Sequence[BlobLayout], page: int = PAGE_SIZE) -> int:
+    """The most pages a cache over ``layouts`` can leave committed with release off (0: nothing to leak)."""
+    return sum(partial_pages(lay, page) for lay in layouts)

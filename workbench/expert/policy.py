@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Hashable, Protocol
+from typing import Container, Hashable, Protocol
 
 from workbench.errors import ParamError
 
 
 class EvictionPolicy(Protocol):
     """Decides which live entry leaves first. The cache calls ``admit`` once per staged entry,
-    ``touch`` on every hit, ``victim`` when it needs room (the key stays live until ``forget``)."""
+    ``touch`` on every hit, ``victim`` when it needs room (the key stays live until ``forget``);
+    ``victim`` never returns a key in ``exclude`` (entries a read or an upload is still using)."""
 
     name: str
 
@@ -17,7 +18,7 @@ class EvictionPolicy(Protocol):
 
     def touch(self, key: Hashable) -> None: ...
 
-    def victim(self) -> Hashable: ...
+    def victim(self, exclude: Container[Hashable] = ()) -> Hashable: ...
 
     def forget(self, key: Hashable) -> None: ...
 
@@ -36,10 +37,11 @@ class LruPolicy:
     def touch(self, key: Hashable) -> None:
         self._order.move_to_end(key)
 
-    def victim(self) -> Hashable:
-        if not self._order:
-            raise LookupError("no live entry to evict")
-        return next(iter(self._order))
+    def victim(self, exclude: Container[Hashable] = ()) -> Hashable:
+        for key in self._order:
+            if key not in exclude:
+                return key
+        raise LookupError("no live entry to evict" + (" that is not in use" if self._order else ""))
 
     def forget(self, key: Hashable) -> None:
         del self._order[key]

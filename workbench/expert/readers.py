@@ -146,18 +146,32 @@ class DirectInplaceReader(DirectBounceReader):
         return ReadOutcome(got, 0, True)
 
 
-def open_reader(kind: str, path: str | os.PathLike) -> tuple[SliceReader, str]:
-    """(reader, note): the reader asked for, or buffered pread where O_DIRECT is refused (tmpfs, …),
-    with a one-line note saying so ("" when the reader is the one asked for)."""
+def resolve_reader(kind: str, path: str | os.PathLike) -> tuple[str, str]:
+    """(the reader that can run on ``path``, note): ``kind``, or ``pread`` where O_DIRECT is refused
+    (tmpfs, …) with a one-line note saying so ("" when it is the one asked for)."""
     if kind not in READERS:
         raise ValueError(f"unknown reader {kind!r}; known: {', '.join(READERS)}")
     if kind == "pread":
-        return BufferedReader(path), ""
+        return kind, ""
     support = direct_io_support(path)
     if not support:
-        return BufferedReader(path), f"{kind}: O_DIRECT refused ({support.reason}); buffered pread instead"
-    cls = DirectInplaceReader if kind == "direct-inplace" else DirectBounceReader
-    return cls(path), ""
+        return "pread", f"{kind}: O_DIRECT refused ({support.reason}); buffered pread instead"
+    return kind, ""
+
+
+def make_reader(kind: str, path: str | os.PathLike) -> SliceReader:
+    """A reader of ``kind`` on ``path`` as it is (no probe: :func:`resolve_reader` first)."""
+    cls = {"pread": BufferedReader, "direct-bounce": DirectBounceReader, "direct-inplace": DirectInplaceReader}
+    if kind not in cls:
+        raise ValueError(f"unknown reader {kind!r}; known: {', '.join(READERS)}")
+    return cls[kind](path)
+
+
+def open_reader(kind: str, path: str | os.PathLike) -> tuple[SliceReader, str]:
+    """(reader, note): the reader asked for, or buffered pread where O_DIRECT is refused (tmpfs, …),
+    with a one-line note saying so ("" when the reader is the one asked for)."""
+    resolved, note = resolve_reader(kind, path)
+    return make_reader(resolved, path), note
 
 
 def _check_request(region: memoryview, at: int, nbytes: int) -> None:

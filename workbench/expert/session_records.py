@@ -1,23 +1,38 @@
 """What a long session records: one :class:`TurnRecord` per turn and a :class:`SessionReport`.
 
-``SessionReport.to_json()`` is the document ``workbench session --json`` prints, exactly the issue's
-shape: ``{"turns": [...], "summary": {...}}`` where each turn has the keys :data:`ISSUE_TURN_KEYS`
-(``turn, tokens, bytes_read, hits, misses, evictions, minflt, majflt, accounted_bytes,
-actual_anon_bytes, unreleased_pages, seconds, tokens_per_s``) in that order and nothing else. A turn's
-two further measurements, ``shift_copy_bytes`` and ``resident_bytes`` (mincore over the cache's own
-reservations), are in the summary as per-turn lists (``summary["per_turn"]``), and in
-:meth:`TurnRecord.to_json`, which is what the ledger and the session worker carry.
+``SessionReport.to_json()`` is the document ``workbench session --json`` prints:
+``{"turns": [...], "summary": {...}}``. Each turn has the first session issue's keys first
+(:data:`ISSUE_TURN_KEYS`: ``turn, tokens, bytes_read, hits, misses, evictions, minflt, majflt,
+accounted_bytes, actual_anon_bytes, unreleased_pages, seconds, tokens_per_s``), then the decode
+loop's (:data:`DECODE_TURN_KEYS`: where the time went, bytes by source, the lanes' queue depth and
+GB/s) and the memory a turn ended with (:data:`MEMORY_TURN_KEYS`), then ``shift_copy_bytes``,
+``resident_bytes`` and ``gated_reads``. A turn stays a few hundred bytes, so a 10,000-token session
+is small whatever its turn length.
+
+Where a turn's time went (``seconds``, the turn's wall)::
+
+    seconds = compute_s + stall_read_s + stall_upload_s + stall_route_s + other_s
+
+``stall_read_s`` is the decode thread waiting for a miss's read (its own read, or a lane's),
+``stall_upload_s`` waiting for copies to the device, ``stall_route_s`` obtaining the routing,
+``other_s`` the cache's bookkeeping; ``residual_s_per_token`` is what is left once the stalls are
+taken out, per token: ``(seconds - stalls) / tokens`` — compute and everything the decode thread
+does besides waiting (the second write-up's "compute residual").
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Sequence
-
+from typing import Any
 
 ISSUE_TURN_KEYS = ("turn", "tokens", "bytes_read", "hits", "misses", "evictions", "minflt", "majflt",
                    "accounted_bytes", "actual_anon_bytes", "unreleased_pages", "seconds", "tokens_per_s")
-TURN_EXTRAS = ("shift_copy_bytes", "resident_bytes")
+DECODE_TURN_KEYS = ("hit_rate", "compute_s", "stall_read_s", "stall_upload_s", "stall_route_s", "other_s",
+                    "residual_s_per_token", "hit_bytes_per_token", "page_cache_bytes_per_token",
+                    "disk_bytes_per_token", "io_bytes", "landed_bytes", "read_busy_s", "read_queue_depth",
+                    "staged_gbps")
+MEMORY_TURN_KEYS = ("rss_bytes", "swap_bytes", "cg_usage_bytes", "cg_pgmajfault", "cg_refaults", "cg_reclaimed",
+                    "cg_limit_hits", "cg_swap_bytes", "swap_in", "swap_out")
+TURN_EXTRAS = ("shift_copy_bytes", "resident_bytes", "gated_reads")
 
 
 @dataclass(frozen=True)
@@ -25,10 +40,16 @@ class TurnRecord:
     """One turn of ``tokens`` decode tokens. Counts are this turn's; memory is as the turn ended.
 
     ``hits``/``misses``/``evictions`` count cache entries (one expert of one blob); ``bytes_read`` is
-    payload staged from the file; ``minflt``/``majflt`` are getrusage deltas over the turn;
-    ``accounted_bytes`` the pages live entries touch; ``actual_anon_bytes`` the process's anonymous
-    memory (smaps_rollup, -1 where unreadable); ``unreleased_pages`` pages the cache committed and no
-    live entry touches; ``resident_bytes`` what mincore finds resident in the cache's reservations.
+    payload staged from the file (``io_bytes`` what the readers moved: whole windows for O_DIRECT);
+    ``minflt``/``majflt`` are getrusage deltas over the turn; ``accounted_bytes`` the pages live
+    entries touch; ``actual_anon_bytes`` the process's anonymous memory (smaps_rollup, -1 where
+    unreadable); ``unreleased_pages`` pages the cache committed and no live entry touches;
+    ``resident_bytes`` what mincore finds resident in the cache's reservations. Bytes per token by
+    source: served by the cache (``hit``), by the page cache (``rchar − read_bytes`` of
+    ``/proc/self/io``) and from the disk (``read_bytes``). ``landed_bytes``: expert bytes copied to
+    the device. ``read_busy_s``: time at least one read was in flight; ``read_queue_depth`` the mean
+    number in flight then; ``staged_gbps`` = ``bytes_read / read_busy_s``. ``cg_*``: the memory
+    cgroup's usage and counter deltas under ``--memory-limit`` (-1 without one, or not kept).
     """
 
     turn: int
@@ -44,20 +65,53 @@ class TurnRecord:
     unreleased_pages: int
     seconds: float
     tokens_per_s: float
-    shift_copy_bytes: int
-    resident_bytes: int
+    hit_rate: float = 0.0
+    compute_s: float = 0.0
+    stall_read_s: float = 0.0
+    stall_upload_s: float = 0.0
+    stall_route_s: float = 0.0
+    other_s: float = 0.0
+    residual_s_per_token: float = 0.0
+    hit_bytes_per_token: float = 0.0
+    page_cache_bytes_per_token: float = 0.0
+    disk_bytes_per_token: float = 0.0
+    io_bytes: int = 0
+    landed_bytes: int = 0
+    read_busy_s: float = 0.0
+    read_queue_depth: float = 0.0
+    staged_gbps: float = 0.0
+    rss_bytes: int = -1
+    swap_bytes: int = -1
+    cg_usage_bytes: int = -1
+    cg_pgmajfault: int = -1
+    cg_refaults: int = -1
+    cg_reclaimed: int = -1
+    cg_limit_hits: int = -1
+    cg_swap_bytes: int = -1
+    swap_in: int = -1
+    swap_out: int = -1
+    shift_copy_bytes: int = 0
+    resident_bytes: int = 0
+    gated_reads: int = 0
+
+    @property
+    def stall_s(self) -> float:
+        return self.stall_read_s + self.stall_upload_s + self.stall_route_s
 
     def to_json(self) -> dict[str, Any]:
-        """Every field (the issue's keys first): what the ledger's turns rows and the worker carry."""
+        """Every field, the first issue's keys first: one element of ``session --json``'s ``turns``,
+        and what the ledger's turns rows and the worker carry."""
         return asdict(self)
 
     def issue_json(self) -> dict[str, Any]:
-        """Exactly the issue's keys, in its order: one element of ``session --json``'s ``turns``."""
+        """Exactly the first issue's keys, in its order."""
         return {key: getattr(self, key) for key in ISSUE_TURN_KEYS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TurnRecord":
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        """Back from :meth:`to_json`; a turn recorded before a field existed gets its default."""
+        required = {f.name for f in fields(cls) if f.name in ISSUE_TURN_KEYS}
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in required or f.name in data})
 
 
 @dataclass(frozen=True)
@@ -78,78 +132,24 @@ class SessionFacts:
     trace_note: str  # e.g. a file trace replayed because the session is longer
     device: str
     verify: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "SessionFacts":
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
-
-
-@dataclass(frozen=True)
-class SessionSummary:
-    """Totals over the turns, and the numbers that tell a leak from a cost."""
-
-    turns: int
-    tokens: int
-    bytes_read: int
-    hits: int
-    misses: int
-    hit_rate: float
-    evictions: int
-    minflt: int
-    majflt: int
-    shift_copy_bytes: int
-    unreleased_pages_first: int
-    unreleased_pages_last: int
-    unreleased_pages_per_turn: float  # growth from the first turn to the last, per turn
-    resident_minus_accounted_bytes: int  # last turn: what the cache failed to give back, measured
-    anon_minus_accounted_growth_bytes: int  # (actual_anon - accounted), last turn minus first
-    tokens_per_s_median: float
-    tokens_per_s_min: float
-    tokens_per_s_max: float
-    verified_slices: int
-    facts: SessionFacts
+    compute: str = "none"  # what --compute ran ("device (torch 2.5): 48 blobs Q4_0 as a same-bytes f16 proxy …")
+    lanes: int = 1
+    overlap: bool = False
+    gate: str = "off"  # "off", or "0.9 per blob" / "0.9 per file (resident 12% at the start: below)"
+    leak_bound_pages: int = 0  # the most pages release=off can leave committed
+    working_set_bytes: int = 0  # one token's routed expert bytes, every MoE layer
+    expert_bytes: int = 0  # every expert slice of the model
+    files: int = 1
+    warnings: tuple[str, ...] = ()
+    memory_limit: str = ""  # how --memory-limit was enforced ("cgroup v1 …", "balloon …"), "" without
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out["facts"] = self.facts.to_json()
+        out["warnings"] = list(self.warnings)
         return out
 
-
-@dataclass(frozen=True)
-class SessionReport:
-    """Every turn and the summary: the session's one typed result."""
-
-    turns: tuple[TurnRecord, ...]
-    summary: SessionSummary
-
-    def to_json(self) -> dict[str, Any]:
-        """``session --json``: turns with exactly the issue's keys; the other per-turn numbers in the summary."""
-        summary = self.summary.to_json()
-        summary["per_turn"] = {key: [getattr(t, key) for t in self.turns] for key in TURN_EXTRAS}
-        return {"turns": [t.issue_json() for t in self.turns], "summary": summary}
-
-
-def summarize(records: Sequence[TurnRecord], facts: SessionFacts, verified_slices: int = 0) -> SessionSummary:
-    """Totals and leak indicators over ``records`` (at least one turn)."""
-    if not records:
-        raise ValueError("a session summary needs at least one turn")
-    first, last = records[0], records[-1]
-    hits, misses = sum(r.hits for r in records), sum(r.misses for r in records)
-    rates = [r.tokens_per_s for r in records]
-    spread = max(1, len(records) - 1)
-    return SessionSummary(
-        turns=len(records), tokens=sum(r.tokens for r in records), bytes_read=sum(r.bytes_read for r in records),
-        hits=hits, misses=misses, hit_rate=hits / max(1, hits + misses),
-        evictions=sum(r.evictions for r in records), minflt=sum(r.minflt for r in records),
-        majflt=sum(r.majflt for r in records), shift_copy_bytes=sum(r.shift_copy_bytes for r in records),
-        unreleased_pages_first=first.unreleased_pages, unreleased_pages_last=last.unreleased_pages,
-        unreleased_pages_per_turn=(last.unreleased_pages - first.unreleased_pages) / spread,
-        resident_minus_accounted_bytes=last.resident_bytes - last.accounted_bytes,
-        anon_minus_accounted_growth_bytes=((last.actual_anon_bytes - last.accounted_bytes)
-                                           - (first.actual_anon_bytes - first.accounted_bytes)),
-        tokens_per_s_median=statistics.median(rates), tokens_per_s_min=min(rates), tokens_per_s_max=max(rates),
-        verified_slices=verified_slices, facts=facts,
-    )
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "SessionFacts":
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["warnings"] = tuple(values.get("warnings", ()))
+        return cls(**values)

@@ -15,11 +15,13 @@ if TYPE_CHECKING:
 
 
 def session_lines(attempts: pd.DataFrame, turns: pd.DataFrame) -> list[str]:
-    """One line per session attempt: unreleased pages first → last turn, the anonymous memory the cache
-    does not account for, faults and tokens/s — what tells a leak (it grows) from a cost (it does not)."""
+    """One line per session attempt: unreleased pages first → last turn against the most the model can
+    leak, the anonymous memory the cache does not account for, faults, tokens/s and where the time
+    went — what tells a leak (it grows toward its bound) from a cost (it does not)."""
     if turns.empty:
         return []
     labels = dict(zip(attempts["id"], attempts["label"]))
+    facts = {a: ((e or {}).get("session") or {}) for a, e in zip(attempts["id"], attempts.get("environment", []))}
     out = []
     for attempt_id, t in turns.groupby("attempt_id", sort=False):
         if attempt_id not in labels:
@@ -27,14 +29,28 @@ def session_lines(attempts: pd.DataFrame, turns: pd.DataFrame) -> list[str]:
         t = t.sort_values("turn")
         first, last = t.iloc[0], t.iloc[-1]
         rates = t["tokens_per_s"].astype(float)
+        bound = int(facts.get(attempt_id, {}).get("leak_bound_pages") or 0)
+        of_bound = f" of the {bound:,} the model can leak" if bound else ""
         out.append(
             f"`{for_markdown_code(str(attempt_id)[:8])}` {for_markdown(labels[attempt_id])}: {len(t)} turns × "
             f"{int(first['tokens'])} tokens; "
-            f"unreleased pages {int(first['unreleased_pages']):,} → {int(last['unreleased_pages']):,} (first → last "
-            f"turn); anon − accounted {_gap(first):.1f} → {_gap(last):.1f} MiB; faults {int(t['minflt'].sum()):,} "
+            f"unreleased pages {int(first['unreleased_pages']):,} → {int(last['unreleased_pages']):,}{of_bound} "
+            f"(first → last turn); anon − accounted {_gap(first):.1f} → {_gap(last):.1f} MiB; faults {int(t['minflt'].sum()):,} "
             f"minor, {int(t['majflt'].sum()):,} major; tok/s median {rates.median():.1f} "
-            f"({rates.min():.1f}–{rates.max():.1f})")
+            f"({rates.min():.1f}–{rates.max():.1f}){_decode(t)}")
     return out
+
+
+def _decode(t: pd.DataFrame) -> str:
+    """Where the time went, from the turns' extra fields (sessions recorded before them have none)."""
+    extra = [e if isinstance(e, dict) else {} for e in t.get("extra", [])]
+    if not extra or "residual_s_per_token" not in extra[-1]:
+        return ""
+    tokens = t["tokens"].astype(float)
+    residual = sum(e.get("residual_s_per_token", 0.0) * n for e, n in zip(extra, tokens)) / tokens.sum()
+    hits = sum(e.get("hit_rate", 0.0) * n for e, n in zip(extra, tokens)) / tokens.sum()
+    read = sum(e.get("stall_read_s", 0.0) for e in extra)
+    return f"; residual {residual * 1e3:.2f} ms/token, read stalls {read:.2f} s, hit rate {hits:.0%}"
 
 
 def session_facts(a: dict[str, Any]) -> str:

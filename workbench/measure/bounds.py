@@ -88,3 +88,12 @@ def _threads_wall(walls: Mapping[str, float], prefix: str, readers: int | None,
     if not fitting and fewer_only:
         return None
     return measured[max(fitting) if fitting else min(measured)]
+
+def read_wall(walls: Mapping[str, float], state: str, readers: int, direct: bool) -> tuple[str, float] | None:
+    """The wall of reading alone (no copy to a device), for ``readers`` threads: the disk's best read
+    of that kind when cold (O_DIRECT reads always), else the page cache's at that thread count."""
+    if state == "cold" or direct:
+        kind = "direct_" if direct else "buffered_"
+        return _best_wall(walls, f"cold_read_{kind}") or _best_wall(walls, "cold_read_")
+    return (_threads_wall(walls, "page_cache_read_", readers) or _best_wall(walls, "page_cache_read_file_")
+            or _best_wall(walls, "page_cache_read_"))

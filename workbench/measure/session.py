@@ -1,11 +1,13 @@
 """Long expert sessions as a measurement: one worker process, every turn in the ledger as it ends.
 
-``measure_session(file, SessionConfig(...))`` holds the device lock for the whole session (cache
-preparation included), spawns ``python -m workbench.measure.session_worker`` and records one ledger
-attempt (``kind="session"``) with one ``turns`` row per turn, written the moment the worker reports
-it. A worker that dies, times out or is interrupted leaves its finished turns recorded and its attempt
-``failed`` with the reason. The summary (the leak indicators, tokens/s) is rebuilt here from the
-turns, so what the ledger holds and what the caller gets are the same numbers.
+``measure_session(model, SessionConfig(...))`` holds the device lock for the whole session (cache
+preparation included), puts a memory limit around it when ``config.memory_limit_mib`` asks
+(:mod:`workbench.measure.pressure`), spawns ``python -m workbench.measure.session_worker`` and records
+one ledger attempt (``kind="session"``) with one ``turns`` row per turn, written the moment the worker
+reports it. A worker that dies, times out, is OOM-killed or is interrupted leaves its finished turns
+recorded and its attempt ``failed`` with the reason. The summary is rebuilt here from the turns, with
+the staged GB/s held against the read wall recorded for this machine (``workbench ceilings``), so
+what the ledger holds and what the caller gets are the same numbers.
 """
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import dataclasses
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from workbench.errors import ParamError
-from workbench.expert.session import SessionConfig, check_config
-from workbench.expert.session_records import SessionFacts, SessionReport, TurnRecord, summarize
+from workbench.expert.session_config import SessionConfig, check_config
+from workbench.expert.session_records import SessionFacts, TurnRecord
+from workbench.expert.session_summary import SessionReport, growth_line, steady_line, summarize
 from workbench.measure.lock import DeviceLock
-from workbench.records import AttemptStats, RunConfig
 from workbench.measure.reaper import die_with_me
+from workbench.measure.session_record import Recorder
 
 if TYPE_CHECKING:
     from workbench.ledger import Ledger
@@ -48,30 +50,40 @@ class SessionResult:
     notes: str
     error: str | None = None
     resident_files: Mapping[str, float] = field(default_factory=dict)  # per file of the model, before
+    memory: str = ""  # how --memory-limit was enforced and what it cost ("" without one)
 
 
 def measure_session(file: str, config: SessionConfig, *, device: str = "host", cache: str = "asis",
                     ledger: Ledger | str | os.PathLike[str] | None = None, campaign: str = "default",
                     hypothesis: str = "", label: str = "", timeout_s: float = 3600.0,
-                    lock_dir: str | os.PathLike[str] | None = None,
-                    on_turn: TurnCallback | None = None) -> SessionResult:
-    """Run one session of ``config`` on ``file`` in a worker process and record it; see the module doc.
+                    lock_dir: str | os.PathLike[str] | None = None, on_turn: TurnCallback | None = None,
+                    memory_method: str = "auto",
+                    on_start: Callable[[SessionFacts], None] | None = None) -> SessionResult:
+    """Run one session of ``config`` on ``file`` (a model: one file or a set) in a worker process and
+    record it; see the module doc.
 
     Parameters
     ----------
     cache
-        Page-cache state of the model file set (and checked) before the session: cold, warm, asis.
+        Page-cache state of every file of the model set (and checked) before the session: cold, warm, asis.
     timeout_s
         The whole session's limit; past it the worker is killed and the attempt is ``failed``.
     on_turn
         Called with each turn's record as soon as it is in the ledger.
+    on_start
+        Called with the session's facts (its warnings among them) once the worker is up.
+    memory_method
+        How ``config.memory_limit_mib`` is enforced: ``auto`` (a cgroup, else a balloon), ``cgroup``, ``balloon``.
     """
     from workbench.measure.model import prepare_cache
+    from workbench.measure.pressure import MemoryPressure
     from workbench.measure.runner import open_ledger
 
-    preflight_session(file, config, device)
+    index = preflight_session(file, config, device)
     store = open_ledger(ledger)
-    run = _Recorder(store, file, config, device, campaign, hypothesis, label, on_turn)
+    run = Recorder(store, file, index, config, device, campaign, hypothesis, label or session_label(file, config),
+                   on_turn, on_start)
+    pressure = MemoryPressure(config.memory_limit_mib, memory_method) if config.memory_limit_mib else None
     try:
         with DeviceLock(device, lock_dir):
             prepared = prepare_cache(file, cache)  # every file of the model
@@ -79,20 +91,28 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
                 f"asis(unreachable: {cache}; {prepared.error})"[:300]
             run.resident_before, run.resident_files = prepared.resident, dict(prepared.files)
             run.open()  # before the worker starts: a runner killed now leaves the attempt, interrupted
-            run.error = _spawn(file, config, device, timeout_s, run.on_event)
-        run.finish()  # a worker that stopped without its end event: failed, its turns kept
+            if pressure is None:
+                run.error, _ = _spawn(file, config, device, timeout_s, run.on_event, {})
+            else:
+                with pressure:
+                    run.memory_limit = pressure.limit.detail
+                    cgroup = pressure.limit.worker_json()
+                    run.error, code = _spawn(file, config, device, timeout_s, run.on_event, cgroup)
+                    run.memory_outcome = _outcome(pressure, code, run.records)
+        run.finish(read_wall(store, run, device))  # a worker that stopped without its end event: failed
     except BaseException as exc:
         run.error = f"interrupted after {len(run.records)} turns: {type(exc).__name__}"
-        run.finish()
+        run.finish(None)
         raise
     finally:
         if store is not ledger:
             store.close()
-    return run.result
+    return run.result(SessionResult)
 
 
-def preflight_session(file: str, config: SessionConfig, device: str) -> None:
-    """One line before anything is recorded: a missing or dense model, bad settings, a missing backend."""
+def preflight_session(file: str, config: SessionConfig, device: str) -> Any:
+    """The model's index, or one line before anything is recorded: a missing or dense model, bad
+    settings, a missing backend."""
     from workbench.errors import BackendUnavailable
     from workbench.expert.routing import load_trace, moe_shape
     from workbench.formats import open_index
@@ -109,12 +129,13 @@ def preflight_session(file: str, config: SessionConfig, device: str) -> None:
     avail = device_availability(name)
     if not avail:
         raise BackendUnavailable(name, avail.reason, DEVICES.entries[name].hint)
+    return index
 
 
 def _spawn(file: str, config: SessionConfig, device: str, timeout_s: float,
-           on_event: Callable[[dict[str, Any]], None]) -> str | None:
-    """Run the worker, handing each event line to ``on_event``; the error ('' → None when it ended well)."""
-    payload = {"file": file, "device": device, "session": dataclasses.asdict(config)}
+           on_event: Callable[[dict[str, Any]], None], cgroup: dict) -> tuple[str | None, int | None]:
+    """Run the worker, handing each event line to ``on_event``: (the error or None, its exit code)."""
+    payload = {"file": file, "device": device, "session": dataclasses.asdict(config), "cgroup": cgroup}
     cmd = [sys.executable, "-m", "workbench.measure.session_worker", "-"]
     with tempfile.TemporaryFile("w+", encoding="utf-8") as err:  # a file: a chatty worker never blocks
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
@@ -139,11 +160,13 @@ def _spawn(file: str, config: SessionConfig, device: str, timeout_s: float,
         err.seek(0)
         tail = err.read().strip()[-2000:]
     if timed_out.is_set() and proc.returncode != 0:
-        return f"session timed out after {timeout_s:g} s"
+        return f"session timed out after {timeout_s:g} s", proc.returncode
     if proc.returncode != 0:
         last = tail.splitlines()[-1] if tail else "no stderr"
-        return f"session worker exit {proc.returncode}: {last}"
-    return None
+        if proc.returncode == -signal.SIGKILL and not tail:
+            last = "killed (SIGKILL)"
+        return f"session worker exit {proc.returncode}: {last}", proc.returncode
+    return None, 0
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -154,114 +177,57 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-class _Recorder:
-    """Turns the worker's events into one ledger attempt and its turns rows, as they arrive."""
+def _outcome(pressure: Any, code: int | None, records: list[TurnRecord]) -> str:
+    known = lambda key: sum(max(0, getattr(r, key)) for r in records)  # noqa: E731
+    said = pressure.outcome(code, known("cg_refaults"), sum(r.majflt for r in records), known("cg_limit_hits"))
+    return f"{said}, after {len(records)} turns" if said.startswith("OOM") else said
 
-    def __init__(self, ledger: Ledger, file: str, config: SessionConfig, device: str, campaign: str,
-                 hypothesis: str, label: str, on_turn: TurnCallback | None):
-        self.ledger, self.file, self.config, self.device = ledger, file, config, device
-        self.campaign, self.hypothesis, self.on_turn = campaign, hypothesis, on_turn
-        self.label = label or session_label(file, config)
-        self.cache, self.resident_before, self.error = "asis", None, None
-        self.resident_files: dict[str, float] = {}
-        self.records: list[TurnRecord] = []
-        self.facts: SessionFacts | None = None
-        self.verified_slices = 0
-        self.attempt_id: str | None = None
-        self.result: SessionResult | None = None
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "start":
-            self.facts = SessionFacts.from_json(event["facts"])
-            device_info = event.get("device_info") or {"backend": self.device}
-            if self.attempt_id is None:
-                self._start(device_info)
-            else:  # opened before the worker started: what the worker reported joins it
-                self.ledger.describe_attempt(self.attempt_id, device_info=device_info,
-                                             environment={"session": self.facts.to_json()})
-        elif kind == "turn":
-            record = TurnRecord.from_json(event["turn"])
-            self.records.append(record)
-            self.ledger.add_turn(self._start({"backend": self.device}), record.to_json())
-            if self.on_turn is not None:
-                self.on_turn(record)
-        elif kind == "end":
-            self.verified_slices = int(event.get("verified_slices", 0))
-            self.finish()
+def read_wall(ledger: Ledger, run: Recorder, device: str) -> tuple[str, float] | None:
+    """The machine's read wall for the session's misses: the disk when most bytes came from it, else
+    the page cache at the lanes' thread count (None where ``workbench ceilings`` never ran here)."""
+    from workbench.measure.bounds import host_ceilings, read_wall as wall_of
 
-    def open(self) -> None:
-        """Record the attempt (running) before the worker starts."""
-        self._start({"backend": self.device})
-
-    def _start(self, device_info: dict[str, Any]) -> str:
-        if self.attempt_id is None:
-            from workbench.measure.environment import collect_environment
-            from workbench.measure.model import identity_members, model_directory, recorded_identity, resolve_model
-
-            params = {k: v for k, v in dataclasses.asdict(self.config).items() if v is not None}
-            model = resolve_model(self.file)
-            ident = recorded_identity(model)  # a set's: over every member and its index file
-            env = {**collect_environment(model_directory(model)), "device": device_info,
-                   "session": self.facts.to_json() if self.facts is not None else {},
-                   "resident_before": {"model": self.resident_before, "files": self.resident_files}}
-            if ident.get("files"):
-                env["model_files"] = identity_members(ident)
-            self.attempt_id = self.ledger.start_attempt(
-                campaign=self.campaign, config=RunConfig(self.file, "session", params, self.device),
-                cache=self.cache, hypothesis=self.hypothesis, label=self.label, file_identity=ident,
-                environment=env, device_info=device_info, kind="session")
-        return self.attempt_id
-
-    def finish(self) -> None:
-        """Close the attempt once (on the end event, or after the worker stopped without one)."""
-        if self.result is not None:
-            return
-        attempt_id = self._start({"backend": self.device})
-        report = (SessionReport(tuple(self.records), summarize(self.records, self.facts, self.verified_slices))
-                  if self.records and self.facts is not None else None)
-        ended = report is not None and self.error is None and len(self.records) == self.config.turns
-        verdict = "baseline" if ended else "failed"
-        notes = "; ".join(filter(None, [self.error or ("" if ended else "the session did not finish"),
-                                        summary_line(report) if report else ""]))
-        self.ledger.finish_attempt(attempt_id, session_stats(self.records, failed=not ended), baseline_id=None,
-                                   speedup=None, verdict=verdict, notes=notes, cache=self.cache,
-                                   verdict_reason="a session is measured on its own; compare sessions side by side")
-        self.result = SessionResult(attempt_id, self.file, self.device, self.cache, self.resident_before, report,
-                                    verdict, notes, self.error, dict(self.resident_files))
+    if not run.records or run.facts is None:
+        return None
+    disk = sum(r.disk_bytes_per_token * r.tokens for r in run.records)
+    io = sum(r.io_bytes for r in run.records)
+    state = "cold" if io and disk >= io / 2 else "warm"
+    try:
+        walls = host_ceilings(ledger, model=run.index.path)
+    except Exception:  # noqa: BLE001 - no ceilings table in an old ledger: no wall, not a failure
+        return None
+    return wall_of(walls, state, run.facts.lanes, run.facts.reader.startswith("direct"))
 
 
 def session_label(file: str, config: SessionConfig) -> str:
-    """``session inplace release=off 20×64 · model``: what a table row needs to tell sessions apart."""
+    """``session inplace release=off lanes=4 overlap compute=device 20×64 cache=2000MiB · model``."""
+    extra = "".join([f" lanes={config.lanes}" if config.lanes > 1 else "", " overlap" if config.overlap else "",
+                     f" compute={config.compute}" if config.compute != "none" else "",
+                     f" mem={config.memory_limit_mib:g}MiB" if config.memory_limit_mib else ""])
     from workbench.measure.model import model_name
 
-    return (f"session {config.placement} release={config.boundary_release} {config.turns}×{config.tokens} "
-            f"cache={config.cache_mib:g}MiB · {model_name(file)}")
-
-
-def session_stats(records: list[TurnRecord], failed: bool = False) -> AttemptStats:
-    """Turn seconds as the samples (median/min/max/spread); GB/s is all bytes staged over all turn time."""
-    from workbench.measure.stats import STABLE_SPREAD_PCT
-
-    seconds = [r.seconds for r in records]
-    if not seconds:
-        return AttemptStats(0, int(failed), None, None, None, None, None, stable=False)
-    median, low, high = statistics.median(seconds), min(seconds), max(seconds)
-    spread = (high - low) / median * 100 if median > 0 else None
-    total = sum(seconds)
-    gbps = sum(r.bytes_read for r in records) / total / 1e9 if total > 0 else None
-    return AttemptStats(len(seconds), int(failed), median, low, high, spread, gbps,
-                        spread is not None and spread <= STABLE_SPREAD_PCT)
+    cache = f"{config.cache_mib:g}MiB" if config.cache_mib else "default"
+    return (f"session {config.placement} release={config.boundary_release}{extra} {config.turns}×{config.tokens} "
+            f"cache={cache} · {model_name(file)}")
 
 
 def summary_line(report: SessionReport) -> str:
-    """``unreleased pages 0 → 1,204 (+240.8/turn); tok/s median 812 (790–830); …`` for the attempt's notes."""
+    """What the attempt's notes say of a session: the leak against its bound, tok/s, where the time
+    went, bytes per token by source, steady state."""
     s = report.summary
-    return (f"{s.turns} turns × {report.turns[0].tokens} tokens; unreleased pages {s.unreleased_pages_first:,} → "
-            f"{s.unreleased_pages_last:,} ({s.unreleased_pages_per_turn:+.1f}/turn); tok/s median "
-            f"{s.tokens_per_s_median:.1f} ({s.tokens_per_s_min:.1f}–{s.tokens_per_s_max:.1f}); hit rate "
-            f"{s.hit_rate:.0%}; {s.facts.placement_report}; reader {s.facts.reader}")
+    f = s.facts or SessionFacts("", "", "", "", "", "", "", 0, 0, 0, "", "", "", False)
+    mib = 2**20
+    wall = f" = {s.staged_of_wall:.0%} of {s.wall_name} ({s.wall_gbps:.2f})" if s.staged_of_wall else ""
+    return (f"{s.turns} turns × {report.turns[0].tokens} tokens; {growth_line(s)}; tok/s {s.tokens_per_s:.2f} "
+            f"(median {s.tokens_per_s_median:.2f}, {s.tokens_per_s_min:.2f}–{s.tokens_per_s_max:.2f}); residual "
+            f"{s.residual_s_per_token * 1e3:.2f} ms/token; stalls read {s.stall_read_s:.2f} s, upload "
+            f"{s.stall_upload_s:.2f} s, route {s.stall_route_s:.3f} s; compute {s.compute_s:.2f} s; hit rate "
+            f"{s.hit_rate:.0%}; MiB/token hit {s.hit_bytes_per_token / mib:.2f}, page cache "
+            f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
+            f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
+            f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
+            f"compute {f.compute}")
 
 
-__all__ = ["SessionResult", "measure_session", "preflight_session", "session_label", "session_stats",
-           "summary_line"]
+__all__ = ["SessionResult", "measure_session", "preflight_session", "session_label", "summary_line", "summarize"]

@@ -1,12 +1,15 @@
 """``python -m workbench.measure.session_worker [CONFIG.json]`` — one long expert session in its own process.
 
-The config (a path argument, or stdin) is ``{"file", "device", "session": {SessionConfig fields}}``.
+The config (a path argument, or stdin) is ``{"file", "device", "session": {SessionConfig fields},
+"cgroup": {"path", "version"} or {}}``; with a cgroup the worker joins it before anything else, so
+all it allocates and reads in is charged there, and reads its ``memory.stat`` every turn.
 stdout carries one JSON object per line, flushed as it happens, so the parent records every turn the
 moment it ends (a session that dies at turn 17 keeps 16 turns):
 
 * ``{"event": "start", "pid", "device_info", "facts": SessionFacts}`` once the cache and device are up;
 * ``{"event": "turn", "turn": TurnRecord.to_json()}`` after every turn;
-* ``{"event": "end", "verified_slices": n}`` when all turns are done.
+* ``{"event": "end", "verified_slices": n}`` when all turns are done (and, with ``verify_end``, the
+  cache checked against the file).
 
 Why a process of its own: the memory and faults a turn records (``actual_anon_bytes``, ``minflt``)
 are the whole process's, so they must describe the session alone — not the command line's click,
@@ -32,18 +35,22 @@ def emit(out: IO[str], event: str, **fields: Any) -> None:
 
 def run_session_process(config: Mapping[str, Any], out: IO[str]) -> None:
     """Open the index and the device, run every turn, and emit the events as they happen."""
+    from workbench.expert.procstat import CgroupProbe
     from workbench.expert.session import ExpertSession, SessionConfig
     from workbench.formats import open_index
     from workbench.upload import open_device
 
     index = open_index(config["file"])
     session_config = SessionConfig(**dict(config.get("session") or {}))
+    cgroup = config.get("cgroup") or {}
+    probe = CgroupProbe(cgroup["path"], int(cgroup["version"])).read if cgroup.get("path") else None
     with open_device(config.get("device") or "host") as device:
         info = device.info().to_json()
-        with ExpertSession(index, device, session_config) as session:
+        with ExpertSession(index, device, session_config, memory_probe=probe) as session:
             emit(out, "start", pid=os.getpid(), device_info=info, facts=session.facts.to_json())
             for record in session.turns():
                 emit(out, "turn", turn=record.to_json())
+            session.finish_checks()
             emit(out, "end", verified_slices=session.verified_slices)
 
 
@@ -60,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
             raise WorkbenchError(f"session config {source}: not JSON: {exc}") from None
         if "file" not in config:
             raise WorkbenchError(f"session config {source}: missing file")
+        if (config.get("cgroup") or {}).get("path"):
+            from workbench.measure.pressure import join_cgroup
+
+            join_cgroup(config["cgroup"]["path"])  # first: what follows is charged to the limit
         with contextlib.redirect_stdout(sys.stderr):  # nothing but events on stdout
             run_session_process(config, out)
     except WorkbenchError as exc:

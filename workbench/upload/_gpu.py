@@ -443,6 +443,13 @@ class GpuDevice(Device):
         free, _total = self._call("mem_info")
         return int(free)
 
+    def compute(self) -> Any:
+        """Products over these buffers through torch or cupy (:mod:`workbench.upload.gpu_compute`)."""
+        from workbench.upload.gpu_compute import open_gpu_compute
+
+        self._use()
+        return open_gpu_compute(self.name, self.ordinal)
+
     def usage(self) -> DeviceUsage:
         return DeviceUsage(
             buffers=len(self._buffers), buffer_bytes=sum(b.nbytes for b in self._buffers.values()),

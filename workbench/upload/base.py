@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from workbench.errors import DeviceError
 from workbench.registry import Availability
+
+if TYPE_CHECKING:
+    from workbench.upload.compute import DeviceCompute
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,12 @@ class Device(ABC):
 
     @abstractmethod
     def unregister_host(self, handle: Any) -> None: ...
+
+    def compute(self) -> "DeviceCompute":
+        """Matrix products over this device's buffers (:mod:`workbench.upload.compute`); backends that
+        can compute override this, the default refuses."""
+        raise DeviceError(getattr(self, "name", type(self).__name__), "compute", "unsupported",
+                          "this backend runs no matrix products")
 
     def usage(self) -> DeviceUsage | None:
         """Live allocations, pinned and registered host memory and events (None: not counted here)."""

@@ -171,6 +171,12 @@ class HostDevice(Device):
             self.locked.remove("registered", handle[1])
             _munlock(*handle)
 
+    def compute(self) -> Any:
+        """numpy products over these buffers (:class:`~workbench.upload.compute.NumpyCompute`)."""
+        from workbench.upload.compute import NumpyCompute
+
+        return NumpyCompute()
+
     def usage(self) -> DeviceUsage:
         return DeviceUsage(
             buffers=len(self._arrays), buffer_bytes=sum(a.nbytes for a in self._arrays.values()),

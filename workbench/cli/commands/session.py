@@ -1,4 +1,5 @@
-"""``workbench session``: a long-lived decode session through the expert cache, recorded per turn.
+"""``workbench session``: a long-lived MoE decode session through the expert cache, recorded per turn —
+or, with ``--ab``, sessions compared arm against arm with verdicts.
 
 The session runs in one worker process (``python -m workbench.measure.session_worker``), not in this
 one: the memory and faults every turn records are the whole process's, so they must be the session's
@@ -20,17 +21,29 @@ READERS = ("auto", "pread", "direct-bounce", "direct-inplace")
 
 
 @click.command(epilog=EXIT_HELP.replace("every run", "the session").replace("a run", "the session"))
-@click.argument("file", type=click.Path(dir_okay=False, exists=True))
-@click.option("--turns", type=click.IntRange(1), required=True, help="Turns in the session.")
-@click.option("--tokens", type=click.IntRange(1), required=True, help="Decode tokens per turn.")
-@click.option("--cache-mib", type=click.FloatRange(min=0, min_open=True), required=True,
-              help="Expert cache budget (MiB of expert slices).")
+@click.argument("file", type=click.Path(exists=True))
+@click.option("--turns", type=click.IntRange(1), default=20, show_default=True, help="Turns in the session.")
+@click.option("--tokens", type=click.IntRange(1), default=16, show_default=True, help="Decode tokens per turn.")
+@click.option("--cache-mib", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Expert cache budget (MiB of expert slices); default half the expert bytes, at least two "
+                   "tokens' working set.")
 @click.option("--experts-per-token", type=click.IntRange(1), default=None,
-              help="Experts routed per layer per token (default: the trace's, else min(8, experts)).")
+              help="Experts routed per layer per token (default: the trace's, else a quarter of the experts, 1–8).")
 @click.option("--placement", type=click.Choice(PLACEMENTS), default="inplace", show_default=True,
               help="Where slices sit in the per-layer buffers (inplace: O_DIRECT straight into place).")
 @click.option("--boundary-release", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="off reproduces the write-up's leak (boundary pages never released).")
+@click.option("--compute", default="none", show_default=True,
+              help="none | sleep:MS (MS per token) | device (the routed experts' matmuls on the device).")
+@click.option("--lanes", type=click.IntRange(1), default=1, show_default=True, help="Reader threads for misses.")
+@click.option("--overlap/--no-overlap", default=False, show_default=True,
+              help="Read the next layer's misses while this layer computes.")
+@click.option("--gate", type=click.FloatRange(0, 1), default=None,
+              help="Resident fraction at which a miss is read buffered from the page cache (default: off).")
+@click.option("--gate-scope", type=click.Choice(["blob", "file"]), default="blob", show_default=True,
+              help="blob: measured at each miss; file: the whole model once per process (the first write-up).")
+@click.option("--memory-limit", "memory_limit_mib", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Run under this many MiB (a memory cgroup, else a locked balloon).")
 @click.option("--trace", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Routing trace (CSV or .npy of token,layer,expert); default a seeded synthetic one.")
 @click.option("--distribution", type=click.Choice(["uniform", "zipf"]), default="uniform", show_default=True,
@@ -38,33 +51,45 @@ READERS = ("auto", "pread", "direct-bounce", "direct-inplace")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic routing.")
 @click.option("--reader", type=click.Choice(READERS), default="auto", show_default=True,
               help="How misses are read (auto: by placement).")
+@click.option("--policy", type=click.Choice(["lru", "fifo"]), default="lru", show_default=True, help="Eviction.")
+@click.option("--steady-window", type=click.IntRange(2), default=5, show_default=True,
+              help="Turns in the trailing window of the steady-state test.")
+@click.option("--steady-slope", "steady_slope_pct", type=click.FloatRange(min=0, min_open=True), default=2.0,
+              show_default=True, help="Steady when the window's slope is within this % of its mean per turn.")
 @click.option("--device", default="host", show_default=True, help="host or cuda[:n] (hip[:n] too).")
 @click.option("--cache", type=click.Choice(["cold", "warm", "asis"]), default="asis", show_default=True,
-              help="Page-cache state of the model file before the session.")
+              help="Page-cache state of the model's files before the session (before every cell).")
 @click.option("--verify/--no-verify", default=False, show_default=True,
               help="Read every upload back and compare it with the file (slows the turns).")
+@click.option("--verify-end/--no-verify-end", default=None,
+              help="After each turn, untimed, check the last layer's uploads; at the end, the cache (on with --ab).")
+@click.option("--ab", "ab", multiple=True,
+              help="An arm: 'key=value ...' over these options; the first is the baseline.")
+@click.option("--rounds", type=click.IntRange(1), default=4, show_default=True, help="A/B rounds (ABBA order).")
 @click.option("--campaign", default="default", show_default=True, help="Ledger campaign.")
 @click.option("--hypothesis", default="", help="What this session is meant to show.")
 @click.option("--label", default="", help="Name of the session in tables.")
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
               help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=3600.0,
-              show_default=True, help="Seconds before the session is killed and recorded as failed.")
-@click.option("--json", "as_json", is_flag=True, help="Print {turns: [...], summary: {...}} as JSON.")
-def session(file: str, turns: int, tokens: int, cache_mib: float, experts_per_token: int | None, placement: str,
-            boundary_release: str, trace: str | None, distribution: str, seed: int, reader: str, device: str,
-            cache: str, verify: bool, campaign: str, hypothesis: str, label: str, ledger_path: str | None,
-            timeout_s: float, as_json: bool) -> None:
-    """Run TURNS × TOKENS decode tokens over FILE's experts through the expert cache, in one process."""
-    from workbench.expert.session import SessionConfig
+              show_default=True, help="Seconds before a session is killed and recorded as failed.")
+@click.option("--json", "as_json", is_flag=True, help="Print {turns: [...], summary: {...}} (A/B: arms, effects).")
+def session(file: str, device: str, cache: str, ab: tuple[str, ...], rounds: int, campaign: str, hypothesis: str,
+            label: str, ledger_path: str | None, timeout_s: float, as_json: bool, verify_end: bool | None,
+            **options: Any) -> None:
+    """Run TURNS × TOKENS decode tokens over FILE's experts (a model file, shard, index or directory)."""
+    from workbench.expert.session_config import SessionConfig
+
+    config = SessionConfig(verify_end=bool(ab) if verify_end is None else verify_end, **options)
+    common = dict(campaign=campaign, hypothesis=hypothesis, ledger=ledger_path, timeout_s=timeout_s)
+    if ab:
+        _run_ab(file, config, ab, rounds, device, cache, as_json, common)
+        return
     from workbench.measure.session import measure_session
 
-    config = SessionConfig(turns=turns, tokens=tokens, cache_mib=cache_mib, experts_per_token=experts_per_token,
-                           placement=placement, boundary_release=boundary_release, trace=trace,
-                           distribution=distribution, seed=seed, reader=reader, verify=verify)
     say = None if as_json else _print_turn
-    result = measure_session(file, config, device=device, cache=cache, ledger=ledger_path, campaign=campaign,
-                             hypothesis=hypothesis, label=label, timeout_s=timeout_s, on_turn=say)
+    result = measure_session(file, config, device=device, cache=cache, label=label, on_turn=say,
+                             on_start=None if as_json else _print_start, **common)
     if as_json:
         click.echo(json.dumps(result.report.to_json() if result.report else {"turns": [], "summary": {}}, indent=2))
     else:
@@ -75,18 +100,78 @@ def session(file: str, turns: int, tokens: int, cache_mib: float, experts_per_to
     finish(tally_run(result.error, result.verdict != "failed", None, cache, reached), what="sessions")
 
 
-_TURN_HEADER = f"{'turn':>4} {'tok/s':>9} {'hits':>7} {'misses':>7} {'evict':>7} {'minflt':>8} " \
-               f"{'majflt':>6} {'unreleased':>10} {'anon-accounted MiB':>18}"
+def _run_ab(file: str, config: Any, specs: tuple[str, ...], rounds: int, device: str, cache: str, as_json: bool,
+            common: dict[str, Any]) -> None:
+    from workbench.measure.runner import open_ledger
+    from workbench.measure.session import measure_session
+    from workbench.measure.session_ab import parse_ab, record_verdicts, run_session_ab
+
+    arms = [parse_ab(spec, config, cache, device) for spec in specs]
+    store = open_ledger(common.pop("ledger"))
+    try:
+        def cell(arm: Any, label: str) -> Any:
+            return measure_session(file, arm.config, device=arm.device, cache=arm.cache, label=label,
+                                   ledger=store, **common)
+
+        say = (lambda _m: None) if as_json else (lambda m: click.echo(f"[ab] {m}", err=True))
+        result = run_session_ab(file, arms, rounds, run_cell=cell, say=say)
+        record_verdicts(store, result)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(_ab_json(result), indent=2))
+    else:
+        _print_ab(result)
+    if result.failed_checks:
+        raise SystemExit(1)
+
+
+def _ab_json(result: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {"arms": [{"label": a.label, "cache": a.cache, "device": a.device, "changed": list(a.changed)}
+                     for a in result.arms],
+            "cells": [{"arm": i, "round": r, "attempt_id": c.attempt_id, "verdict": c.verdict, "error": c.error,
+                       "summary": c.report.summary.to_json() if c.report else None} for i, r, c in result.cells],
+            "effects": [asdict(e) for e in result.effects], "checks": list(result.checks),
+            "skipped_turns": result.skipped_turns}
+
+
+def _print_ab(result: Any) -> None:
+    skipped = f"; each cell's figures leave out its first {result.skipped_turns} turn (the cache filling)" \
+        if result.skipped_turns else ""
+    click.echo(f"A/B over {len(result.cells)} cells (ABBA), baseline {result.arms[0].label!r}{skipped}")
+    for i, r, c in result.cells:
+        s = c.report.summary if c.report else None
+        line = (f"tok/s {s.tokens_per_s:.2f}, residual {s.residual_s_per_token * 1e3:.2f} ms/token, staged "
+                f"{s.staged_gbps:.2f} GB/s, unreleased {s.unreleased_pages_last:,}") if s else f"FAILED {c.error}"
+        click.echo(f"  {result.arms[i].label:<28} round {r + 1}: {c.attempt_id[:8]} {line}")
+    for e in result.effects:
+        click.echo(f"{e.arm}: {e.line()}")
+    for check in result.checks:
+        click.echo(f"check {check}")
+
+
+_TURN_HEADER = (f"{'turn':>4} {'tok/s':>8} {'hit':>5} {'read s':>7} {'upl s':>6} {'comp s':>7} {'resid ms/t':>10} "
+                f"{'disk MiB/t':>10} {'QD':>4} {'majflt':>6} {'unreleased':>10} {'anon-acct MiB':>13}")
+
+
+def _print_start(facts: Any) -> None:
+    for warning in facts.warnings:
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
 
 
 def _print_turn(r: Any) -> None:
     if r.turn == 0:  # the header with the first turn: a refusal before it stays one line
         click.echo(_TURN_HEADER, err=True)
     gap = (r.actual_anon_bytes - r.accounted_bytes) / 2**20 if r.actual_anon_bytes >= 0 else float("nan")
-    click.echo(f"{r.turn:>4} {r.tokens_per_s:>9.1f} {r.hits:>7} {r.misses:>7} {r.evictions:>7} {r.minflt:>8} "
-               f"{r.majflt:>6} {r.unreleased_pages:>10} {gap:>18.1f}", err=True)
+    click.echo(f"{r.turn:>4} {r.tokens_per_s:>8.1f} {r.hit_rate:>5.0%} {r.stall_read_s:>7.3f} {r.stall_upload_s:>6.3f} "
+               f"{r.compute_s:>7.3f} {r.residual_s_per_token * 1e3:>10.2f} {r.disk_bytes_per_token / 2**20:>10.2f} "
+               f"{r.read_queue_depth:>4.1f} {r.majflt:>6} {r.unreleased_pages:>10} {gap:>13.1f}", err=True)
 
 
 def _print_summary(result: Any) -> None:
     click.echo(f"session {result.attempt_id[:8]}: {result.verdict} — {result.notes}")
-    click.echo(f"cache {result.cache}; device {result.device}; file {result.file}")
+    if result.memory:
+        click.echo(f"memory limit: {result.memory}")
+    click.echo(f"cache {result.cache}; device {result.device}; model {result.file}")

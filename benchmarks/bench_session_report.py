@@ -1,0 +1,96 @@
+"""Markdown of bench_session.py: the model, an A/B's cells and effects, and the pressure verdict."""
+from __future__ import annotations
+
+from pathlib import Path
+
+MiB = 1 << 20
+
+
+def model_line(path: Path) -> str:
+    from workbench.expert.layout import layout_blobs
+
+    from workbench.formats import open_index
+
+    index = open_index(path)
+    blobs = index.blobs
+    layers = len({b.layer for b in blobs})
+    _, report = layout_blobs(blobs, "inplace")
+    remainders = sorted({b.offset % 4096 for b in blobs})
+    return (f"{path.stat().st_size / 2**30:.2f} GiB, {layers} MoE layers × {len(blobs) // layers} blobs × "
+            f"{blobs[0].n_experts} experts of {blobs[0].stride:,} B ({blobs[0].stride / 4096:g} pages), expert bytes "
+            f"{sum(b.nbytes for b in blobs) / MiB:,.0f} MiB, blob offsets mod 4096 {remainders[:6]}"
+            f"{' …' if len(remainders) > 6 else ''}; {report}")
+
+
+def ab_section(result, metrics: list[str]) -> list[str]:
+    """Per-cell rows, the effects with their intervals, the checks."""
+    lines = ["", "| cell | arm | round | tok/s | residual ms/token | staged GB/s | wall (share) | QD | hit rate | "
+             "MiB/token hit · page cache · disk | shift MiB/token | major faults | unreleased pages | memory |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for n, (i, rnd, c) in enumerate(result.cells):
+        lines.append(_cell_row(n, result.arms[i].label, rnd, c))
+    lines += ["", f"Effects, candidate arm over baseline arm `{result.arms[0].label}` (median of cells over median; "
+                  f"95 % interval, paired by round; each cell's first {result.skipped_turns} turn left out):", "",
+              "| arm | metric | baseline | candidate | ratio [95 %] | verdict | why | n |",
+              "|---|---|---|---|---|---|---|---|"]
+    from workbench.records import format_effect
+
+    for e in result.effects:
+        if e.metric not in metrics:
+            continue
+        ratio = format_effect(e.ratio, e.low, e.high) if e.ratio is not None else "—"
+        verdict = f"{e.verdict} ({e.judgement})" if e.judgement else e.verdict
+        lines.append(f"| {e.arm} | {e.metric} | {_num(e.baseline_median)} | {_num(e.candidate_median)} | {ratio} | "
+                     f"{verdict} | {e.reason} | {e.n} |")
+    lines += ["", "Checks:", *[f"- {c}" for c in result.checks]]
+    return lines
+
+
+def _cell_row(n: int, arm: str, rnd: int, c) -> str:
+    if c.report is None:
+        return f"| {n + 1} | {arm} | {rnd + 1} | failed: {c.error} |" + " |" * 10
+    s, turns = c.report.summary, c.report.turns
+    wall = f"{s.wall_name} {s.wall_gbps:.2f} ({s.staged_of_wall:.0%})" if s.staged_of_wall else "—"
+    shift = sum(t.shift_copy_bytes for t in turns) / s.tokens / MiB
+    failed = f" **{c.error}**" if c.error else ""
+    return (f"| {n + 1} `{c.attempt_id[:8]}` | {arm} | {rnd + 1} | {s.tokens_per_s:.2f} | "
+            f"{s.residual_s_per_token * 1e3:.2f} | {s.staged_gbps:.3f} | {wall} | {s.read_queue_depth:.1f} | "
+            f"{s.hit_rate:.0%} | {s.hit_bytes_per_token / MiB:.2f} · {s.page_cache_bytes_per_token / MiB:.2f} · "
+            f"{s.disk_bytes_per_token / MiB:.2f} | {shift:.2f} | {s.majflt:,} | {s.unreleased_pages_first:,} → "
+            f"{s.unreleased_pages_last:,} | {c.memory.split(' — ')[-1] if c.memory else '—'}{failed} |")
+
+
+def pressure_verdict(result, min_effect: float = 0.02) -> str:
+    """Whether the write-up's symptom direction (more major faults and lower tok/s with the leak) shows."""
+    effects = {e.metric: e for e in result.effects}
+    faults, tps = effects.get("major faults/token"), effects.get("tok/s")
+    oom = [c for i, _, c in result.cells if i == 1 and "OOM" in (c.memory or "")]
+    oom_fixed = [c for i, _, c in result.cells if i == 0 and "OOM" in (c.memory or "")]
+    parts = [f"{len(oom)} of {sum(1 for i, _, _ in result.cells if i == 1)} leaking cells and {len(oom_fixed)} "
+             "fixed ones met the OOM killer"] if oom or oom_fixed else []
+    no_faults = faults is not None and faults.baseline_median == 0 and faults.candidate_median == 0
+    if no_faults:
+        parts.append("no major faults in either arm (no swap, and pread reads never fault a page back in)")
+    elif faults is not None:
+        parts.append(f"major faults/token with the leak: {faults.line()}")
+    if tps is not None:
+        parts.append(f"tok/s with the leak: {tps.line()}")
+    slower = tps is not None and tps.verdict == "lower"
+    leans = tps is not None and tps.ratio is not None and tps.ratio < 1 - min_effect
+    more = no_faults or (faults is not None and faults.verdict == "higher")
+    if oom and not oom_fixed:
+        head = "**Reproduced, to the end**: only the leaking build met the OOM killer."
+    elif slower and more and not no_faults:
+        head = "**Reproduced**: the leaking build faults more and decodes slower, both intervals clear of 1."
+    elif slower:
+        head = "**Half reproduced**: the leaking build decodes slower (interval clear of 1), without more major faults."
+    elif leans:
+        head = "**Direction seen, not established**: the leaking build leans slower, but the interval includes 1."
+    else:
+        head = "**Not reproduced** here: the leaking build was not measurably slower."
+    tail = "; ".join(parts)
+    return f"{head} {tail[:1].upper()}{tail[1:]}." if tail else head
+
+
+def _num(v: float) -> str:
+    return "—" if v != v else f"{v:.4g}"

@@ -1,0 +1,62 @@
+"""benchmarks/bench_session.py end to end at a tiny size: both A/Bs, their tables and verdicts."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import bench_session  # noqa: E402
+from bench_session_report import pressure_verdict  # noqa: E402
+
+from workbench.errors import ParamError  # noqa: E402
+from workbench.measure.pressure import MemoryPressure  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def locks(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+
+
+def test_bench_session_writes_both_parts(tmp_path):
+    parts = "placement,pressure"
+    try:
+        with MemoryPressure(64, "cgroup"):
+            pass
+    except ParamError:
+        parts = "placement"  # no memory cgroup here: the pressure part would lock a machine-wide balloon
+    out = tmp_path / "s.md"
+    assert bench_session.main(["--dir", str(tmp_path), "--size", "16MiB", "--experts", "64", "--cache-mib", "1",
+                               "--turns", "3", "--tokens", "1", "--rounds", "1", "--compute", "sleep:1",
+                               "--parts", parts, "--headroom-mib", "64", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Bounce vs in place: a decode session A/B" in text
+    assert "ok: every cell read the same bytes per token" in text and "| placement=inplace | tok/s |" in text
+    if "pressure" in parts:
+        assert "### Limit" in text and "cgroup v" in text
+        assert any(w in text for w in ("Reproduced", "Not reproduced", "Direction seen", "Half reproduced"))
+
+
+def _effect(metric, ratio, verdict, base=1.0, cand=1.0):
+    return SimpleNamespace(metric=metric, ratio=ratio, verdict=verdict, baseline_median=base, candidate_median=cand,
+                           line=lambda: f"{metric} {ratio}")
+
+
+def _cells(off_memory):
+    ok = SimpleNamespace(memory="reclaim and re-reads")
+    return [(0, 0, ok), (1, 0, SimpleNamespace(memory=off_memory))]
+
+
+@pytest.mark.parametrize("faults,tps,memory,head", [
+    (("higher", 2.0), ("lower", 0.8), "reclaim", "**Reproduced**:"),
+    (("inconclusive", 1.1), ("inconclusive", 0.9), "reclaim", "**Direction seen, not established**"),
+    (("inconclusive", 1.0), ("inconclusive", 1.01), "reclaim", "**Not reproduced**"),
+    (("inconclusive", None), ("inconclusive", None), "OOM-killed (cgroup oom_kill +1)", "**Reproduced, to the end**"),
+])
+def test_pressure_verdict_reads_the_effects(faults, tps, memory, head):
+    effects = [_effect("major faults/token", faults[1], faults[0], 1.0, 2.0), _effect("tok/s", tps[1], tps[0])]
+    result = SimpleNamespace(effects=effects, cells=_cells(memory))
+    assert pressure_verdict(result).startswith(head)

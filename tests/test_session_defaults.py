@@ -1,0 +1,96 @@
+"""Defaults that show something, the warnings when a session cannot, the leak against its bound, and
+fio-style steady state."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from workbench.expert.session import ExpertSession, SessionConfig
+from workbench.expert.session_defaults import default_cache_bytes, default_k, session_warnings
+from workbench.expert.session_summary import growth_line, steady_line
+from workbench.expert.steady import drift_after, relative_slope_pct, steady_from
+from workbench.upload.host import HostDevice
+
+
+@pytest.fixture(scope="module")
+def moe64(synth_model):
+    return synth_model("gguf", "moe", alignment=64, size=16 << 20, experts=64)
+
+
+def session(index, turns, tokens, **kw):
+    with ExpertSession(index, HostDevice(), SessionConfig(turns=turns, tokens=tokens, **kw)) as s:
+        list(s.turns())
+        return s.facts, s.report()
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (4, 1), (8, 2), (16, 4), (64, 8), (128, 8)])
+def test_default_k_is_a_quarter_of_the_experts_up_to_eight(n, k):
+    assert default_k(n) == k
+
+
+def test_default_session_on_a_default_synth_model_hits_and_evicts(synth_model):
+    index = synth_model("gguf", "moe")  # `synth --layout moe` with its defaults: 8 experts, alignment 32
+    facts, report = session(index, 6, 8)
+    s = report.summary
+    assert facts.experts_per_token == 2 and facts.cache_bytes < facts.expert_bytes
+    assert facts.cache_bytes >= 2 * facts.working_set_bytes
+    assert s.hit_rate > 0.2 and s.evictions > 0  # it hits, and still has to read and evict
+    assert not any("never hit" in w for w in facts.warnings)
+
+
+def test_warnings_say_when_a_session_cannot_show_anything(moe64):
+    facts, report = session(moe64, 3, 4, cache_mib=0.3, experts_per_token=4, placement="bounce")
+    assert any("can never hit" in w for w in facts.warnings)
+    assert any("no boundary pages" in w for w in facts.warnings)  # bounce slots sit on page boundaries
+    assert report.summary.hits == 0  # and indeed it never does
+    facts, _ = session(moe64, 1, 1, cache_mib=64, experts_per_token=4)
+    assert any("holds every expert" in w for w in facts.warnings)
+    assert session_warnings(budget=10, working_set=5, expert_bytes=100, policy="lru", leak_bound=3,
+                            placement="inplace") == ()
+    assert default_cache_bytes(100, 10) == 50 and default_cache_bytes(100, 40) == 80 and default_cache_bytes(100, 60) == 100
+
+
+def test_the_leak_grows_toward_its_bound_and_never_past_it(moe64):
+    facts, report = session(moe64, 8, 4, cache_mib=0.6, experts_per_token=4, boundary_release="off")
+    s = report.summary
+    bound = facts.leak_bound_pages
+    assert bound > 0 and s.leak_bound_pages == bound
+    pages = [t.unreleased_pages for t in report.turns]
+    assert all(0 < p <= bound for p in pages) and pages == sorted(pages)
+    assert s.leak_of_bound == pytest.approx(pages[-1] / bound) and s.leak_of_bound > 0.5
+    assert s.leak_half_turn == next(t.turn for t in report.turns if 2 * t.unreleased_pages >= bound)
+    assert f"of the {bound:,} the model can leak" in growth_line(s)
+    _, on = session(moe64, 8, 4, cache_mib=0.6, experts_per_token=4, boundary_release="on")
+    assert on.summary.unreleased_pages_last == 0 and on.summary.leak_of_bound == 0
+
+
+def test_steady_state_is_fios_slope_test():
+    ramp = [10, 20, 30, 40, 50, 50, 50.5, 49.8, 50.2, 50, 50.1]
+    assert steady_from(ramp, window=4, slope_pct=2) == 4
+    assert steady_from(list(range(1, 30)), window=5, slope_pct=2) is None  # a ramp that never settles
+    assert steady_from([5, 5], window=5) is None  # shorter than a window: cannot tell
+    assert relative_slope_pct([0, 0, 0]) == 0 and relative_slope_pct([1, 2, 3]) == pytest.approx(50)
+
+
+def test_drift_after_steady_state_is_large_and_clear_of_noise():
+    flat = [100 + (-1) ** i for i in range(20)]
+    assert drift_after(flat, 0) is None
+    creeping = [100 + 0.8 * i for i in range(20)]  # +15 % over the span
+    assert drift_after(creeping, 0) == pytest.approx(15.2 / (100 + 7.6) * 100, rel=0.01)
+    noisy = [100, 130, 80, 125, 85, 120, 90, 118]  # big swings, no trend: not a drift
+    assert drift_after(noisy, 0) is None
+    assert drift_after([1, 2, 3], 0) is None
+
+
+def test_a_long_session_summary_finds_the_steady_state_and_the_leak_drift(moe64):
+    facts, report = session(moe64, 12, 6, cache_mib=0.6, experts_per_token=4, boundary_release="off",
+                            steady_window=4, steady_slope_pct=50.0)
+    s = report.summary
+    assert s.steady_hit_rate_turn is not None and s.steady_tokens_per_s_turn is not None
+    assert "steady from turn" in steady_line(s)
+    if s.leak_of_bound < 0.99:  # still climbing after steady state: the leak is what drifts
+        assert "unreleased_pages" in s.drift and s.drift["unreleased_pages"] > 0
+    long_records = [len(str(t.to_json())) for t in report.turns]
+    assert max(long_records) < 2000  # a turn stays small: 10,000 tokens in 100 turns is ~100 such rows
+    assert not math.isnan(s.tokens_per_s)

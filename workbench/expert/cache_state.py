@@ -1,0 +1,73 @@
+"""What an :class:`~workbench.expert.cache.ExpertCache` reports: counters, memory and how it was set up."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from workbench.expert.memory import PAGE
+from workbench.expert.placement import PlacementReport
+
+
+@dataclass(frozen=True)
+class CacheCounters:
+    """Cumulative since the cache opened; subtract two snapshots for a turn."""
+
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    bytes_read: int = 0  # payload bytes staged (the same whatever the reader)
+    io_bytes: int = 0  # bytes the reader moved from the file (O_DIRECT: whole windows)
+    shift_copy_bytes: int = 0  # bytes memcpy'd out of a bounce buffer
+    inplace_reads: int = 0
+    released_pages: int = 0
+    hit_bytes: int = 0  # payload bytes served by live entries (no read)
+    gated_reads: int = 0  # misses read buffered because the gate found them resident in the page cache
+
+    def minus(self, earlier: "CacheCounters") -> "CacheCounters":
+        return CacheCounters(*(getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)))
+
+
+@dataclass(frozen=True)
+class CacheMemory:
+    """What the cache believes it holds against what is resident, in pages of its reservations."""
+
+    live_entries: int
+    live_bytes: int  # payload bytes of live entries (what the budget counts)
+    accounted_pages: int  # pages some live entry touches
+    committed_pages: int  # pages the cache wrote and has not released
+    unreleased_pages: int  # committed but touched by no live entry: the leak
+    resident_pages: int  # measured by mincore over the reservations
+
+    @property
+    def accounted_bytes(self) -> int:
+        return self.accounted_pages * PAGE
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.resident_pages * PAGE
+
+
+@dataclass(frozen=True)
+class CacheFacts:
+    """How the cache was set up: what it was asked for and what it could do."""
+
+    placement: str
+    placement_report: PlacementReport
+    reader: str  # the reader in use (the first file's, when files differ: see reader_note)
+    reader_note: str  # why it is not the one asked for, "" when it is
+    boundary_release: str
+    policy: str
+    budget_bytes: int
+    reserved_bytes: int
+    leak_bound_pages: int = 0  # pages some slot only partly covers: what release=off can leak at most
+    files: int = 1
+
+
+class MutableCounters:
+    """Mutable tallies behind :class:`CacheCounters` (the decode thread's alone)."""
+
+    def __init__(self) -> None:
+        for f in fields(CacheCounters):
+            setattr(self, f.name, 0)
+
+    def snapshot(self) -> CacheCounters:
+        return CacheCounters(**{f.name: getattr(self, f.name) for f in fields(CacheCounters)})

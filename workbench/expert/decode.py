@@ -1,0 +1,188 @@
+"""The decode loop of a session: per token and MoE layer, route, look up, read the misses, upload, compute.
+
+One layer, on the decode thread::
+
+    plan    route k experts (stall: routing); look every (blob, expert) up in the cache; admit the
+            misses (evicting, pinning) and hand their reads to the lanes
+    land    in order: a hit is copied to the device from the cache, a miss once its read is done
+            (stall: read), then the copies are drained (stall: upload) and the entries unpinned
+    ahead   with ``overlap``, the next layer is planned now, so its misses are read while ...
+    compute ... this layer computes over the bytes it just landed (compute)
+
+The routing of the next layer is known ahead because it comes from a trace: overlap here is the
+write-up's route-ahead with a perfect predictor. Nothing is read ahead across a turn's end. With one
+inline lane and no overlap the layer is staged slice by slice instead (look up or read, copy, drain,
+release), as the one-thread session always was: a cache of one slice still works there.
+Uploads go through a :class:`SliceUploader` (``put`` then ``drain``); the default copies pageable
+memory with :meth:`Device.copy_h2d`, a staged uploader can take its place without touching the loop.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from workbench.expert.cache import ExpertCache, SliceKey
+from workbench.expert.compute import LayerCompute
+from workbench.expert.lanes import LanePool
+from workbench.expert.routing import RoutingTrace
+from workbench.upload.base import Device, DeviceBuffer
+
+SLOT_ALIGN = 256  # each landed slice starts here in the arena: any compute dtype can view it
+
+
+class SliceUploader(Protocol):
+    """Copies landed slices to the device: ``put`` issues one, ``drain`` returns once all are done
+    (after it, the sources may be reused or evicted)."""
+
+    def put(self, arena: DeviceBuffer, at: int, view: memoryview) -> None: ...
+
+    def drain(self) -> None: ...
+
+
+class PageableUploader:
+    """Plain copies from the cache's (pageable) memory."""
+
+    def __init__(self, device: Device):
+        self.device = device
+
+    def put(self, arena: DeviceBuffer, at: int, view: memoryview) -> None:
+        self.device.copy_h2d(arena, at, view)
+
+    def drain(self) -> None:
+        self.device.synchronize()
+
+
+@dataclass
+class Timers:
+    """Seconds of the decode thread, by cause (reset per turn)."""
+
+    compute: float = 0.0
+    read: float = 0.0
+    upload: float = 0.0
+    route: float = 0.0
+    landed_bytes: int = 0
+
+
+@dataclass
+class _Plan:
+    keys: list[SliceKey]
+    reads: dict[SliceKey, tuple[Any, str]] = field(default_factory=dict)  # miss → (lane handle, reader kind)
+
+
+def arena_slots(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Offsets of ``sizes`` landed back to back at :data:`SLOT_ALIGN`, and the bytes they span."""
+    out, at = [], 0
+    for n in sizes:
+        out.append(at)
+        at += -(-n // SLOT_ALIGN) * SLOT_ALIGN
+    return out, at
+
+
+class Decoder:
+    """Runs tokens over ``trace`` through ``cache``, ``lanes``, ``uploader`` and ``compute``."""
+
+    def __init__(self, cache: ExpertCache, lanes: LanePool, uploader: SliceUploader, arena: DeviceBuffer,
+                 compute: LayerCompute, trace: RoutingTrace, by_layer: dict[int, list[int]], overlap: bool,
+                 on_upload: Callable[[SliceKey, int, int], None] | None = None):
+        self.cache, self.lanes, self.uploader, self.arena = cache, lanes, uploader, arena
+        self.compute, self.trace, self.by_layer, self.overlap = compute, trace, by_layer, overlap
+        self.on_upload = on_upload
+        self.timers = Timers()
+        self.last_landed: list[tuple[SliceKey, int, int]] = []
+
+    def run(self, first_token: int, tokens: int) -> None:
+        """Decode ``tokens`` tokens from ``first_token``; nothing is left in flight afterwards."""
+        steps = [(t, i) for t in range(first_token, first_token + tokens) for i in range(len(self.trace.layers))]
+        ahead: _Plan | None = None
+        serial = self.lanes.inline and not self.overlap
+        for n, (t, i) in enumerate(steps):
+            if serial:
+                landed = self._land_serial(t, i)
+            else:
+                landed = self._land(ahead if ahead is not None else self._plan(t, i))
+            ahead = self._plan(*steps[n + 1]) if self.overlap and n + 1 < len(steps) else None
+            t0 = time.perf_counter()
+            self.compute.run(self.arena, [(k.blob, at, size) for k, at, size in landed])
+            self.timers.compute += time.perf_counter() - t0
+            self.last_landed = landed
+
+    def _keys(self, t: int, i: int) -> list[SliceKey]:
+        t0 = time.perf_counter()
+        experts = self.trace.token(t)[i].tolist()
+        self.timers.route += time.perf_counter() - t0
+        return [SliceKey(blob, e) for e in experts for blob in self.by_layer[self.trace.layers[i]]]
+
+    def _land_serial(self, t: int, i: int) -> list[tuple[SliceKey, int, int]]:
+        """One slice at a time on this thread: look up or read it, copy it, drain, let it go."""
+        landed, at = [], 0
+        for key in self._keys(t, i):
+            if not self.cache.lookup(key, pin=True):
+                kind = self.cache.admit(key)
+                t0 = time.perf_counter()
+                try:
+                    outcome = self.lanes.wait(self.lanes.submit(
+                        lambda reader, key=key: self.cache.fill(key, reader), kind, self.cache.file_of(key)))
+                except BaseException:
+                    self.cache.unpin(key)
+                    raise
+                self.timers.read += time.perf_counter() - t0
+                self.cache.complete(key, outcome, kind)
+            view = self.cache.view(key)
+            nbytes = len(view)
+            try:
+                t0 = time.perf_counter()
+                self.uploader.put(self.arena, at, view)
+                self.uploader.drain()
+                self.timers.upload += time.perf_counter() - t0
+            finally:
+                view.release()
+                self.cache.unpin(key)
+            landed.append((key, at, nbytes))
+            at += -(-nbytes // SLOT_ALIGN) * SLOT_ALIGN
+        self._landed(landed)
+        return landed
+
+    def _plan(self, t: int, i: int) -> _Plan:
+        plan = _Plan(self._keys(t, i))
+        for key in plan.keys:
+            if not self.cache.lookup(key, pin=True):
+                kind = self.cache.admit(key)
+                handle = self.lanes.submit(lambda reader, key=key: self.cache.fill(key, reader), kind,
+                                           self.cache.file_of(key))
+                plan.reads[key] = (handle, kind)
+        return plan
+
+    def _land(self, plan: _Plan) -> list[tuple[SliceKey, int, int]]:
+        landed, views, at = [], [], 0
+        try:
+            for key in plan.keys:
+                if key in plan.reads:
+                    handle, kind = plan.reads[key]
+                    t0 = time.perf_counter()
+                    outcome = self.lanes.wait(handle)
+                    self.timers.read += time.perf_counter() - t0
+                    self.cache.complete(key, outcome, kind)
+                view = self.cache.view(key)
+                views.append(view)
+                t0 = time.perf_counter()
+                self.uploader.put(self.arena, at, view)
+                self.timers.upload += time.perf_counter() - t0
+                landed.append((key, at, len(view)))
+                at += -(-len(view) // SLOT_ALIGN) * SLOT_ALIGN
+            t0 = time.perf_counter()
+            self.uploader.drain()
+            self.timers.upload += time.perf_counter() - t0
+        finally:
+            for view in views:
+                view.release()
+            for key in plan.keys:
+                self.cache.unpin(key)
+        self._landed(landed)
+        return landed
+
+    def _landed(self, landed: list[tuple[SliceKey, int, int]]) -> None:
+        self.timers.landed_bytes += sum(n for _, _, n in landed)
+        if self.on_upload is not None:
+            for key, where, n in landed:
+                self.on_upload(key, where, n)

@@ -1,0 +1,139 @@
+"""Reader lanes for a session's cache misses, and the meter that says how many reads were in flight.
+
+A :class:`LanePool` runs read jobs on ``lanes`` threads, each lane with its own readers (one per file
+and reader kind: a bounce reader's buffer is not shared). With one lane and no overlap the pool is
+*inline*: a job runs on the decode thread when it is waited for, exactly the old one-thread session.
+Jobs are ``fn(reader) -> ReadOutcome`` (the expert cache's :meth:`~workbench.expert.cache.ExpertCache.fill`).
+
+:class:`InflightMeter` integrates the number of reads in flight over time: ``busy_s`` is the time at
+least one read was in flight, ``area`` the integral of the count, so ``area / busy_s`` is the queue
+depth the lanes achieved while reading (Little's law), and bytes over ``busy_s`` the staged GB/s.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from workbench.expert.readers import ReadOutcome, SliceReader, make_reader
+
+ReadJob = Callable[[SliceReader], ReadOutcome]
+
+
+@dataclass(frozen=True)
+class InflightSnapshot:
+    busy_s: float  # time with at least one read in flight
+    area: float  # ∫ reads in flight dt
+    reads: int
+
+    def minus(self, earlier: "InflightSnapshot") -> "InflightSnapshot":
+        return InflightSnapshot(self.busy_s - earlier.busy_s, self.area - earlier.area, self.reads - earlier.reads)
+
+    @property
+    def depth(self) -> float:
+        """Mean reads in flight while any was (0 when none ran)."""
+        return self.area / self.busy_s if self.busy_s > 0 else 0.0
+
+
+class InflightMeter:
+    """Thread-safe count of reads in flight, integrated over time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._n, self._last, self._busy, self._area, self._reads = 0, time.perf_counter(), 0.0, 0.0, 0
+
+    def _advance(self) -> None:
+        now = time.perf_counter()
+        if self._n:
+            self._busy += now - self._last
+            self._area += self._n * (now - self._last)
+        self._last = now
+
+    def start(self) -> None:
+        with self._lock:
+            self._advance()
+            self._n += 1
+
+    def stop(self) -> None:
+        with self._lock:
+            self._advance()
+            self._n -= 1
+            self._reads += 1
+
+    def snapshot(self) -> InflightSnapshot:
+        with self._lock:
+            self._advance()
+            return InflightSnapshot(self._busy, self._area, self._reads)
+
+
+class _Readers:
+    """One lane's readers, by (kind, file)."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[str, str], SliceReader] = {}
+
+    def get(self, kind: str, file: str) -> SliceReader:
+        r = self.open.get((kind, file))
+        if r is None:
+            r = self.open[(kind, file)] = make_reader(kind, file)
+        return r
+
+    def close(self) -> None:
+        for r in self.open.values():
+            r.close()
+        self.open.clear()
+
+
+class LanePool:
+    """``lanes`` reader threads (or the caller's thread, ``inline``) and the meter of their reads."""
+
+    def __init__(self, lanes: int, inline: bool = False):
+        if lanes < 1:
+            raise ValueError(f"need at least one lane, got {lanes}")
+        self.lanes, self.inline, self.meter = lanes, inline, InflightMeter()
+        self._lock = threading.Lock()
+        self._all: list[_Readers] = []
+        self._local = threading.local()
+        self._pool = None if inline else ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="wb-lane")
+
+    def submit(self, job: ReadJob, kind: str, file: str) -> Any:
+        """Start ``job`` (inline: defer it to :meth:`wait`); returns the handle to wait on."""
+        if self._pool is None:
+            return (job, kind, file)
+        return self._pool.submit(self._run, job, kind, file)
+
+    def wait(self, handle: Any) -> ReadOutcome:
+        """The job's outcome, once it is done (its exception, if it raised)."""
+        if isinstance(handle, Future):
+            return handle.result()
+        return self._run(*handle)
+
+    def _run(self, job: ReadJob, kind: str, file: str) -> ReadOutcome:
+        readers = getattr(self._local, "readers", None)
+        if readers is None:
+            readers = self._local.readers = _Readers()
+            with self._lock:
+                self._all.append(readers)
+        reader = readers.get(kind, file)
+        self.meter.start()
+        try:
+            return job(reader)
+        finally:
+            self.meter.stop()
+
+    def close(self) -> None:
+        """Wait for the lanes, then close every reader they opened."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        with self._lock:
+            for readers in self._all:
+                readers.close()
+            self._all.clear()
+
+    def __enter__(self) -> "LanePool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
