@@ -10,7 +10,7 @@ seed, so every tensor has the same bytes) — then, in this order and inside ``-
 1. the walls of this run: the whole checkpoint read through the page cache (resident, ``--wall-threads``
    readers over every file at once) and from disk (every file evicted and checked cold first);
 2. warm: ``ring`` on the one file (first), ``ring`` on the shards, and every peer that can load the
-   shards here, at its defaults and buffered (``direct=0``) — interleaved, fresh process per run, the
+   shards here, at its defaults and buffered (``direct=0``; ``--warm-peers`` picks) — interleaved, fresh process per run, the
    cache state set and checked per file before each run, every device byte read back and compared;
 3. cold: the same with the peers at their defaults (``--cold-peers buffered`` adds their buffered rows).
 
@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cold-runs", type=int, default=5)
+    ap.add_argument("--warm-peers", choices=("defaults", "buffered", "none"), default="buffered",
+                    help="warm rows of the peers: defaults, defaults and buffered (default), none (a short host run)")
     ap.add_argument("--cold-peers", choices=("defaults", "buffered", "none"), default="defaults")
     ap.add_argument("--wall-threads", type=int, default=16)
     ap.add_argument("--cold-wall-threads", type=int, default=8)
@@ -222,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ledger = out / "ledger.sqlite"
     for group in args.groups.split(","):
         cache = group
-        peers, doc["peers_unavailable"] = peer_specs(sharded, backend, cache == "warm" or args.cold_peers == "buffered")
-        if cache == "cold" and args.cold_peers == "none":
+        wanted = args.warm_peers if cache == "warm" else args.cold_peers
+        peers, doc["peers_unavailable"] = peer_specs(sharded, backend, wanted == "buffered")
+        if wanted == "none":
             peers = []
         rows = [("ring one file", one, "ring"), ("ring shards", sharded, "ring")]
         rows += [(spec, sharded, spec) for spec in peers]

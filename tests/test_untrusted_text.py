@@ -159,7 +159,8 @@ def test_the_pr_table_and_report_render_no_markup_from_the_ledger(hostile_ledger
 
 
 def test_notebook_outputs_show_ledger_text_as_text(hostile_ledger, tmp_path):
-    from workbench.cli.notebook_actions import build_report, show_attempts
+    from workbench.cli.notebook_actions import show_attempts
+    from workbench.cli.notebook_report import build_report
     from workbench.cli.notebook_ui import results_html
 
     path, campaign = hostile_ledger
