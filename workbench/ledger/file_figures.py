@@ -84,15 +84,18 @@ def file_residency(attempts: pd.DataFrame, runs: pd.DataFrame) -> go.Figure | No
     rows = list(dict.fromkeys(frame["row"]))
     order = sorted(frame["run"].unique())
     states = frame.groupby("run")["cache_state"].first()
+    labels = dict(zip(attempts["id"], attempts["label"]))
+    ran = frame.groupby("run")["attempt_id"].first().map(lambda a: for_plotly(str(labels.get(a) or a)[:80]))
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                         subplot_titles=("before the run (mincore)", "after the load"))
     for col, column in ((1, "before"), (2, "after")):
         grid = frame.pivot_table(index="row", columns="run", values=column, aggfunc="first", dropna=False)
         grid = grid.reindex(index=rows, columns=order)
         fig.add_trace(go.Heatmap(
-            z=grid.values, x=[f"{k} {states[k]}" for k in order], y=rows, zmin=0, zmax=1,
+            z=grid.values, x=[for_plotly(f"{k} {states[k]}") for k in order], y=rows, zmin=0, zmax=1,
             colorscale="Blues", showscale=col == 2, colorbar=dict(title="resident", tickformat=".0%"),
-            texttemplate="%{z:.0%}", hovertemplate="%{y}<br>run %{x}<br>" + column + " %{z:.1%}<extra></extra>"),
+            customdata=[[ran[k] for k in order] for _ in rows], texttemplate="%{z:.0%}" if len(order) <= 12 else None,
+            hovertemplate="%{y}<br>run %{x}: %{customdata}<br>" + column + " %{z:.1%}<extra></extra>"),
             row=1, col=col)
     n_files = len(rows)
     fig.update_layout(title=f"Resident per file, before and after each run ({n_files} files)",
