@@ -150,3 +150,21 @@ def test_the_file_picker_offers_model_directories_not_their_shards(space):
     assert str(space["model"]) in offered and str(space["root"] / "models" / "one.gguf") in offered
     assert not any(name in o for o in offered for name in SHARDS)
     assert str(space["root"] / "models" / "empty") not in offered
+
+
+def test_notebook_06s_demo_engine_loads_every_file_of_a_set(space):
+    """The default commands of notebook 06 (the demo engine, heap vs mmap) on a model directory and on a
+    gguf-split set named by one split: the engine reads every file, the runner sets the state of each."""
+    from workbench.cli.notebook_engines import run_engine_ab
+
+    split = space["root"] / "models" / "moe-split"
+    write_synthetic(split, format="gguf", layout="moe", size=2 << 20, seed=8, shards=3)
+    for model, files in ((space["model"], 3), (split / "model-00002-of-00003.gguf", 3)):
+        results = run_engine_ab([], str(model), caches=["warm"], runs=1, device="host", ledger=space["ledger"],
+                                campaign="sets-06")
+        assert len(results) == 2 and all(r.stats.n == 1 and not r.stats.n_failed for r in results)
+        for r in results:
+            (run,) = r.runs
+            assert f"in {files} file(s)" in run.report.external.marker_line, run.report.external.marker_line
+            assert all(v >= 0.98 for k, v in run.resident_files.items() if not k.endswith(".json"))
+            assert len([k for k in run.resident_files if not k.endswith(".json")]) == files
