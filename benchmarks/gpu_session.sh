@@ -14,7 +14,9 @@
 # Limits (s) are in LIMIT below; their sum is far more than one lease's 30 minutes of device time (and
 # one call's 10): pick a few steps per call (the script warns past 1,740 s), each call right after the
 # last so the machine (and /tmp/bench's model files) is still there. Issue 17/20's run on 2026-12-02:
-# `tests sharded-warm`, then `sharded-cold expert-path`, then `session-ab`. The
+# `tests sharded-warm`, then `sharded-cold`, then (2 GiB, 3 rounds, 12 turns: what the lease had left)
+# `EXPERT_PATH_GROUPS=warm SESSION_SIZE=2GiB SESSION_CACHE_MIB=1000 SESSION_TURNS=12 SESSION_ROUNDS=3
+#  gpu_session.sh OUT expert-path=230 session-ab=340`. The
 # engine A/B's 10 fresh processes each import torch and transformers: on a fresh box (cold caches) 8 of
 # them took 160 s on 2026-12-01, so 10 need ~200 s; 330 s leaves 1.6× for a slower box.
 set -uo pipefail
@@ -37,6 +39,13 @@ export PYTHONUNBUFFERED=1
 declare -A LIMIT=([tests]=230 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
                   [load-cold]=440 [expert-path]=330 [expert-path-cold]=300 [session-ab]=540 [session-pressure]=540
                   [sharded-warm]=340 [sharded-cold]=300)
+steps=()
+for s in "$@"; do  # STEP or STEP=SECONDS (a limit of its own for this call)
+    name=${s%%=*}
+    [[ $s == *=* ]] && LIMIT[$name]=${s#*=}
+    steps+=("$name")
+done
+set -- "${steps[@]}"
 total=0
 for s in "$@"; do total=$(( total + ${LIMIT[$s]:-0} )); done
 echo "steps: $* — ${total} s of limits in all"
@@ -77,8 +86,9 @@ for s in "$@"; do
         step load-warm "${LIMIT[load-warm]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups warm,threads \
             --budget-s 530 --out "$out/load-warm" ;;
     session-ab)  # issue 20: bounce vs in place as decode sessions, 4 lanes, overlap, the experts' matmuls on the GPU
-        step session-ab "${LIMIT[session-ab]}" python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench --size 4GiB \
-            --experts 128 --cache-mib 2000 --turns 20 --tokens 4 --rounds 4 --compute device \
+        step session-ab "${LIMIT[session-ab]}" python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench \
+            --size "${SESSION_SIZE:-4GiB}" --experts 128 --cache-mib "${SESSION_CACHE_MIB:-2000}" \
+            --turns "${SESSION_TURNS:-20}" --tokens 4 --rounds "${SESSION_ROUNDS:-4}" --compute device \
             --parts ceilings,placement --ledger /tmp/bench/session.sqlite --out "$out/session-ab.md" ;;
     session-pressure)  # issue 20: release off vs on under a memory limit (a cgroup, else a locked balloon)
         step session-pressure "${LIMIT[session-pressure]}" python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench --size 4GiB \
@@ -91,7 +101,7 @@ for s in "$@"; do
             --budget-s 390 --out "$out/load-cold" ;;
     expert-path)  # issue 20 §5: experts vs ring warm on the 2 GiB A3B-like GGUF, staging variants, a small model
         step expert-path "${LIMIT[expert-path]}" python3 benchmarks/bench_expert_path.py --device cuda --dir /tmp/bench --size 2GiB \
-            --experts 64 --runs 6 --groups warm,small --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path.md" ;;
+            --experts 64 --runs 6 --groups "${EXPERT_PATH_GROUPS:-warm,small}" --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path.md" ;;
     expert-path-cold)  # the same file cold, against this step's own disk walls
         step expert-path-cold "${LIMIT[expert-path-cold]}" python3 benchmarks/bench_expert_path.py --device cuda --dir /tmp/bench --size 2GiB \
             --experts 64 --runs 6 --groups cold --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path-cold.md" ;;
