@@ -3,6 +3,7 @@ writer racing the load would, then load and verify. A SIGBUS or a crash ends onl
 the test sees it as such.
 
     python tests/race_child.py FILE STRATEGY PARAMS_JSON HOW
+    python tests/race_child.py '[[FILE, HOW], ...]' STRATEGY PARAMS_JSON     (one JSON line per case)
 
 Prints one JSON object: {"outcome": "refused", "error": ...} when the load raised a WorkbenchError,
 else {"outcome": "loaded", "verified": bool, "detail": ...}. Anything else is a traceback and exit 1.
@@ -76,4 +77,8 @@ def main(path: str, strategy: str, params: str, how: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(*sys.argv[1:5])))
+    if sys.argv[1].startswith("["):  # several cases, one process: [[FILE, HOW], ...] STRATEGY PARAMS_JSON
+        for case_path, case_how in json.loads(sys.argv[1]):
+            print(json.dumps({"how": case_how, **main(case_path, sys.argv[2], sys.argv[3], case_how)}), flush=True)
+    else:
+        print(json.dumps(main(*sys.argv[1:5])))

@@ -124,7 +124,9 @@ def test_engine_ab_interleaves_records_builds_phases_and_a_verdict_with_its_inte
 
     # Both windows start at the engines' first phase line: interpreter start-up, which a loaded
     # 2-core machine stretches at random, stays outside the comparison.
-    fast = EngineCommand(_engine("safetensors_engine.py", st_model), "model ready", start_marker=r"phase imports",
+    # --init-ms 150: the two markers never arrive in one read of the terminal, even on a loaded machine
+    fast = EngineCommand(_engine("safetensors_engine.py", st_model, "--init-ms", "150"), "model ready",
+                         start_marker=r"phase imports",
                          phases=(PHASE,), label="fast")
     slow = EngineCommand(_engine("numpy_engine.py", st_model, "--stall-ms", "400"), "model ready",
                          start_marker=r"phase imports", phases=(PHASE,), label="slow")
@@ -134,7 +136,8 @@ def test_engine_ab_interleaves_records_builds_phases_and_a_verdict_with_its_inte
     assert [r.position for r in base.runs] == [0, 3, 4, 7] and [r.position for r in cand.runs] == [1, 2, 5, 6]
     assert len({r.pid for r in base.runs + cand.runs}) == 8
     # The verdict rule's effect: slower, its interval below 1, stored with the attempt.
-    assert base.verdict == "baseline" and cand.verdict == "slower", cand.notes
+    assert base.verdict == "baseline" and cand.verdict == "slower", (base.notes, cand.notes,
+                                                                     [r.error for r in base.runs + cand.runs])
     assert cand.ci_high < 1 and cand.verdict_reason.startswith("interval excludes 1")
     row = ledger.attempt(cand.attempt_id)
     assert row["kind"] == "external" and row["ci_high"] == pytest.approx(cand.ci_high)

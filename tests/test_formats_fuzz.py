@@ -22,7 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import fuzz_harness as fh  # noqa: E402
 
-CASES = 300
+CASES = 120  # the suite's share; the recorded campaigns (docs/hardening/fuzz*.md) ran thousands
 pytestmark = pytest.mark.timeout(240)
 
 
@@ -60,7 +60,7 @@ def test_every_truncation_of_the_moe_headers(fuzz_env):
     bases, scratch = fuzz_env
     for base in bases:
         if base.name.endswith("moe"):
-            for where in range(0, len(base.head) + 1, 7):  # every 7th position: ~1500 cases, ~3 s
+            for where in range(0, len(base.head) + 1, 11):  # every 11th position: ~1000 cases
                 check(fh.run_case(fh.truncate_case(base, where), scratch, limit_s=1.0))
 
 
@@ -91,7 +91,7 @@ def test_the_harness_catches_what_it_must(fuzz_env, monkeypatch):
 
 # --- sharded models: index files, split keys, layouts (benchmarks/fuzz_set_cases.py) ------------
 
-SET_CASES = 80
+SET_CASES = 40
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench.cli.sweep import Sweep, SweepPoint
+    from workbench.cli.sweep_spec import SweepPoint
 
 POLL_S = 0.5
 

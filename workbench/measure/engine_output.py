@@ -13,8 +13,17 @@ import os
 import re
 import select
 import time
-from typing import Any
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
 
+from workbench.records import EnginePhase
+
+if TYPE_CHECKING:
+    from workbench.measure.engine_command import Patterns
+
+TAIL_LINES = 20  # an engine's last output lines kept with its run
+LINE_CHARS = 300  # characters kept of each
 MAX_LINE = 64 << 10  # bytes of one output line kept for the markers and phase patterns
 READ_BYTES = 64 << 10  # the most one read of the terminal takes (it hands over ~4 KiB at a time)
 _SEPARATOR = re.compile(rb"[\r\n]")
@@ -123,3 +132,54 @@ def read_after_marker(fd: int, tail: Any, grace_s: float, chars: int) -> None:
         tail.extend(t[:chars] for t in (x.decode(errors="replace").strip() for x in lines.feed(chunk)) if t)
         if not chunk or time.monotonic() > deadline:
             return
+
+
+@dataclass
+class Watch:
+    """What the output said up to the end marker: the start marker, phase lines, the last lines."""
+
+    patterns: Patterns
+    t0: float
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    phases: list[EnginePhase] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    start_at: float | None = None
+    start_line: str | None = None
+    end_at: float | None = None
+    end_line: str | None = None
+
+    def feed(self, raw: bytes, at: float) -> bool:
+        """Read one line that arrived at ``at``; True when it is the end marker."""
+        text = raw.decode(errors="replace").strip()
+        if text:
+            self.tail.append(text[:LINE_CHARS])
+        self._read_phases(text, at)
+        if self.patterns.start is not None and self.start_at is None and self.patterns.start.search(text):
+            self.start_at, self.start_line = at, text[:LINE_CHARS]
+        if self.patterns.marker.search(text):
+            self.end_at, self.end_line = at, text[:LINE_CHARS]
+            return True
+        return False
+
+    def _read_phases(self, text: str, at: float) -> None:
+        for pattern in self.patterns.phases:
+            for match in pattern.finditer(text):
+                groups = match.groupdict()
+                name, unit = (groups.get("name") or "").strip(), "ms" if groups.get("ms") is not None else "s"
+                try:
+                    seconds = float(groups[unit]) / (1000.0 if unit == "ms" else 1.0)
+                except (TypeError, ValueError):
+                    seconds = None
+                if not name or seconds is None or seconds != seconds or seconds < 0:
+                    self.notes.append(f"phase line not read (name {name!r}, {unit} {groups.get(unit)!r}): "
+                                      f"{text[:120]}")
+                    continue
+                self.phases.append(EnginePhase(name, seconds, at - self.t0, text[:LINE_CHARS]))
+
+
+def sum_phases(phases: Sequence[EnginePhase]) -> dict[str, float]:
+    """Seconds per phase name, a name printed several times (once per layer) summed."""
+    out: dict[str, float] = {}
+    for phase in phases:
+        out[phase.name] = out.get(phase.name, 0.0) + phase.seconds
+    return out

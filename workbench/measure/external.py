@@ -16,25 +16,23 @@ import pty
 import re
 import subprocess
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from workbench.errors import FormatError, ParamError, WorkbenchError
 from workbench.measure.attempt import AttemptResult
 from workbench.measure.engine_build import within
 from workbench.measure.engine_evidence import ReadTarget, TreeSampler
-from workbench.measure.engine_output import MAX_LINE, LineSplitter, read_after_marker, read_until_marker
+from workbench.measure.engine_output import (
+    LINE_CHARS, MAX_LINE, LineSplitter, Watch as _Watch, read_after_marker, read_until_marker, sum_phases,
+)
 from workbench.measure.engine_command import (
-    EngineCommand, Patterns, check_command, compile_patterns, default_labels, identify,
+    EngineCommand, check_command, compile_patterns, default_labels, identify,
 )
 from workbench.measure.order import DEFAULT_ORDER
 from workbench.measure import reaper
 from workbench.measure.spawn import Outcome
-from workbench.records import EnginePhase, ExternalRun, ReadEvidence, RunConfig, WorkerReport
+from workbench.records import ExternalRun, ReadEvidence, RunConfig, WorkerReport
 
-TAIL_LINES = 20
-LINE_CHARS = 300
 EXIT_GRACE_S = 0.5  # how long an engine may take to exit on its own after the marker before it is killed
 
 
@@ -43,57 +41,6 @@ def compile_marker(marker: str) -> re.Pattern[str]:
     from workbench.measure.engine_command import compile_pattern
 
     return compile_pattern(marker, "--marker")
-
-
-@dataclass
-class _Watch:
-    """What the output said up to the end marker: the start marker, phase lines, the last lines."""
-
-    patterns: Patterns
-    t0: float
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
-    phases: list[EnginePhase] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    start_at: float | None = None
-    start_line: str | None = None
-    end_at: float | None = None
-    end_line: str | None = None
-
-    def feed(self, raw: bytes, at: float) -> bool:
-        """Read one line that arrived at ``at``; True when it is the end marker."""
-        text = raw.decode(errors="replace").strip()
-        if text:
-            self.tail.append(text[:LINE_CHARS])
-        self._read_phases(text, at)
-        if self.patterns.start is not None and self.start_at is None and self.patterns.start.search(text):
-            self.start_at, self.start_line = at, text[:LINE_CHARS]
-        if self.patterns.marker.search(text):
-            self.end_at, self.end_line = at, text[:LINE_CHARS]
-            return True
-        return False
-
-    def _read_phases(self, text: str, at: float) -> None:
-        for pattern in self.patterns.phases:
-            for match in pattern.finditer(text):
-                groups = match.groupdict()
-                name, unit = (groups.get("name") or "").strip(), "ms" if groups.get("ms") is not None else "s"
-                try:
-                    seconds = float(groups[unit]) / (1000.0 if unit == "ms" else 1.0)
-                except (TypeError, ValueError):
-                    seconds = None
-                if not name or seconds is None or seconds != seconds or seconds < 0:
-                    self.notes.append(f"phase line not read (name {name!r}, {unit} {groups.get(unit)!r}): "
-                                      f"{text[:120]}")
-                    continue
-                self.phases.append(EnginePhase(name, seconds, at - self.t0, text[:LINE_CHARS]))
-
-
-def sum_phases(phases: Sequence[EnginePhase]) -> dict[str, float]:
-    """Seconds per phase name, a name printed several times (once per layer) summed."""
-    out: dict[str, float] = {}
-    for phase in phases:
-        out[phase.name] = out.get(phase.name, 0.0) + phase.seconds
-    return out
 
 
 def time_external(command: EngineCommand | str, marker: str | None = None, *, timeout_s: float = 600.0,
