@@ -206,3 +206,41 @@ def test_a_killed_merge_leaves_no_copy_of_the_other_ledger(tmp_path, local):
     beside = sorted(p.name for p in tmp_path.iterdir())
     assert beside == ["local.sqlite", "local.sqlite-shm", "local.sqlite-wal", "other.sqlite", "tmp"] or \
         beside == ["local.sqlite", "other.sqlite", "tmp"], beside
+
+
+# -- second adversarial pass (issue 19 "Done when") --------------------------------------------------------
+
+def _yesterday() -> datetime:
+    return datetime.now(timezone.utc) - timedelta(days=1)
+
+
+@pytest.mark.parametrize("form", [
+    lambda t: t.strftime("%Y%m%dT%H%M%S"),  # ISO 8601 basic form: a digit sorts after the '-' of every local time
+    lambda t: "%04d-W%02d-%d" % t.isocalendar(),  # an ISO week date (Python reads it): 'W' sorts after every month
+    lambda t: t.astimezone(timezone(timedelta(hours=14))).isoformat(timespec="microseconds"),  # ahead as text
+    lambda t: t.strftime("%Y-%m-%d %H:%M:%S"),  # a space for the T
+], ids=["basic", "week", "offset", "space"])
+def test_a_time_not_in_the_workbenchs_own_form_is_refused(tmp_path, local, form):
+    """Rows are ordered by their time's text; a time Python reads as the past but that sorts after every
+    local row would outrank them (the heat map's latest cell, the table's latest attempt) for good."""
+    path, _ = local
+    other = tmp_path / "other.sqlite"
+    fill_ledger(other, host="rig-b")
+    when = form(_yesterday())
+    sql(other, ("UPDATE attempts SET created = ?", (when,)))
+    assert datetime.fromisoformat(when).astimezone(timezone.utc) < datetime.now(timezone.utc)  # the past
+    before = path.read_bytes()
+    with Ledger(path) as led, pytest.raises(LedgerError, match="as this workbench writes it") as info:
+        led.merge(other)
+    assert "nothing merged" in str(info.value) and path.read_bytes() == before
+
+
+def test_a_merged_attempt_in_the_workbenchs_form_sorts_by_its_instant(tmp_path, local):
+    path, _ = local
+    other = tmp_path / "other.sqlite"
+    fill_ledger(other, host="rig-b")
+    sql(other, ("UPDATE attempts SET created = ?", (at(-86400),)))  # yesterday, written as the workbench does
+    with Ledger(path) as led:
+        led.merge(other)
+        hosts = list(led.attempts()["host"])
+    assert hosts == ["rig-b"] * 3 + ["rig-a"] * 3  # yesterday's come first
