@@ -1,7 +1,7 @@
 """Writing an output file: never onto the command's own input, never over a ledger or a model nobody
 asked to replace, and never half-written or through someone else's link.
 
-A command that writes a file (``synth``, ``ledger export``, a report) passes its output path through
+A command that writes a file (``synth``, ``ledger export`` and its figures, a report) passes its output path through
 :func:`refuse_overwrite`: a path that is one of its inputs (the ledger it reads, that ledger's ``-wal``
 and ``-shm``; compared by inode, so a hard or symbolic link is caught) is refused always, and an
 existing SQLite database or model file (GGUF, safetensors) is refused unless ``force``. The bytes go to
@@ -68,6 +68,16 @@ def refuse_overwrite(path: str | os.PathLike[str], *, inputs: Iterable[str | os.
     return target
 
 
+def claim_output(path: str | os.PathLike[str], *, inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """``path`` made ready for a writer that opens it by name (papermill's output notebook): refused as
+    :func:`refuse_overwrite` refuses (never ``force``d), and a symbolic link there removed, so the writer
+    makes a new file instead of writing through the link."""
+    target = refuse_overwrite(path, inputs=inputs)
+    if os.path.islink(target):
+        os.unlink(target)
+    return target
+
+
 def partial_path(path: str | os.PathLike[str]) -> str:
     """A new, empty file beside ``path`` (created exclusively: no link or file of anyone else's is
     reused) to write into and then rename over ``path``."""
@@ -86,12 +96,19 @@ def write_text(path: str | os.PathLike[str], text: str, *, inputs: Iterable[str 
                force: bool = False) -> Path:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename, after
     :func:`refuse_overwrite`; returns the path."""
+    return write_bytes(path, text.encode("utf-8"), inputs=inputs, force=force)
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes, *, inputs: Iterable[str | os.PathLike[str]] = (),
+                force: bool = False) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and a rename, after :func:`refuse_overwrite`
+    (a figure, a page: every file a command writes goes this way); returns the path."""
     target = refuse_overwrite(path, inputs=inputs, force=force)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = partial_path(target)
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, target)
     finally:
         if os.path.lexists(tmp):
