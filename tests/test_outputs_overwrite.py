@@ -249,3 +249,17 @@ def test_a_sweep_replaces_a_link_at_its_output_notebook_instead_of_following_it(
     _fake_papermill(monkeypatch)
     run_sweep(sweep, ledger_path=ledger, out_dir=out, progress=False)
     assert victim.read_text() == "keep me\n"
+
+
+def test_synth_of_another_shard_count_never_re_points_an_existing_sets_index(tmp_path):
+    """Three shards over a set of two: new shard names, but the same index file, which would then name
+    the new shards: the set of two is gone. The index is part of a model and needs --force."""
+    out = tmp_path / "set"
+    assert cli("synth", out, "--format", "safetensors", "--size", "256KiB", "--shards", "2").exit_code == 0
+    before = {p.name: sha(p) for p in sorted(out.iterdir())}
+    one_line(cli("synth", out, "--format", "safetensors", "--size", "256KiB", "--shards", "3"),
+             "model.safetensors.index.json", "a safetensors index")
+    assert {p.name: sha(p) for p in sorted(out.iterdir())} == before
+    assert len(open_index(out).files) == 2
+    assert cli("synth", out, "--format", "safetensors", "--size", "256KiB", "--shards", "3", "--force").exit_code == 0
+    assert len(open_index(out / "model.safetensors.index.json").files) == 3

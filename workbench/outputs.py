@@ -31,7 +31,8 @@ def ledger_files(path: str | os.PathLike[str]) -> list[Path]:
 
 def describe_existing(path: str | os.PathLike[str]) -> str | None:
     """What an existing file at ``path`` is when it must not be replaced lightly ('an SQLite database',
-    'a GGUF model', 'a safetensors model'), else None (missing, or any other file)."""
+    'a GGUF model', 'a safetensors model', a set's safetensors index), else None (missing, or any other
+    file)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -40,9 +41,11 @@ def describe_existing(path: str | os.PathLike[str]) -> str | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        head, size = os.pread(fd, 16, 0), st.st_size
+        head, size = os.pread(fd, 4096, 0), st.st_size
     finally:
         os.close(fd)
+    if _is_index(os.fspath(path), head):
+        return "a safetensors index (a model set)"
     if head.startswith(b"SQLite format 3\0"):
         return SQLITE
     if head.startswith(b"GGUF"):
@@ -50,6 +53,12 @@ def describe_existing(path: str | os.PathLike[str]) -> str | None:
     if len(head) >= 9 and head[8:9] == b"{" and 0 < struct.unpack("<Q", head[:8])[0] <= size - 8:
         return "a safetensors model"
     return None
+
+
+def _is_index(name: str, head: bytes) -> bool:
+    """A safetensors set's ``*.safetensors.index.json``: replacing it re-points the set at other shards."""
+    text = head.lstrip()
+    return text.startswith(b"{") and (name.endswith(".safetensors.index.json") or b'"weight_map"' in text)
 
 
 def refuse_overwrite(path: str | os.PathLike[str], *, inputs: Iterable[str | os.PathLike[str]] = (),
