@@ -20,7 +20,8 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from workbench import defaults
-from workbench.cli.sweep_params import check_files_exist, check_types, path_parameters, resolve_paths
+from workbench.cli.sweep_params import (check_document, check_files_exist, check_types, path_parameters,
+                                        resolve_paths)
 from workbench.cli.sweep_plan import RunWatch, notebook_defaults, plan_point
 from workbench.errors import SweepError, WorkbenchError
 from workbench.outputs import claim_output, ledger_files, write_text
@@ -116,6 +117,7 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
         raise SweepError(path, f"not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(doc, dict):
         raise SweepError(path, "a sweep file is a mapping with notebook, campaign, parameters and grid")
+    check_document(path, doc)
     unknown = sorted(set(doc) - SWEEP_KEYS)
     if unknown:
         raise SweepError(path, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(SWEEP_KEYS))}")
