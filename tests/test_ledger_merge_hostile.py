@@ -244,3 +244,39 @@ def test_a_merged_attempt_in_the_workbenchs_form_sorts_by_its_instant(tmp_path, 
         led.merge(other)
         hosts = list(led.attempts()["host"])
     assert hosts == ["rig-b"] * 3 + ["rig-a"] * 3  # yesterday's come first
+
+
+def test_this_machines_own_name_is_refused_whatever_workbench_host_says_at_the_merge(tmp_path, local):
+    """Merged while ``WORKBENCH_HOST`` names a rig, a ceiling under this machine's own hostname +
+    machine-id — what it records under once the variable is unset — would bound every later result here."""
+    from workbench.defaults import set_host
+    from workbench.measure.bounds import host_ceilings
+
+    path, _ = local
+    with set_host(None):
+        own_name = host_id()
+    other = tmp_path / "other.sqlite"
+    fill_ledger(other, host="rig-b")
+    with Ledger(other) as led:
+        led.record_ceiling("disk_cold_1t", 99.0, {"fake": True}, host=own_name)
+    with set_host("rig-a"), Ledger(path) as led:
+        counts = led.merge(other)
+    assert (counts["ceilings"], counts["skipped_ceilings"]) == (0, 1)
+    with set_host(None), Ledger(path) as led:
+        assert "disk_cold_1t" not in host_ceilings(led)
+
+
+@pytest.mark.parametrize("spelling", [str.upper, lambda h: f" {h} "], ids=["case", "spaces"])
+def test_this_machines_name_in_another_spelling_is_refused(tmp_path, local, spelling):
+    from ledger_helpers import record_attempt
+
+    path, _ = local
+    other = tmp_path / "other.sqlite"
+    fill_ledger(other, host="rig-b")
+    with Ledger(other) as led:  # shown as this machine in every table: a measurement "made here"
+        forged, _ = record_attempt(led, "mmap", [0.01, 0.01, 0.01], host=spelling(host_id()))
+        led.record_ceiling("disk_cold_1t", 99.0, {}, host=spelling(host_id()))
+    with Ledger(path) as led:
+        counts = led.merge(other)
+        assert (counts["skipped_attempts"], counts["skipped_ceilings"]) == (1, 1)
+        assert forged not in set(led.attempts()["id"])
