@@ -94,12 +94,16 @@ def read_all(paths: list[str], threads: int) -> float:
             os.close(fd)
 
 
-def walls(index: TensorIndex, warm_threads: int, cold_threads: int, reps: int) -> dict[str, Any]:
-    """The page-cache and disk walls of the whole set, measured now: GB/s per repetition."""
+def walls(index: TensorIndex, warm_threads: int, cold_threads: int, reps: int,
+          states: tuple[str, ...] = ("cold", "warm")) -> dict[str, Any]:
+    """The page-cache and disk walls of the whole set, measured now: GB/s per repetition (only the
+    states this run's groups hold loads against)."""
     paths = [f.path for f in index.files]
     nbytes = sum(f.size for f in index.files)
     out: dict[str, Any] = {"bytes": nbytes, "files": len(paths)}
     for state, threads in (("cold", cold_threads), ("warm", warm_threads)):
+        if state not in states:
+            continue
         rates = []
         for _ in range(reps):
             for p in paths:
@@ -205,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wall-threads", type=int, default=16)
     ap.add_argument("--cold-wall-threads", type=int, default=8)
     ap.add_argument("--wall-reps", type=int, default=3)
-    ap.add_argument("--groups", default="warm,cold")
+    ap.add_argument("--groups", default="warm,cold",
+                    help="warm, cold; -ring: ring one file and shards only; -peers: ring shards and the peers")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -218,35 +223,36 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": os.uname().nodename,
                            "cores": os.cpu_count(), "device": args.device, "model_bytes": sharded.nbytes,
                            "files": [f.name for f in sharded.files], "args": vars(args)}
-    doc["walls"] = walls(sharded, args.wall_threads, args.cold_wall_threads, args.wall_reps)
+    groups = tuple(args.groups.split(","))
+    doc["walls"] = walls(sharded, args.wall_threads, args.cold_wall_threads, args.wall_reps,
+                         tuple(g.partition("-")[0] for g in groups))
     ledger = out / "ledger.sqlite"
-    for group in args.groups.split(","):
-        cache = group
+    for group in groups:
+        cache, _, part = group.partition("-")  # warm | warm-ring (no peers) | warm-peers (ring shards + peers)
         peers, doc["peers_unavailable"] = peer_specs(sharded, backend, cache == "warm" or args.cold_peers == "buffered")
-        if cache == "cold" and args.cold_peers == "none":
+        if (cache == "cold" and args.cold_peers == "none") or part == "ring":
             peers = []
-        rows = [("ring one file", one, "ring"), ("ring shards", sharded, "ring")]
-        rows += [(spec, sharded, spec) for spec in peers]
+        rows = [("ring one file", one, "ring")] if part != "peers" else []
+        rows += [("ring shards", sharded, "ring")] + [(spec, sharded, spec) for spec in peers]
         results = run_group(group, cache, rows, args.runs if cache == "warm" else args.cold_runs, args.device, ledger)
         wall = doc["walls"][cache]["median"]
         doc[group] = {"rows": [row_json(r, wall) for r in results], "claims": claims(results, wall)}
         (out / "bench.json").write_text(json.dumps(doc, indent=1, default=str))
-    (out / "bench.md").write_text(render(doc))
+        (out / "bench.md").write_text(render(doc))  # after each group: a step cut at its limit keeps the rest
     print(render(doc))
     return 0
 
 
 def render(doc: dict[str, Any]) -> str:
     w = doc["walls"]
+    named = {"warm": "page cache", "cold": "disk"}
+    shown = [f"{named[s]} {w[s]['median']:.2f} GB/s ({w[s]['threads']} readers; "
+             f"{', '.join(f'{x:.2f}' for x in w[s]['gbps'])})" for s in ("warm", "cold") if s in w]
     lines = [f"# Sharded vs one file — {doc['device']}, {doc['date']}, {doc['host']} ({doc['cores']} cores)", "",
              f"Model: {doc['model_bytes'] / 1e9:.2f} GB of bf16 tensors; shards: {', '.join(doc['files'])}.", "",
-             f"Walls of this run (whole checkpoint, {w['files']} files): page cache "
-             f"{w['warm']['median']:.2f} GB/s ({w['warm']['threads']} readers; "
-             f"{', '.join(f'{x:.2f}' for x in w['warm']['gbps'])}), disk {w['cold']['median']:.2f} GB/s "
-             f"({w['cold']['threads']} readers; {', '.join(f'{x:.2f}' for x in w['cold']['gbps'])}).", ""]
-    for group in ("warm", "cold"):
-        if group not in doc:
-            continue
+             f"Walls of this run (whole checkpoint, {w['files']} files): {', '.join(shown)}.", ""]
+    for group in [k for k in doc if k.partition("-")[0] in ("warm", "cold") and isinstance(doc[k], dict)
+                  and "rows" in doc[k]]:
         lines += [f"## {group}", "", "| config | n | median ms (min–max) | GB/s | of the wall | engaged |",
                   "|---|---|---|---|---|---|"]
         for r in doc[group]["rows"]:

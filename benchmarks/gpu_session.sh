@@ -5,15 +5,18 @@
 #     bash benchmarks/gpu_session.sh OUT STEP [STEP ...]
 #
 # STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session | expert-path | expert-path-cold |
-#       session-ab | session-pressure
+#       session-ab | session-pressure | sharded-warm | sharded-cold
 # Each step writes its report, log and ledger export under OUT and is cut by `timeout` at its limit, so a
 # slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
 # runai-model-streamer, instanttensor, plotly for python 3.12) are installed from ./.whl when it exists;
 # the checkout goes on PYTHONPATH (spawned workers inherit it). Model files go to /tmp/bench and are reused.
 #
-# Limits (s): tests 170, experts-loads 240, experts-session 220, engine-ab 330, load-warm 560, load-cold 440
-# = 1,960 s in all, more than one lease's 30 minutes of device time: run them in two calls, e.g.
-# `tests experts-loads experts-session engine-ab` (960 s) and `load-warm load-cold` (1,000 s). The
+# Limits (s) are in LIMIT below; their sum is far more than one lease's 30 minutes of device time (and
+# one call's 10): pick a few steps per call (the script warns past 1,740 s), each call right after the
+# last so the machine (and /tmp/bench's model files) is still there. Issue 17/20's run on 2026-12-02:
+# `tests sharded-warm`, then `sharded-cold`, then (2 GiB, 3 rounds, 12 turns: what the lease had left)
+# `EXPERT_PATH_GROUPS=warm SESSION_SIZE=2GiB SESSION_CACHE_MIB=1000 SESSION_TURNS=12 SESSION_ROUNDS=3
+#  gpu_session.sh OUT expert-path=230 session-ab=340`. The
 # engine A/B's 10 fresh processes each import torch and transformers: on a fresh box (cold caches) 8 of
 # them took 160 s on 2026-12-01, so 10 need ~200 s; 330 s leaves 1.6× for a slower box.
 set -uo pipefail
@@ -33,8 +36,16 @@ export PYTHONUNBUFFERED=1
   python3 -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|safetensors|cuda|fastsafe|runai|instant|gguf) '
 } > "$out/machine.txt" 2>&1
 
-declare -A LIMIT=([tests]=170 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
-                  [load-cold]=440)
+declare -A LIMIT=([tests]=230 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
+                  [load-cold]=440 [expert-path]=330 [expert-path-cold]=300 [session-ab]=540 [session-pressure]=540
+                  [sharded-warm]=340 [sharded-cold]=300)
+steps=()
+for s in "$@"; do  # STEP or STEP=SECONDS (a limit of its own for this call)
+    name=${s%%=*}
+    [[ $s == *=* ]] && LIMIT[$name]=${s#*=}
+    steps+=("$name")
+done
+set -- "${steps[@]}"
 total=0
 for s in "$@"; do total=$(( total + ${LIMIT[$s]:-0} )); done
 echo "steps: $* — ${total} s of limits in all"
@@ -57,7 +68,8 @@ for s in "$@"; do
             tests/test_strategies_suite.py tests/test_upload_devices.py tests/test_upload_staging.py \
             tests/test_upload_adopt.py tests/test_strategies_hygiene.py tests/test_strategies_peers_gpu.py \
             tests/test_strategies_experts.py tests/test_strategies_experts_staged.py \
-            tests/test_upload_write_combined.py tests/test_session_device.py --junitxml="$out/gpu-tests.xml" ;;
+            tests/test_upload_write_combined.py tests/test_session_device.py tests/test_strategies_sets.py \
+            tests/test_odirect_sets.py tests/test_strategies_peers_sets.py --junitxml="$out/gpu-tests.xml" ;;
     experts-loads)
         step experts-loads "${LIMIT[experts-loads]}" python3 benchmarks/bench_experts.py --device cuda --dir /tmp/bench --size 2GiB \
             --experts 64 --runs 6 --parts ceilings,loads --ledger /tmp/bench/experts.sqlite --out "$out/experts-loads.md" ;;
@@ -74,11 +86,12 @@ for s in "$@"; do
         step load-warm "${LIMIT[load-warm]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups warm,threads \
             --budget-s 530 --out "$out/load-warm" ;;
     session-ab)  # issue 20: bounce vs in place as decode sessions, 4 lanes, overlap, the experts' matmuls on the GPU
-        step session-ab 540 python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench --size 4GiB \
-            --experts 128 --cache-mib 2000 --turns 20 --tokens 4 --rounds 4 --compute device \
+        step session-ab "${LIMIT[session-ab]}" python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench \
+            --size "${SESSION_SIZE:-4GiB}" --experts 128 --cache-mib "${SESSION_CACHE_MIB:-2000}" \
+            --turns "${SESSION_TURNS:-20}" --tokens 4 --rounds "${SESSION_ROUNDS:-4}" --compute device \
             --parts ceilings,placement --ledger /tmp/bench/session.sqlite --out "$out/session-ab.md" ;;
     session-pressure)  # issue 20: release off vs on under a memory limit (a cgroup, else a locked balloon)
-        step session-pressure 540 python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench --size 4GiB \
+        step session-pressure "${LIMIT[session-pressure]}" python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench --size 4GiB \
             --experts 128 --cache-mib 2000 --turns 20 --tokens 4 --rounds 4 --compute device --parts pressure \
             --ledger /tmp/bench/session.sqlite --out "$out/session-pressure.md"
         python3 -m workbench.cli ledger --ledger /tmp/bench/session.sqlite export --csv "$out/session" \
@@ -87,14 +100,20 @@ for s in "$@"; do
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;
     expert-path)  # issue 20 §5: experts vs ring warm on the 2 GiB A3B-like GGUF, staging variants, a small model
-        step expert-path 330 python3 benchmarks/bench_expert_path.py --device cuda --dir /tmp/bench --size 2GiB \
-            --experts 64 --runs 6 --groups warm,small --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path.md" ;;
+        step expert-path "${LIMIT[expert-path]}" python3 benchmarks/bench_expert_path.py --device cuda --dir /tmp/bench --size 2GiB \
+            --experts 64 --runs 6 --groups "${EXPERT_PATH_GROUPS:-warm,small}" --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path.md" ;;
     expert-path-cold)  # the same file cold, against this step's own disk walls
-        step expert-path-cold 300 python3 benchmarks/bench_expert_path.py --device cuda --dir /tmp/bench --size 2GiB \
+        step expert-path-cold "${LIMIT[expert-path-cold]}" python3 benchmarks/bench_expert_path.py --device cuda --dir /tmp/bench --size 2GiB \
             --experts 64 --runs 6 --groups cold --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path-cold.md" ;;
+    sharded-warm)  # issue 17 §6: the full Llama-3-8B-shaped bf16 checkpoint, 4 shards vs one file, ring and the peers
+        step sharded-warm "${LIMIT[sharded-warm]}" python3 benchmarks/bench_sharded.py --device cuda --dir /tmp/bench \
+            --groups warm-ring,warm-peers --runs 5 --out "$out/sharded-warm" ;;
+    sharded-cold)  # the same files cold (peers at their defaults), against this step's own disk wall
+        step sharded-cold "${LIMIT[sharded-cold]}" python3 benchmarks/bench_sharded.py --device cuda --dir /tmp/bench \
+            --groups cold-ring,cold-peers --cold-runs 5 --cold-peers defaults --wall-reps 2 --out "$out/sharded-cold" ;;
     *)
         echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session," \
-             "expert-path, expert-path-cold, session-ab, session-pressure)" >&2
+             "expert-path, expert-path-cold, session-ab, session-pressure, sharded-warm, sharded-cold)" >&2
         exit 2 ;;
     esac
 done

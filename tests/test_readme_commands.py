@@ -40,12 +40,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     '-m qwen3.5-9b.mq4" --label old --cmd "./build-new/hipfire-daemon -m qwen3.5-9b.mq4" --label new --marker '
     "'\"type\":\"loaded\"' --phase '(?P<name>weight sweep): (?P<ms>[0-9]+) ms'":
         (GPU, "an engine's two builds loading onto a GPU (--device cuda); benchmarks/bench_engine_ab.py is one"),
-    "workbench synth data/models/moe.gguf --format gguf --layout moe --size 1GiB --alignment 64": (RUN, ""),
+    "workbench synth data/models/moe.gguf --format gguf --layout moe --size 256MiB --alignment 64 --experts 64":
+        (RUN, ""),
+    "workbench synth data/models/a3b.gguf --format gguf --layout moe --size 2GiB --experts 64 --expert-remainder 1152":
+        (RUN, ""),
+    "workbench synth data/models/tiny.gguf --format gguf --layout moe --size 4MiB --expert-stride odd": (RUN, ""),
     'workbench compare data/models/moe.gguf --strategy "pread granularity=expert" --strategy experts --cache warm':
         (RUN, ""),
     'workbench compare data/models/moe.gguf --strategy "odirect mode=bounce" --strategy "odirect mode=inplace"':
         (RUN, ""),
-    "workbench session data/models/moe.gguf --turns 20 --tokens 16 --cache-mib 64 --boundary-release off": (RUN, ""),
+    "workbench session data/models/moe.gguf --boundary-release off": (RUN, ""),
+    "workbench session data/models/moe.gguf --lanes 4 --overlap --compute sleep:20 --ab placement=bounce "
+    "--ab placement=inplace --rounds 4": (RUN, ""),
     ".venv/bin/papermill notebooks/01_load_sweep.ipynb out.ipynb -p runs 5 -y 'strategies: [pread, mmap]'":
         (RUN, ""),
     '.venv/bin/papermill notebooks/06_engine_ab.ipynb out.ipynb -p file m.gguf -p marker "model loaded" -y '
@@ -70,8 +76,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workbench ledger show ID": (RUN, ""),
     'workbench ledger verdict ID kept --note "…"': (RUN, ""),
     'workbench run FILE --strategy "pread evict=1" --cache asis --runs 5': (RUN, ""),
-    "workbench session FILE --turns T --tokens N --cache-mib M [--experts-per-token K] [--placement "
-    "inplace|bounce|aligned] [--boundary-release on|off] [--trace PATH] [--device host|cuda] [--json]": (USAGE, ""),
+    "workbench session MODEL": (HELP, ""),
+    "workbench ceilings": (RUN, ""),
+    "workbench ceilings --refresh": (RUN, ""),
+    "workbench ledger upgrade": (RUN, ""),
+    "workbench ledger export --campaign demo --figures DIR": (RUN, ""),
     "workbench synth F --format safetensors --dtype bf16 --size 1GiB": (RUN, ""),
 }
 
@@ -194,7 +203,7 @@ def _placeholders(ws: Path) -> dict[str, str]:
         attempt = led.attempts("demo")["id"].iloc[0]
     (dump,) = ws.glob("workbench-unrecorded-*.json")
     return {r"\bID\b": attempt, r"(?<= )FILE\b": "m.gguf", r"(?<= )F(?= )": "data/models/f.safetensors",
-            r"workbench-unrecorded-….json": dump.name}
+            r"workbench-unrecorded-….json": dump.name, r"(?<= )DIR\b": "figures-out"}
 
 
 def tiny(command: str, ws: Path) -> str:
@@ -202,6 +211,8 @@ def tiny(command: str, ws: Path) -> str:
     one), placeholders filled."""
     command = re.sub(r"--size \d+(?:\.\d+)?[KMGT]i?B", f"--size {TINY}", command)
     command = re.sub(r"(--runs|-p runs) \d+", rf"\1 {RUNS}", command)
+    if re.match(r"workbench ceilings\b", command) and "--size" not in command and "--refresh" not in command:
+        command += f" --size {TINY}"  # refreshed at the size recorded
     if re.match(r"workbench (run|compare) ", command) and "--runs" not in command:
         command += f" --runs {RUNS}"
     if " papermill " in f" {command.replace('/', ' ')}" and "-p runs" not in command:
