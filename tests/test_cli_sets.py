@@ -58,7 +58,10 @@ def test_a_directory_an_index_and_a_shard_are_one_model(env: Path, sharded_model
 def test_external_sets_the_cache_state_of_every_file(env: Path, sharded_model) -> None:
     index = sharded_model("safetensors", "dense", shards=3)
     model = os.path.dirname(index.files[0].path)
-    cmd = shlex.join([sys.executable, "-c", "print('loaded')"])
+    # an engine that reads every file of the set: the run carries the set's bytes only with that evidence
+    read_all = ("import os, sys; d = sys.argv[1]; [open(os.path.join(d, f), 'rb').read() for f in os.listdir(d)]; "
+                "print('loaded')")
+    cmd = shlex.join([sys.executable, "-c", read_all, model])
     out = _invoke("external", "--cmd", cmd, "--marker", "loaded", "--file", model, "--runs", "2", "--cache",
                   "cold", "--campaign", "ext")
     assert f"model: {model} (3 files" in out.stdout

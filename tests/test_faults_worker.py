@@ -80,13 +80,17 @@ def test_a_hung_worker_is_killed_at_the_timeout_and_says_where_it_hung(model, tm
     assert 6.0 <= run.wall_s < 60 and res.verdict == "failed" and row["error"] == run.error
 
 
-def test_the_cli_reports_a_crashed_run_loudly_and_exits_normally(model, tmp_path, isolated_cache):
+def test_the_cli_reports_a_crashed_run_loudly_and_exits_3(model, tmp_path, isolated_cache):
     ledger = tmp_path / "l.sqlite"
     with defaults.set_injected_fault('{"*": "segfault"}'), defaults.set_lock_dir(tmp_path / "locks"):
         result = CliRunner().invoke(main, ["run", model, "--strategy", "pread", "--runs", "1", "--cache", "asis",
                                            "--ledger", str(ledger)])
-    assert result.exit_code == 0, result.output  # a failed run is a result, not a crash of the command
-    assert "FAILED" in result.output and "SIGSEGV" in result.output
+    # a failed run is a result, not a crash of the command: the table and the ledger have it, and the
+    # exit status says a run failed (3: README, "Exit status"), with no traceback
+    assert result.exit_code == 3, result.output
+    assert "FAILED" in result.output and "SIGSEGV" in result.output and "Traceback" not in result.output
+    with Ledger(ledger, readonly=True) as led:
+        assert list(led.attempts()["verdict"]) == ["failed"]
 
 
 def test_unknown_fault_names_are_refused(model, monkeypatch):

@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "2MiB"  # what a README size becomes here
+TINY_MOE = "8MiB"  # a MoE model's (64 experts a layer need ~7 MiB)
 RUNS = "1"  # how many runs a measuring command makes here: what is checked is that it works as written
 
 RUN = "run"
@@ -209,7 +210,8 @@ def _placeholders(ws: Path) -> dict[str, str]:
 def tiny(command: str, ws: Path) -> str:
     """The command as it runs here: sizes and run counts cut (a measuring command that names none gets
     one), placeholders filled."""
-    command = re.sub(r"--size \d+(?:\.\d+)?[KMGT]i?B", f"--size {TINY}", command)
+    size = TINY_MOE if "--layout moe" in command else TINY
+    command = re.sub(r"--size \d+(?:\.\d+)?[KMGT]i?B", f"--size {size}", command)
     command = re.sub(r"(--runs|-p runs) \d+", rf"\1 {RUNS}", command)
     if re.match(r"workbench ceilings\b", command) and "--size" not in command and "--refresh" not in command:
         command += f" --size {TINY}"  # refreshed at the size recorded
