@@ -23,19 +23,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_session.sh OUT STEP [STEP ...]}
 shift
-mkdir -p "$out" /tmp/bench
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
-{ date -u; uname -a; nproc; free -g; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -V
-  python3 -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|safetensors|cuda|fastsafe|runai|instant|gguf) '
-} > "$out/machine.txt" 2>&1
-
 declare -A LIMIT=([tests]=230 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
                   [load-cold]=440 [expert-path]=330 [expert-path-cold]=300 [session-ab]=540 [session-pressure]=540
                   [sharded-warm]=340 [sharded-cold]=300)
@@ -52,6 +39,22 @@ echo "steps: $* — ${total} s of limits in all"
 if (( total > 1740 )); then  # 30 minutes of device time, less the machine's start
     echo "gpu_session.sh: ${total} s of limits is more than one lease holds (1,740 s): split the steps" >&2
 fi
+for s in "$@"; do  # an unknown step stops the script before it installs or runs anything
+    [[ -v "LIMIT[$s]" ]] || { echo "gpu_session.sh: unknown step '$s' (${!LIMIT[*]})" >&2; exit 2; }
+done
+mkdir -p "$out" /tmp/bench
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+else
+    export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1
+{ date -u; uname -a; nproc; free -g; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -V
+  python3 -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|safetensors|cuda|fastsafe|runai|instant|gguf) '
+} > "$out/machine.txt" 2>&1
+
 
 step() {  # name, limit in seconds, command...
     local name=$1 limit=$2 t0

@@ -134,11 +134,12 @@ def test_reads_by_children_count_reaped_or_running(env: Path) -> None:
     # a child that read and exited (reaped by its shell before the marker), and one still running
     reaped = f"sh -c {shlex.quote(reader + '; echo loaded; sleep 30')}"
     running = f"sh -c {shlex.quote(_py(READ.format(path=path) + chr(10) + 'import time; time.sleep(30)') + ' & sleep 30')}"
-    for cmd in (reaped, running):
+    for cmd, seen in ((reaped, 1), (running, 2)):
         out = time_external(cmd, "loaded", timeout_s=30, nbytes=1, model=_model(env))
         evidence = out.report.external.evidence
         assert out.error is None and evidence.ok and "read calls returned" in evidence.basis, (cmd, evidence)
-        assert evidence.processes >= 2
+        # the reaped reader may live between two 0.1 s samples: its reads count through its shell
+        assert evidence.processes >= seen
 
 
 def test_exit_status_after_the_marker(env: Path) -> None:

@@ -152,3 +152,22 @@ def test_identifying_a_build_that_blocks_is_cut_by_the_timeout(tmp_path, monkeyp
     error = returns_within(20, lambda: check_command(EngineCommand("python3 engine.py", "ready"), 2))
     assert isinstance(error, ParamError) and "timed out after 2 s identifying" in str(error), error
     assert time.perf_counter() - t0 < 10
+
+
+# -- second adversarial pass (issue 19 "Done when") --------------------------------------------------------
+
+def test_a_shebang_chain_through_a_wrapper_script_is_refused_not_hashed_as_the_interpreter(tmp_path):
+    """``#!/x/run-python`` where run-python is itself a ``#!/bin/sh`` script that execs the interpreter:
+    the interpreter that runs is in no #! line, so hashing the wrapper and the script would keep the
+    hash whatever interpreter it became."""
+    wrapper = tmp_path / "run-python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{os.path.realpath(sys.executable)}" "$@"\n')
+    wrapper.chmod(0o755)
+    engine = tmp_path / "engine.py"
+    engine.write_text(f"#!{wrapper}\nprint('engine ready')\n")
+    engine.chmod(0o755)
+    with pytest.raises(ParamError, match="names a script, not an interpreter") as info:
+        build_files(EngineCommand(str(engine), "engine ready"))
+    assert "--binary" in str(info.value) and "\n" not in str(info.value)
+    assert build_files(EngineCommand(str(engine), "engine ready", binary=sys.executable)) == \
+        [("given", os.path.realpath(sys.executable))]

@@ -206,3 +206,77 @@ def test_a_killed_merge_leaves_no_copy_of_the_other_ledger(tmp_path, local):
     beside = sorted(p.name for p in tmp_path.iterdir())
     assert beside == ["local.sqlite", "local.sqlite-shm", "local.sqlite-wal", "other.sqlite", "tmp"] or \
         beside == ["local.sqlite", "other.sqlite", "tmp"], beside
+
+
+# -- second adversarial pass (issue 19 "Done when") --------------------------------------------------------
+
+def _yesterday() -> datetime:
+    return datetime.now(timezone.utc) - timedelta(days=1)
+
+
+@pytest.mark.parametrize("form", [
+    lambda t: t.strftime("%Y%m%dT%H%M%S"),  # ISO 8601 basic form: a digit sorts after the '-' of every local time
+    lambda t: "%04d-W%02d-%d" % t.isocalendar(),  # an ISO week date (Python reads it): 'W' sorts after every month
+    lambda t: t.astimezone(timezone(timedelta(hours=14))).isoformat(timespec="microseconds"),  # ahead as text
+    lambda t: t.strftime("%Y-%m-%d %H:%M:%S"),  # a space for the T
+], ids=["basic", "week", "offset", "space"])
+def test_a_time_not_in_the_workbenchs_own_form_is_refused(tmp_path, local, form):
+    """Rows are ordered by their time's text; a time Python reads as the past but that sorts after every
+    local row would outrank them (the heat map's latest cell, the table's latest attempt) for good."""
+    path, _ = local
+    other = tmp_path / "other.sqlite"
+    fill_ledger(other, host="rig-b")
+    when = form(_yesterday())
+    sql(other, ("UPDATE attempts SET created = ?", (when,)))
+    assert datetime.fromisoformat(when).astimezone(timezone.utc) < datetime.now(timezone.utc)  # the past
+    before = path.read_bytes()
+    with Ledger(path) as led, pytest.raises(LedgerError, match="as this workbench writes it") as info:
+        led.merge(other)
+    assert "nothing merged" in str(info.value) and path.read_bytes() == before
+
+
+def test_a_merged_attempt_in_the_workbenchs_form_sorts_by_its_instant(tmp_path, local):
+    path, _ = local
+    other = tmp_path / "other.sqlite"
+    fill_ledger(other, host="rig-b")
+    sql(other, ("UPDATE attempts SET created = ?", (at(-86400),)))  # yesterday, written as the workbench does
+    with Ledger(path) as led:
+        led.merge(other)
+        hosts = list(led.attempts()["host"])
+    assert hosts == ["rig-b"] * 3 + ["rig-a"] * 3  # yesterday's come first
+
+
+def test_this_machines_own_name_is_refused_whatever_workbench_host_says_at_the_merge(tmp_path, local):
+    """Merged while ``WORKBENCH_HOST`` names a rig, a ceiling under this machine's own hostname +
+    machine-id — what it records under once the variable is unset — would bound every later result here."""
+    from workbench.defaults import set_host
+    from workbench.measure.bounds import host_ceilings
+
+    path, _ = local
+    with set_host(None):
+        own_name = host_id()
+    other = tmp_path / "other.sqlite"
+    fill_ledger(other, host="rig-b")
+    with Ledger(other) as led:
+        led.record_ceiling("disk_cold_1t", 99.0, {"fake": True}, host=own_name)
+    with set_host("rig-a"), Ledger(path) as led:
+        counts = led.merge(other)
+    assert (counts["ceilings"], counts["skipped_ceilings"]) == (0, 1)
+    with set_host(None), Ledger(path) as led:
+        assert "disk_cold_1t" not in host_ceilings(led)
+
+
+@pytest.mark.parametrize("spelling", [str.upper, lambda h: f" {h} "], ids=["case", "spaces"])
+def test_this_machines_name_in_another_spelling_is_refused(tmp_path, local, spelling):
+    from ledger_helpers import record_attempt
+
+    path, _ = local
+    other = tmp_path / "other.sqlite"
+    fill_ledger(other, host="rig-b")
+    with Ledger(other) as led:  # shown as this machine in every table: a measurement "made here"
+        forged, _ = record_attempt(led, "mmap", [0.01, 0.01, 0.01], host=spelling(host_id()))
+        led.record_ceiling("disk_cold_1t", 99.0, {}, host=spelling(host_id()))
+    with Ledger(path) as led:
+        counts = led.merge(other)
+        assert (counts["skipped_attempts"], counts["skipped_ceilings"]) == (1, 1)
+        assert forged not in set(led.attempts()["id"])

@@ -145,7 +145,7 @@ def test_wrong_schema(target, source, statements, match):
     ("UPDATE runs SET cache_state = 'lukewarm'", "runs.cache_state is not one of cold, warm, asis"),
     ("UPDATE runs SET verified = 7", "runs.verified is outside [0, 1]"),
     ("UPDATE runs SET bytes = 1.5", "runs.bytes is float, not an integer"),
-    ("UPDATE attempts SET created = 'yesterday'", "attempts.created is not an ISO 8601 time"),
+    ("UPDATE attempts SET created = 'yesterday'", "attempts.created is not a UTC time as this workbench writes it"),
     ("UPDATE campaigns SET name = ''", "campaigns.name is not a usable campaign name: a campaign needs a non-empty name"),
     ("UPDATE attempts SET speedup = 0 WHERE speedup IS NOT NULL", "attempts.speedup is outside"),
     ("UPDATE ceilings SET gbps = -3", "ceilings.gbps is outside"),

@@ -148,3 +148,58 @@ def test_a_measurement_with_an_unsafe_lock_is_one_line_and_records_nothing(tmp_p
 
         with Ledger(ledger) as led:
             assert led.attempts().empty
+
+
+# -- second adversarial pass (issue 19 "Done when"): the directories above the lock directory -------------
+
+def test_a_lock_directory_below_a_world_writable_unsticky_parent_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # anyone may rename 'locks' away and put a link to /etc in its place
+    (shared / "locks").mkdir()
+    os.chmod(shared / "locks", 0o1777)
+    text = refused(DeviceLock("host", shared / "locks"), "not sticky")
+    assert f"{shared} (above it)" in text
+    assert os.listdir(shared / "locks") == []
+
+
+def test_a_lock_directory_reached_through_a_parent_link_of_someone_else_is_refused(tmp_path, lock_dir):
+    os.symlink(lock_dir.parent, tmp_path / "evil")
+    os.lchown(tmp_path / "evil", NOBODY, NOBODY)  # the link's owner could point it anywhere later
+    with pytest.raises(LockError, match="symbolic link owned by uid 65534"):
+        DeviceLock("host", tmp_path / "evil" / "locks").acquire()
+    assert os.listdir(lock_dir) == []
+
+
+def test_a_lock_directory_swapped_for_a_link_while_it_is_made_never_changes_the_links_target(tmp_path,
+                                                                                            monkeypatch):
+    """The attacker's move between mkdir and chmod (a parent they may write into): the new directory
+    renamed away and a link to a root directory put in its place. Its target must keep its mode."""
+    victim = tmp_path / "etc"
+    victim.mkdir(mode=0o755)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    real_mkdir = os.mkdir
+
+    def mkdir_then_swap(path, mode=0o777, *, dir_fd=None):
+        real_mkdir(path, mode, dir_fd=dir_fd)
+        if os.fspath(path).endswith("locks"):
+            full = shared / "locks"
+            os.rename(full, shared / "moved")
+            os.symlink(victim, full)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_swap)
+    with pytest.raises(LockError):
+        DeviceLock("host", shared / "locks").acquire()
+    assert stat.S_IMODE(os.stat(victim).st_mode) == 0o755 and os.listdir(victim) == []
+
+
+def test_a_lock_directory_under_sticky_world_writable_parents_and_own_links_still_works(tmp_path):
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)  # like /tmp
+    os.symlink(sticky, tmp_path / "mine")  # this user's own link on the way
+    with DeviceLock("host", tmp_path / "mine" / "a" / "locks"):
+        pass
+    assert stat.S_IMODE(os.stat(sticky / "a" / "locks").st_mode) == 0o1777

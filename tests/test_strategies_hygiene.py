@@ -183,7 +183,8 @@ def take_snapshot(device: Device, model: Any) -> Snapshot:
         except OSError:  # the descriptor listdir itself used, closed since
             pass
     inner = getattr(device, "inner", device)
-    free = inner.memory_free() if hasattr(inner, "memory_free") else None  # the set cases run on host
+    # a real GPU only (the fake runtimes have no cudaMemGetInfo); the set cases run on host even then
+    free = inner.memory_free() if DEVICE == "cuda" and hasattr(inner, "memory_free") else None
     return Snapshot(tuple(sorted(t.name for t in threading.enumerate())), len(os.listdir("/proc/self/task")),
                     fds, tuple(file_maps), anon, _rss_anon() - heap, device.usage(), free)
 
@@ -234,14 +235,18 @@ def settled_snapshot(device: Device, model: Any, before: Snapshot | None = None)
     ends, a moment before its kernel task exits): the task count no longer falls (and, given
     ``before``, is down to its count), or 2 s have passed."""
     deadline = time.monotonic() + 2.0
-    snap = take_snapshot(device, model)
-    while time.monotonic() < deadline:
+    tasks = _tasks()
+    while time.monotonic() < deadline:  # only the task count is polled: a full snapshot costs ~50 ms
         time.sleep(0.005)
-        again = take_snapshot(device, model)
-        if again.tasks == snap.tasks and (before is None or again.tasks <= before.tasks):
-            return again
-        snap = again
-    return snap
+        again = _tasks()
+        if again == tasks and (before is None or again <= before.tasks):
+            break
+        tasks = again
+    return take_snapshot(device, model)
+
+
+def _tasks() -> int:
+    return len(os.listdir("/proc/self/task"))
 
 
 def check_clean(before: Snapshot, after: Snapshot, what: str) -> None:

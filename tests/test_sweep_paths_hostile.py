@@ -118,3 +118,43 @@ def test_a_campaign_name_that_is_no_directory_name_is_refused(tmp_path, data, ca
     with pytest.raises(LedgerError):
         report_dir(campaign)
     assert not (data / "runs").exists()
+
+
+# -- second adversarial pass (issue 19 "Done when"): the YAML itself --------------------------------------
+
+def _laughs(levels: int = 9) -> str:
+    """A list that YAML's aliases expand to 10**levels strings (each level ten aliases of the one below)."""
+    inner = "&l0 [" + ", ".join(["models/m.gguf"] * 10) + "]"
+    for i in range(1, levels + 1):
+        inner = f"&l{i} [{inner}, " + ", ".join([f"*l{i - 1}"] * 9) + "]"
+    return inner
+
+
+@pytest.mark.parametrize("binaries", [_laughs(), "&me [models/m.gguf, *me]"], ids=["alias bomb", "alias of itself"])
+def test_a_sweep_whose_aliases_expand_without_bound_is_refused_at_once(tmp_path, data, binaries):
+    import time
+
+    path = tmp_path / "s.yaml"
+    path.write_text(f"notebook: 06_engine_ab\ncampaign: c\nparameters:\n  binaries: {binaries}\n")
+    start = time.monotonic()
+    refused(path, "values once its YAML aliases are expanded")
+    assert time.monotonic() - start < 20  # both the load and the CLI's dry run
+
+
+@pytest.mark.parametrize("text, key", [
+    ("notebook: 01_load_sweep\ncampaign: c\nparameters:\n  1: x\n", "1"),
+    ("notebook: 01_load_sweep\ncampaign: c\ngrid:\n  2026-12-02: [1]\n", "datetime.date(2026, 12, 2)"),
+    ("notebook: 01_load_sweep\ncampaign: c\nnull: 3\n", "None"),
+    ("notebook: 01_load_sweep\ncampaign: c\nparameters:\n  true: x\n", "True"),
+])
+def test_a_key_that_is_not_a_name_is_one_line(tmp_path, data, text, key):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    refused(path, f"key {key} of", "is not a name")
+
+
+def test_aliases_that_share_values_are_still_fine(tmp_path, data):
+    path = tmp_path / "s.yaml"
+    path.write_text("notebook: 01_load_sweep\ncampaign: c\nparameters:\n  strategies: &s [pread, mmap]\n"
+                    "  params: {warmer: {threads: 2}}\ngrid:\n  caches: [[cold], [warm]]\n")
+    assert load_sweep(path).parameters["strategies"] == ["pread", "mmap"]

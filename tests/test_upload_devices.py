@@ -7,6 +7,7 @@ that moves real bytes and records every call in cuda-python's or hip-python's ca
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import enum
 import mmap
@@ -110,10 +111,12 @@ class FakeRuntime:
     def _new(self, table: dict[int, Any], size: int) -> Any:
         block = ctypes.create_string_buffer(size)
         table[ctypes.addressof(block)] = block
+        self.__dict__.pop("_device_bases", None)  # the sorted bases _on_device searches, made anew
         addr = ctypes.addressof(block)
         return FakePointer(addr) if self.prefix == "hip" else addr
 
     def _drop(self, table: dict[int, Any], ptr: Any) -> tuple:
+        self.__dict__.pop("_device_bases", None)
         return self._ok() if table.pop(int(ptr), None) is not None else (self._err("ErrorInvalidValue"),)
 
     def _Malloc(self, size: int) -> tuple:
@@ -140,8 +143,17 @@ class FakeRuntime:
         return any(base < addr + size and addr < base + len(self.host_mem[base]) for base in self.write_combined)
 
     def _on_device(self, addr: int, size: int) -> bool:
-        blocks = self.device_mem.items()
-        return any(base <= addr and addr + size <= base + len(block) for base, block in blocks)
+        """Inside one device allocation: the one with the greatest base at or below ``addr`` (allocations
+        never overlap), found by bisection — a load makes thousands of copies into hundreds of blocks."""
+        bases = self.__dict__.get("_device_bases")
+        if bases is None or len(bases) != len(self.device_mem):  # an owner may pop its block itself
+            bases = self.__dict__["_device_bases"] = sorted(self.device_mem)
+        i = bisect.bisect_right(bases, addr) - 1
+        block = self.device_mem.get(bases[i]) if i >= 0 else None
+        if i >= 0 and block is None:  # popped and the count made up since: search again from scratch
+            self.__dict__.pop("_device_bases")
+            return self._on_device(addr, size)
+        return block is not None and addr + size <= bases[i] + len(block)
 
     def _Memcpy(self, dst: int, src: int, size: int, kind: Any) -> tuple:
         kinds = getattr(self, f"{self.prefix}MemcpyKind")

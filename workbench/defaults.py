@@ -137,9 +137,12 @@ def host_id() -> str:
     """This machine's name in the ledger: ``$WORKBENCH_HOST`` (name your test rigs), else the hostname
     plus the first 8 hex digits of /etc/machine-id — VMs and containers often share a hostname ("vm",
     "localhost"), and ceilings and merged ledgers must not mix two machines under one name."""
-    named = _env(HOST)
-    if named:
-        return named
+    return _env(HOST) or machine_host_id()
+
+
+def machine_host_id() -> str:
+    """This machine's own name, whatever ``$WORKBENCH_HOST`` says: the hostname plus the first 8 hex
+    digits of /etc/machine-id (what :func:`host_id` is when the variable is unset)."""
     try:
         with open("/etc/machine-id", encoding="ascii") as f:
             machine = f.read().strip()[:8]

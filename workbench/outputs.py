@@ -1,7 +1,7 @@
 """Writing an output file: never onto the command's own input, never over a ledger or a model nobody
 asked to replace, and never half-written or through someone else's link.
 
-A command that writes a file (``synth``, ``ledger export``, a report) passes its output path through
+A command that writes a file (``synth``, ``ledger export`` and its figures, a report) passes its output path through
 :func:`refuse_overwrite`: a path that is one of its inputs (the ledger it reads, that ledger's ``-wal``
 and ``-shm``; compared by inode, so a hard or symbolic link is caught) is refused always, and an
 existing SQLite database or model file (GGUF, safetensors) is refused unless ``force``. The bytes go to
@@ -31,7 +31,8 @@ def ledger_files(path: str | os.PathLike[str]) -> list[Path]:
 
 def describe_existing(path: str | os.PathLike[str]) -> str | None:
     """What an existing file at ``path`` is when it must not be replaced lightly ('an SQLite database',
-    'a GGUF model', 'a safetensors model'), else None (missing, or any other file)."""
+    'a GGUF model', 'a safetensors model', a set's safetensors index), else None (missing, or any other
+    file)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -40,9 +41,11 @@ def describe_existing(path: str | os.PathLike[str]) -> str | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        head, size = os.pread(fd, 16, 0), st.st_size
+        head, size = os.pread(fd, 4096, 0), st.st_size
     finally:
         os.close(fd)
+    if _is_index(os.fspath(path), head):
+        return "a safetensors index (a model set)"
     if head.startswith(b"SQLite format 3\0"):
         return SQLITE
     if head.startswith(b"GGUF"):
@@ -50,6 +53,12 @@ def describe_existing(path: str | os.PathLike[str]) -> str | None:
     if len(head) >= 9 and head[8:9] == b"{" and 0 < struct.unpack("<Q", head[:8])[0] <= size - 8:
         return "a safetensors model"
     return None
+
+
+def _is_index(name: str, head: bytes) -> bool:
+    """A safetensors set's ``*.safetensors.index.json``: replacing it re-points the set at other shards."""
+    text = head.lstrip()
+    return text.startswith(b"{") and (name.endswith(".safetensors.index.json") or b'"weight_map"' in text)
 
 
 def refuse_overwrite(path: str | os.PathLike[str], *, inputs: Iterable[str | os.PathLike[str]] = (),
@@ -65,6 +74,16 @@ def refuse_overwrite(path: str | os.PathLike[str], *, inputs: Iterable[str | os.
     if kind is not None and not force:
         raise OutputError(target, f"already exists and is {kind}; refusing to write over it (pass --force to "
                                   "replace it, or name another output file)")
+    return target
+
+
+def claim_output(path: str | os.PathLike[str], *, inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """``path`` made ready for a writer that opens it by name (papermill's output notebook): refused as
+    :func:`refuse_overwrite` refuses (never ``force``d), and a symbolic link there removed, so the writer
+    makes a new file instead of writing through the link."""
+    target = refuse_overwrite(path, inputs=inputs)
+    if os.path.islink(target):
+        os.unlink(target)
     return target
 
 
@@ -86,12 +105,19 @@ def write_text(path: str | os.PathLike[str], text: str, *, inputs: Iterable[str 
                force: bool = False) -> Path:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename, after
     :func:`refuse_overwrite`; returns the path."""
+    return write_bytes(path, text.encode("utf-8"), inputs=inputs, force=force)
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes, *, inputs: Iterable[str | os.PathLike[str]] = (),
+                force: bool = False) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and a rename, after :func:`refuse_overwrite`
+    (a figure, a page: every file a command writes goes this way); returns the path."""
     target = refuse_overwrite(path, inputs=inputs, force=force)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = partial_path(target)
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, target)
     finally:
         if os.path.lexists(tmp):

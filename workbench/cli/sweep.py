@@ -21,6 +21,7 @@ from workbench.cli.sweep_spec import (  # noqa: F401 - the sweep API, read from 
     _SLUG_BAD, Sweep, SweepPoint, describe_point, expand_grid, find_notebook, load_sweep, notebooks_dir,
 )
 from workbench.errors import SweepError, WorkbenchError
+from workbench.outputs import claim_output, ledger_files, write_text
 from workbench.records import campaign_name_problem
 
 KERNEL_NAME = "python3"  # ipykernel's own kernel; present wherever the project's deps are installed
@@ -76,9 +77,8 @@ def _stamp_completed(output: Path, point: SweepPoint, seconds: float, ledger_id:
     nb = json.loads(output.read_text())
     nb.setdefault("metadata", {})["workbench"] = {
         "completed": True, "sweep_point": point.name, "seconds": round(seconds, 3), "ledger_id": ledger_id}
-    tmp = output.with_suffix(".ipynb.tmp")
-    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-    os.replace(tmp, output)  # atomic: a notebook is either stamped whole or not at all
+    # atomic: a notebook is either stamped whole or not at all (a new file, never a link planted at a fixed name)
+    write_text(output, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def default_out_dir(campaign: str) -> Path:
@@ -127,6 +127,8 @@ def run_sweep(
         if on_point:
             on_point(skipped)
     todo = [p for p in points if p.index not in outcomes]
+    for point in todo:  # no notebook lands on the ledger, nor goes through a link planted in out
+        claim_output(point.output(out), inputs=ledger_files(ledger))
     defaults = notebook_defaults(sweep.notebook)
     bar = tqdm(total=len(points), initial=len(outcomes), desc=f"sweep {sweep.campaign}", unit="point",
                disable=not progress, dynamic_ncols=True)

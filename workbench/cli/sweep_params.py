@@ -28,6 +28,30 @@ _SCALARS: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float"
                                          "list": (list, tuple), "dict": (dict,)}
 
 
+MAX_VALUES = 100_000  # values a sweep file may hold, its aliases expanded (a grid of every strategy: a few hundred)
+
+
+def check_document(sweep_path: Path, doc: Mapping[Any, Any]) -> None:
+    """Refuse, in one line, a sweep document no sweep needs: more than :data:`MAX_VALUES` values once
+    YAML's aliases are expanded (nine nested aliases of ten make 10⁹: every later step walks them all, and
+    an alias of its own list makes one without end), or a key that is not a string where names go."""
+    seen, todo = 0, [doc]
+    while todo:
+        node = todo.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise SweepError(sweep_path, f"more than {MAX_VALUES:,} values once its YAML aliases are expanded "
+                                         "(an alias bomb, or an alias of its own list?)")
+        if isinstance(node, dict):
+            todo.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            todo.extend(node)
+    for where, mapping in (("the file", doc), ("'parameters'", doc.get("parameters")), ("'grid'", doc.get("grid"))):
+        bad = [k for k in mapping or {} if not isinstance(k, str)] if isinstance(mapping, dict) else []
+        if bad:
+            raise SweepError(sweep_path, f"key {bad[0]!r} of {where} is not a name (quote it?)")
+
+
 @dataclass(frozen=True)
 class ParamType:
     """What a notebook parameter takes: ``kind`` (bool, int, float, str, list, dict, or any) and, for a

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from workbench.cli.sweep_params import path_parameters, resolve_paths
+from workbench.cli.sweep_params import check_document, path_parameters, resolve_paths
 from workbench.errors import SweepError
 from workbench.records import campaign_name_problem
 
@@ -79,6 +79,7 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
         raise SweepError(path, f"not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(doc, dict):
         raise SweepError(path, "a sweep file is a mapping with notebook, campaign, parameters and grid")
+    check_document(path, doc)  # aliases expanded within bounds, keys that are names
     unknown = sorted(set(doc) - SWEEP_KEYS)
     if unknown:
         raise SweepError(path, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(SWEEP_KEYS))}")

@@ -4,14 +4,20 @@ This workbench never writes a 30 MB hypothesis or a run dated next year, so a me
 either: each text column has a size bound (in bytes, checked in SQL before any value is loaded), and no
 time may lie later than now plus :data:`MAX_CLOCK_SKEW_S` (another machine's clock may run a little
 ahead; a row dated further ahead would sort after, and outrank, everything recorded here until then).
+A time must also be written as this workbench writes one (UTC, ``2026-12-02T03:40:00.123456+00:00``):
+the ledger orders rows by the text, so a time in another ISO 8601 form that Python still reads —
+``20261201T000000`` (basic), ``2026-W48-1`` (week date), ``…T17:00:00+14:00`` (another offset) — would
+sort after everything recorded here while its instant lies in the past.
 """
 from __future__ import annotations
 
+import re
 import sqlite3
 from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
 KiB = 1 << 10
+TIME_FORM = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}\+00:00")  # schema.now()'s, sortable as text
 MAX_CLOCK_SKEW_S = 300.0
 NAME = 256  # ids, hosts, strategies, verdicts, hashes, cache labels' short forms
 PATH = 4 * KiB  # PATH_MAX
@@ -51,3 +57,15 @@ def future_problem(value: datetime) -> str | None:
     if when > latest:
         return f"is in the future (more than {MAX_CLOCK_SKEW_S:g} s after now)"
     return None
+
+
+def time_problem(value: object) -> str | None:
+    """Why a merged time is refused (not this workbench's form, unreadable, too far in the future), or None."""
+    if not isinstance(value, str) or not TIME_FORM.fullmatch(value):
+        return ("is not a UTC time as this workbench writes it (YYYY-MM-DDTHH:MM:SS.ffffff+00:00; rows are "
+                "ordered by this text)")
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return "is not a valid time"
+    return future_problem(when)

@@ -8,7 +8,8 @@ rewrites a row this ledger already holds:
   row could add a fake run to a local attempt, or outrank a local verdict with a later date);
 - an attempt this ledger holds stays exactly as it is, even ``running`` here and finished there
   (``attempts_running_here``: merge that later state into a ledger that does not hold the attempt yet);
-- nothing it says about this machine is taken: no attempt recorded under this machine's host name
+- nothing it says about this machine is taken: no attempt recorded under any name this machine goes by
+  (``$WORKBENCH_HOST`` and its own hostname + machine-id; in any case, with spaces around)
   (``skipped_attempts``: it would pass for a local measurement, and as the latest of its configuration
   outrank the local one in the PR table) and no ceiling of it (it would bound every later result). Two
   ledgers of one machine merge when each names its rig (``WORKBENCH_HOST``);
@@ -26,7 +27,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterable
 
-from workbench.defaults import host_id
+from workbench.defaults import host_id, machine_host_id
 from workbench.errors import LedgerError
 from workbench.ledger.schema import COLUMNS, table_columns, transaction
 from workbench.ledger.validate import check_ledger, snapshot_ledger
@@ -55,9 +56,9 @@ def _copy_rows(conn: sqlite3.Connection, other: sqlite3.Connection) -> dict[str,
     campaign_ids, counts = _campaigns(conn, other)
     ours = {r[0] for r in conn.execute("SELECT id FROM attempts")}
     theirs = _rows(other, "attempts", _shared(conn, other, "attempts"))
-    here = host_id()
-    new = [a for a in theirs if a["id"] not in ours and a["host"] != here]
-    counts["skipped_attempts"] = sum(a["id"] not in ours and a["host"] == here for a in theirs)
+    here = this_machine()
+    new = [a for a in theirs if a["id"] not in ours and _name(a["host"]) not in here]
+    counts["skipped_attempts"] = sum(a["id"] not in ours and _name(a["host"]) in here for a in theirs)
     for attempt in new:
         attempt["campaign_id"] = campaign_ids[attempt["campaign_id"]]
     counts["attempts"] = _insert(conn, "attempts", new)
@@ -72,9 +73,20 @@ def _copy_rows(conn: sqlite3.Connection, other: sqlite3.Connection) -> dict[str,
         # new rows for an attempt held here would attach to it: not taken (a row held already is no news)
         counts[f"skipped_{table}"] = sum(r["attempt_id"] in ours and r["id"] not in held for r in rows)
     ceilings = _rows(other, "ceilings", _shared(conn, other, "ceilings"))
-    counts["ceilings"] = _insert(conn, "ceilings", [c for c in ceilings if c["host"] != here])
-    counts["skipped_ceilings"] = sum(c["host"] == here for c in ceilings)
+    counts["ceilings"] = _insert(conn, "ceilings", [c for c in ceilings if _name(c["host"]) not in here])
+    counts["skipped_ceilings"] = sum(_name(c["host"]) in here for c in ceilings)
     return counts
+
+
+def this_machine() -> set[str]:
+    """Every name this machine goes by (``$WORKBENCH_HOST`` and its own hostname + machine-id, which it
+    records under when the variable is unset), as :func:`_name` compares them."""
+    return {_name(host_id()), _name(machine_host_id())}
+
+
+def _name(host: str) -> str:
+    """A host name as compared: case and surrounding spaces do not make another machine on screen."""
+    return str(host).strip().casefold()
 
 
 def _campaigns(conn: sqlite3.Connection, other: sqlite3.Connection) -> tuple[dict[str, str], dict[str, int]]:

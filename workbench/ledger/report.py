@@ -94,23 +94,24 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
         lists every attempt either way).
     """
     from workbench.ledger import export_csv, markdown_table
-    from workbench.ledger.static import render_static, write_static
+    from workbench.ledger.static import render_static, static_paths, write_static
 
     attempts, runs, ceilings = campaign_frames(ledger, campaign)
     directory = report_dir(campaign, out_dir)
     directory.mkdir(parents=True, exist_ok=True)
     sources = ledger_files(ledger.path)  # a report never lands on the ledger it reads
-    for name in ("report.md", "report.html"):  # refused before any file is written
-        refuse_overwrite(directory / name, inputs=sources)
+    figures = all_figures(ledger, campaign, (attempts, runs, ceilings))
+    static = render_static(figures, scale=2.0)
+    for path in [directory / "report.md", directory / "report.html",
+                 *static_paths(static, directory / FIGURES_DIR)]:  # refused before any file is written
+        refuse_overwrite(path, inputs=sources)
     csvs = export_csv(ledger, directory, campaign=campaign)
     table = markdown_table(ledger, campaign, all_attempts)
     note = few_runs_note(attempts)
     if note:
         table = f"{note}\n\n{table}"
     history = history_lines(attempts)
-    figures = all_figures(ledger, campaign, (attempts, runs, ceilings))
-    static = render_static(figures, scale=2.0)
-    images = write_static(static, directory / FIGURES_DIR)
+    images = write_static(static, directory / FIGURES_DIR, inputs=sources)
     md = write_text(directory / "report.md", _markdown(campaign, table, history, figures, static.images,
                                                       static.unavailable), inputs=sources)
     page = write_text(directory / "report.html", _html(campaign, table, history, figures), inputs=sources)
@@ -136,17 +137,25 @@ class FigureFiles:
     note: str = ""
 
 
-def write_figures(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str]) -> FigureFiles:
+def write_figures(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str], *,
+                  force: bool = False) -> FigureFiles:
     """The campaign's figures in ``out_dir``: ``<key>.png`` and ``<key>.svg`` each, and all of them
-    interactive in ``figures.html`` (written even where no browser can draw the images)."""
-    from workbench.ledger.static import render_static, write_interactive, write_static
+    interactive in ``figures.html`` (written even where no browser can draw the images). None of them
+    lands on the ledger read (or an existing ledger or model without ``force``): every path is checked
+    before any is written."""
+    from workbench.ledger.static import render_static, static_paths, write_interactive, write_static
 
     figures = all_figures(ledger, campaign)
     directory = Path(out_dir)
+    sources = ledger_files(ledger.path)
+    refuse_overwrite(directory / "figures.html", inputs=sources, force=force)
     directory.mkdir(parents=True, exist_ok=True)
     static = render_static(figures, scale=2.0)
-    images = write_static(static, directory)
-    page = write_interactive(figures, directory / "figures.html", f"workbench figures: {campaign}")
+    for path in static_paths(static, directory):
+        refuse_overwrite(path, inputs=sources, force=force)
+    images = write_static(static, directory, inputs=sources, force=force)
+    page = write_interactive(figures, directory / "figures.html", f"workbench figures: {campaign}",
+                             inputs=sources, force=force)
     return FigureFiles(tuple(images), page, static.unavailable)
 
 

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from workbench import defaults
 
@@ -108,31 +108,41 @@ async def _draw(figures: dict[str, go.Figure], browser: str, scale: float) -> di
     return out
 
 
-def write_static(images: StaticImages, directory: str | Path) -> list[Path]:
-    """``<key>.png`` and ``<key>.svg`` of every drawn figure in ``directory``; returns the paths."""
+def static_paths(images: StaticImages, directory: str | Path) -> list[Path]:
+    """The files :func:`write_static` writes for ``images`` in ``directory``."""
+    return [Path(directory) / f"{key}.{kind}" for key in images.images for kind in ("png", "svg")]
+
+
+def write_static(images: StaticImages, directory: str | Path, *, inputs: Iterable[str | os.PathLike[str]] = (),
+                 force: bool = False) -> list[Path]:
+    """``<key>.png`` and ``<key>.svg`` of every drawn figure in ``directory``, each written as
+    :func:`workbench.outputs.write_bytes` writes (never over ``inputs``, nor through a link planted
+    there); returns the paths."""
+    from workbench.outputs import write_bytes
+
     target = Path(directory)
     if images.images:  # no empty figures/ beside a report that has none
         target.mkdir(parents=True, exist_ok=True)
     written = []
     for key, image in images.images.items():
-        png, svg = target / f"{key}.png", target / f"{key}.svg"
-        png.write_bytes(image.png)
-        svg.write_text(image.svg, encoding="utf-8")
-        written += [png, svg]
+        written.append(write_bytes(target / f"{key}.png", image.png, inputs=inputs, force=force))
+        written.append(write_bytes(target / f"{key}.svg", image.svg.encode("utf-8"), inputs=inputs, force=force))
     return written
 
 
-def write_interactive(figures: Mapping[str, go.Figure], path: str | Path, title: str) -> Path:
-    """Every figure in one HTML page, plotly.js inline once (opens offline)."""
+def write_interactive(figures: Mapping[str, go.Figure], path: str | Path, title: str, *,
+                      inputs: Iterable[str | os.PathLike[str]] = (), force: bool = False) -> Path:
+    """Every figure in one HTML page, plotly.js inline once (opens offline), written as
+    :func:`workbench.outputs.write_text` writes."""
     import html
+
+    from workbench.outputs import write_text
 
     parts = [fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{key}")
              for i, (key, fig) in enumerate(figures.items())]
     page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>'
             f"<body>{''.join(parts)}</body></html>\n")
-    out = Path(path)
-    out.write_text(page, encoding="utf-8")
-    return out
+    return write_text(path, page, inputs=inputs, force=force)
 
 
 def mime_bundle(fig: go.Figure, image: StaticImage | None) -> dict[str, Any]:

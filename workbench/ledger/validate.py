@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from workbench.errors import LedgerError
-from workbench.ledger.limits import future_problem, oversized
+from workbench.ledger.limits import oversized, time_problem
 from workbench.ledger.schema import ATTEMPT_KINDS, SCHEMA_VERSION, columns_at
 from workbench.records import AUTO_VERDICTS, CACHE_STATES, VERDICTS, campaign_name_problem
 
@@ -157,11 +156,7 @@ def _time(null: bool = False) -> Rule:
     def rule(v: Any) -> str | None:
         if v is None:
             return None if null else "is NULL"
-        try:
-            when = datetime.fromisoformat(v)
-        except (TypeError, ValueError):
-            return "is not an ISO 8601 time"
-        return future_problem(when)
+        return time_problem(v)
     return rule
 
 

@@ -8,6 +8,8 @@
   python3`` that finds such a shim): the shim runs some other program, so the real interpreter is asked
   for its own path (``sys.executable``, ``process.execPath``, ``$^X``) and hashed with the shim and the
   script — the shim alone would keep its hash whatever the script became;
+- a ``#!`` line naming a script that is not named like an interpreter (a chain of ``#!`` scripts): what
+  the chain runs in the end cannot be told, so it is refused in one line — ``--binary`` names the file;
 - anything else (``python -m pkg``, code after ``-c``): ``--binary FILE`` names the file that does.
 
 Every file is opened without blocking and must be a regular file (a FIFO or a device named as the
@@ -175,6 +177,9 @@ def _interpreter(words: list[str]) -> list[tuple[str, str]]:
     real = os.path.realpath(program)
     if _shebang(real) is not None and _INTERPRETER.match(os.path.basename(program)):
         return [("shim", real), *_through_shim(real, os.path.basename(program))]
+    if _shebang(real) is not None:  # a #! chain: a script standing in for an interpreter it does not name
+        raise ParamError("--cmd", program, "the #! line names a script, not an interpreter, and what that script "
+                         "runs cannot be told (so it cannot be hashed): name the engine's file with --binary")
     return [("interpreter", real)]
 
 

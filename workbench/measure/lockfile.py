@@ -6,7 +6,10 @@ file would otherwise be made world-writable the next time root runs a sweep). Th
 ``openat`` discipline and SQLite's journal handling:
 
 - the directory is owned by root or by this user, and if others may write into it, it is sticky (so no
-  one can replace a lock file another user made); a symlink naming it must be root's or this user's;
+  one can replace a lock file another user made); so is every directory above it, and every symlink on
+  the way must be root's or this user's (the path is walked from ``/`` one name at a time with
+  ``O_NOFOLLOW``, so a parent anyone may write into cannot swap the directory for a link to /etc between
+  a check and its use, and a directory the workbench makes gets its mode through its descriptor);
 - lock files are opened relative to that directory, never through a symlink (``O_NOFOLLOW``), and
   created with ``O_EXCL``: only a file this process created gets its mode set;
 - an existing lock file must be a regular file with one name; the owner line is written only into a
@@ -29,24 +32,88 @@ _OPEN = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY  # a FIFO mus
 
 
 def open_lock_dir(directory: Path) -> int:
-    """A descriptor of ``directory`` (created sticky and shared when missing), once its owner and mode
-    are safe to lock in."""
-    _make_shared_dir(directory)
+    """A descriptor of ``directory`` (created sticky and shared when missing), once it and every
+    directory above it are safe to lock in: walked from ``/`` one name at a time, each opened without
+    following a link, so what is checked is what is used."""
+    return _walk(os.path.abspath(directory), Path(directory))
+
+
+def _walk(path: str, shown: Path) -> int:
+    """Open ``path`` from ``/`` one component at a time: each directory checked with :func:`dir_problem`
+    (an ancestor anyone may write into unsticky could swap the lock directory for a link to /etc), each
+    link checked to be root's or this user's before it is followed, the last component made when
+    missing (and only then given its shared mode, through the descriptor)."""
+    parts, hops = list(Path(path).parts[1:]), 0
+    fd, here = _open_dir("/", None, shown, Path("/"), final=False), Path("/")
     try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.ENOTDIR) or not directory.is_symlink():
-            raise LockError(directory, f"cannot open the lock directory: {exc.strerror}") from None
-        _check_owner(directory, os.lstat(directory), "a symbolic link")
-        fd = _open_followed(directory)
-    try:
-        problem = dir_problem(os.fstat(fd))
-        if problem:
-            raise LockError(directory, f"unsafe lock directory: {problem}")
+        while parts:
+            name = parts.pop(0)
+            last = not parts
+            if name in ("", "."):
+                continue
+            st = _lstat(name, fd, here, shown, create=last)
+            if st is None:  # made just now, by us: no one else can have replaced it in a safe parent
+                fd = _replace(fd, _made_dir(name, fd, here / name, shown))
+                here = here / name
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > 40:
+                    raise LockError(shown, "cannot open the lock directory: too many symbolic links")
+                _check_owner(here / name, st, "a symbolic link")
+                target = Path(os.readlink(name, dir_fd=fd))
+                parts = list(target.parts[1:] if target.is_absolute() else target.parts) + parts
+                if target.is_absolute():
+                    fd, here = _replace(fd, _open_dir("/", None, shown, Path("/"), final=False)), Path("/")
+                continue
+            here = here.parent if name == ".." else here / name
+            fd = _replace(fd, _open_dir(name, fd, shown, here, final=not parts))
+        return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def _open_dir(name: str, dir_fd: int | None, shown: Path, where: Path, final: bool) -> int:
+    """``name`` (in ``dir_fd``) opened as a directory without following a link, and checked."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        raise LockError(shown, f"cannot open the lock directory: {where}: {exc.strerror}") from None
+    problem = dir_problem(os.fstat(fd))
+    if problem:
+        os.close(fd)
+        above = "" if final else f"{where} (above it) is "
+        raise LockError(shown, f"unsafe lock directory: {above}{problem}")
     return fd
+
+
+def _lstat(name: str, dir_fd: int, here: Path, shown: Path, create: bool) -> os.stat_result | None:
+    """``name``'s own status in ``dir_fd``; None when it was missing and is now made (``create``: the
+    lock directory itself, mode 0700 until its descriptor sets the shared mode; an ancestor, 0755)."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        pass
+    try:
+        os.mkdir(name, 0o700 if create else 0o755, dir_fd=dir_fd)
+    except FileExistsError:  # another process made it first: checked like any other
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise LockError(shown, f"cannot create the lock directory: {here / name}: {exc.strerror}") from None
+    return None if create else os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _made_dir(name: str, dir_fd: int, where: Path, shown: Path) -> int:
+    fd = _open_dir(name, dir_fd, shown, where, final=True)
+    if os.fstat(fd).st_uid == os.geteuid():
+        os.fchmod(fd, DIR_MODE)  # ours, just made: every user may lock, no one may replace another's file
+    return fd
+
+
+def _replace(old: int, new: int) -> int:
+    os.close(old)
+    return new
 
 
 def dir_problem(st: os.stat_result) -> str:
@@ -113,27 +180,7 @@ def _reopen_writable(dir_fd: int, path: Path, fd: int, st: os.stat_result) -> in
     return rw
 
 
-def _make_shared_dir(directory: Path) -> None:
-    if os.path.lexists(directory):
-        return
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        return  # another process made it first: its owner and mode are checked like any other
-    except OSError as exc:
-        raise LockError(directory, f"cannot create the lock directory: {exc.strerror}") from None
-    os.chmod(directory, DIR_MODE)  # ours, just made (no one else can have replaced it in a 0700 state)
-
-
 def _check_owner(path: Path, st: os.stat_result, what: str) -> None:
     if st.st_uid not in (0, os.geteuid()):
         raise LockError(path, f"unsafe lock directory: {what} owned by uid {st.st_uid}, neither root nor "
                               "this user")
-
-
-def _open_followed(directory: Path) -> int:
-    try:
-        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise LockError(directory, f"cannot open the lock directory: {exc.strerror}") from None

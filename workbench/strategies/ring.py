@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 from workbench.formats.drift import check_unchanged
 from workbench.formats.index import PAGE_SIZE, TensorInfo
@@ -38,6 +38,7 @@ from workbench.strategies.toolkit import (
     Evictor, MiB, StagingRing, ThreadGuard, engage_write_combined, files_note, pread_into, probe_resident,
 )
 from workbench.upload.base import DeviceBuffer
+from workbench.upload.staged_read import SharedQueue
 from workbench.upload.staging import PROVISIONS, SOURCES, size_ring
 
 
@@ -167,21 +168,6 @@ def plan_shares(regions: Sequence[Region], readers: int, size: int) -> list[list
     return [s for s in shares if s]
 
 
-class _Queue:
-    """Windows handed out in model order to whichever reader asks next (warm)."""
-
-    def __init__(self, windows: list[Window]):
-        self.windows, self._next, self._lock = windows, 0, threading.Lock()
-
-    def __iter__(self) -> Iterator[Window]:
-        while True:
-            with self._lock:
-                i, self._next = self._next, self._next + 1
-            if i >= len(self.windows):
-                return
-            yield self.windows[i]
-
-
 class _Readers:
     """What every reader thread shares: the ring, the buffers, the evictor, and the time tallies."""
 
@@ -268,7 +254,7 @@ class RingStrategy(Strategy):
         if not windows:
             ctx.engage("ring_readers", 0, 0, unit="threads", note="nothing to read")
             return
-        self._run_readers(ctx, readers, slot, sources or [_Queue(windows)] * readers, bufs, evictor)
+        self._run_readers(ctx, readers, slot, sources or [SharedQueue(windows)] * readers, bufs, evictor)
         ctx.set_path(readers=readers, copy_from="pinned")
         ctx.engage("ring_readers", readers, p.threads if warm else p.cold_threads, unit="threads", note=plan)
         if p.arena:
@@ -300,4 +286,4 @@ class RingStrategy(Strategy):
 
 def _windows_of(source: Any) -> list[Window]:
     """The windows a reader's source holds (a shared queue, or one reader's share)."""
-    return source.windows if isinstance(source, _Queue) else list(source)
+    return source.windows if isinstance(source, SharedQueue) else list(source)

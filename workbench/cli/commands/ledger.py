@@ -195,13 +195,13 @@ def export(ctx: click.Context, csv_path: str | None, md_path: str | None, figure
     for path in written:  # beside data on standard output, say it where it does not mix in
         click.echo(f"wrote {path}", err=to_stdout)
     if figures_dir:
-        _export_figures(led, campaign, figures_dir, to_stdout)
+        _export_figures(led, campaign, figures_dir, to_stdout, force)
 
 
-def _export_figures(led: Any, campaign: str, directory: str, to_stdout: bool) -> None:
+def _export_figures(led: Any, campaign: str, directory: str, to_stdout: bool, force: bool) -> None:
     from workbench.ledger.report import write_figures
 
-    done = write_figures(led, campaign, directory)
+    done = write_figures(led, campaign, directory, force=force)
     n = len(done.images) // 2
     if done.note:
         click.echo(done.note, err=True)
