@@ -10,8 +10,9 @@ seed, so every tensor has the same bytes) — then, in this order and inside ``-
 1. the walls of this run: the whole checkpoint read through the page cache (resident, ``--wall-threads``
    readers over every file at once) and from disk (every file evicted and checked cold first);
 2. warm: ``ring`` on the one file (first), ``ring`` on the shards, and every peer that can load the
-   shards here, at its defaults and buffered (``direct=0``) — interleaved, fresh process per run, the
-   cache state set and checked per file before each run, every device byte read back and compared;
+   shards here, at its defaults and buffered (``direct=0``; ``--warm-peers`` picks) — interleaved, fresh
+   process per run, the cache state set and checked per file before each run, every device byte read
+   back and compared;
 3. cold: the same with the peers at their defaults (``--cold-peers buffered`` adds their buffered rows).
 
 Ratios are computed here from the runs, rounds paired (``ratio_effect``): the runner's own verdict never
@@ -205,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cold-runs", type=int, default=5)
+    ap.add_argument("--warm-peers", choices=("defaults", "buffered", "none"), default="buffered",
+                    help="warm rows of the peers: defaults, defaults and buffered (default), none (a short host run)")
     ap.add_argument("--cold-peers", choices=("defaults", "buffered", "none"), default="defaults")
     ap.add_argument("--wall-threads", type=int, default=16)
     ap.add_argument("--cold-wall-threads", type=int, default=8)
@@ -229,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     ledger = out / "ledger.sqlite"
     for group in groups:
         cache, _, part = group.partition("-")  # warm | warm-ring (no peers) | warm-peers (ring shards + peers)
-        peers, doc["peers_unavailable"] = peer_specs(sharded, backend, cache == "warm" or args.cold_peers == "buffered")
-        if (cache == "cold" and args.cold_peers == "none") or part == "ring":
+        wanted = args.warm_peers if cache == "warm" else args.cold_peers
+        peers, doc["peers_unavailable"] = peer_specs(sharded, backend, wanted == "buffered")
+        if wanted == "none" or part == "ring":
             peers = []
         rows = [("ring one file", one, "ring")] if part != "peers" else []
         rows += [("ring shards", sharded, "ring")] + [(spec, sharded, spec) for spec in peers]

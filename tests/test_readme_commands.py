@@ -59,6 +59,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "'commands: [\"./engine-old -m {file}\", \"./engine-new -m {file}\"]'": (RUN, ""),
     "workbench sweep data/sweeps/warmer-grid.yaml --dry-run": (RUN, ""),
     "workbench sweep data/sweeps/warmer-grid.yaml": (RUN, ""),
+    "workbench synth data/models/llama-sharded --format safetensors --layout dense --size 64MiB --shards 4":
+        (RUN, ""),
+    "workbench inspect data/models/llama-sharded": (RUN, ""),
+    "workbench run data/models/llama-sharded --strategy ring --cache cold --cache warm --runs 5": (RUN, ""),
+    "workbench compare data/models/llama-sharded/model.safetensors.index.json --strategy pread --strategy mmap "
+    "--strategy ring --cache warm --runs 6": (RUN, ""),
+    "workbench run data/models/llama-sharded/model-00002-of-00004.safetensors --strategy mmap --runs 5": (RUN, ""),
+    "workbench synth data/models/moe-split --format gguf --layout moe --size 64MiB --shards 3": (RUN, ""),
+    "workbench inspect data/models/moe-split/model-00002-of-00003.gguf": (RUN, ""),
+    'workbench compare data/models/moe-split --strategy "pread granularity=expert" --strategy experts --cache warm':
+        (RUN, ""),
+    # the hub cache: a snapshot of links into blobs/, made in the workspace (see _hub_snapshot)
+    "workbench inspect ~/.cache/huggingface/hub/models--Qwen--Qwen2.5-7B-Instruct/snapshots/*/": (RUN, ""),
+    "workbench compare ~/.cache/huggingface/hub/models--Qwen--Qwen2.5-7B-Instruct/snapshots/*/ --strategy mmap "
+    "--strategy ring --cache cold --runs 5": (RUN, ""),
     "pip install -e '.[cuda]'": (INSTALL, "the cuda extra, on a CUDA box"),
     "python benchmarks/gpu_smoke.py --dir /tmp": (GPU, "every copy path of the cuda backend"),
     "WORKBENCH_TEST_DEVICE=cuda python -m pytest tests/test_strategies_suite.py tests/test_upload_devices.py":
@@ -83,6 +98,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workbench ledger upgrade": (RUN, ""),
     "workbench ledger export --campaign demo --figures DIR": (RUN, ""),
     "workbench synth F --format safetensors --dtype bf16 --size 1GiB": (RUN, ""),
+    "workbench sweep data/sweeps/sharded.yaml": (RUN, "after the synth of data/models/llama-sharded above"),
 }
 
 
@@ -162,6 +178,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     sweep = re.sub(r"(?m)^(\s*runs:) \d+", rf"\1 {RUNS}", sweep)
     sweep = re.sub(r"(threads|chunk_mib): \[(\w+)[^]]*\]", r"\1: [\2]", sweep)
     (data / "sweeps" / "warmer-grid.yaml").write_text(sweep)
+    sharded = (ROOT / "data" / "sweeps" / "sharded.yaml").read_text()
+    (data / "sweeps" / "sharded.yaml").write_text(re.sub(r"(?m)^(\s*runs:) \d+", rf"\1 {RUNS}", sharded))
     env = {**os.environ, "WORKBENCH_DATA": str(data), "WORKBENCH_LOCK_DIR": str(ws / "locks"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("WORKBENCH_LEDGER", None)
@@ -173,10 +191,30 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
 
     write_synthetic(ws / "m.gguf", format="gguf", layout="dense", size=2 << 20)
     write_synthetic(data / "models" / "demo-dense-32MiB.gguf", format="gguf", layout="dense", size=2 << 20)
+    _hub_snapshot(ws / "hub" / "models--Qwen--Qwen2.5-7B-Instruct", ws / "checkpoint")
     _seed_ledgers(ws, env)
     yield ws, env
     if ws.is_relative_to(ROOT):
         shutil.rmtree(ws, ignore_errors=True)
+
+
+def _hub_snapshot(repo: Path, scratch: Path) -> None:
+    """A sharded checkpoint laid out as the Hugging Face cache keeps one: blobs named by their sha256,
+    and ``snapshots/<revision>/`` holding relative links to them (``../../blobs/<sha>``)."""
+    import hashlib
+
+    from workbench.formats.synth import write_synthetic
+
+    write_synthetic(scratch, format="safetensors", layout="dense", size=2 << 20, shards=3, seed=3)
+    snapshot = repo / "snapshots" / hashlib.sha1(b"revision").hexdigest()
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for f in sorted(scratch.iterdir()):
+        sha = hashlib.sha256(f.read_bytes()).hexdigest()
+        f.rename(repo / "blobs" / sha)
+        (snapshot / f.name).symlink_to(f"../../blobs/{sha}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(snapshot.name)
 
 
 def _seed_ledgers(ws: Path, env: dict[str, str]) -> None:
@@ -203,8 +241,9 @@ def _placeholders(ws: Path) -> dict[str, str]:
     with Ledger(ws / "data" / "ledger.sqlite", create=False) as led:
         attempt = led.attempts("demo")["id"].iloc[0]
     (dump,) = ws.glob("workbench-unrecorded-*.json")
-    return {r"\bID\b": attempt, r"(?<= )FILE\b": "m.gguf", r"(?<= )F(?= )": "data/models/f.safetensors",
-            r"workbench-unrecorded-….json": dump.name, r"(?<= )DIR\b": "figures-out"}
+    return {r"~/\.cache/huggingface/hub": str(ws / "hub"), r"\bID\b": attempt, r"(?<= )FILE\b": "m.gguf",
+            r"(?<= )F(?= )": "data/models/f.safetensors", r"workbench-unrecorded-….json": dump.name,
+            r"(?<= )DIR\b": "figures-out"}
 
 
 def tiny(command: str, ws: Path) -> str:

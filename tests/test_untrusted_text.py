@@ -3,6 +3,7 @@
 it: ``ledger list``/``show``, the CLI's tables, the PR Markdown, the report, and notebooks 01–06."""
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from html.parser import HTMLParser
@@ -115,6 +116,9 @@ def hostile_ledger(tmp_path: Path) -> tuple[Path, str]:
                                                      "/m/" + HOSTILE[1] + ".gguf", row_id))
     conn.execute("UPDATE runs SET error = ? WHERE error IS NOT NULL", ("\n".join(HOSTILE),))
     conn.execute("UPDATE runs SET engaged = ?", ('["zero_copy: 3/3 tensors \\u001b]52;c;eA==\\u0007 <b>ON</b>"]',))
+    # a model of several files whose names are hostile: notebook 01's per-file table and heat map
+    conn.execute("UPDATE runs SET resident_files = ?", (json.dumps({HOSTILE[1] + ".safetensors": 0.0,
+                                                                    HOSTILE[3] + "-2.safetensors": 1.0}),))
     conn.commit()
     conn.close()
     return path, campaign
@@ -159,7 +163,8 @@ def test_the_pr_table_and_report_render_no_markup_from_the_ledger(hostile_ledger
 
 
 def test_notebook_outputs_show_ledger_text_as_text(hostile_ledger, tmp_path):
-    from workbench.cli.notebook_actions import build_report, show_attempts
+    from workbench.cli.notebook_actions import show_attempts
+    from workbench.cli.notebook_report import build_report
     from workbench.cli.notebook_ui import results_html
 
     path, campaign = hostile_ledger
@@ -175,7 +180,9 @@ def test_notebook_outputs_show_ledger_text_as_text(hostile_ledger, tmp_path):
         elif hasattr(item, "to_plotly_json"):
             names = [str(t.get("name")) for t in item.to_plotly_json()["data"]]
             xs = [str(x) for t in item.to_plotly_json()["data"] for x in (list(t["x"]) if t.get("x") is not None else [])]
-            assert not any("<" in n for n in names + xs), names + xs
+            ys = [str(y) for t in item.to_plotly_json()["data"] if t.get("type") == "heatmap" for y in t["y"]]
+            assert not any("<" in n for n in names + xs + ys), names + xs + ys
+    assert any("wb-resident-files" in str(getattr(i, "data", "")) for i in shown)  # the hostile names were shown
     import pandas as pd
 
     frame = pd.DataFrame({"<b>col</b>": ["<img src=x onerror=alert(1)>"], "engaged": [("<i>x</i>",)]})

@@ -16,6 +16,7 @@ def run_ab(file: Path, base: Any, specs: Sequence[str], rounds: int, device: str
     import dataclasses
 
     from workbench.measure.runner import open_ledger
+    from workbench.measure.model import model_name  # a set's directory name, a file's stem
     from workbench.measure.session import measure_session
     from workbench.measure.session_ab import parse_ab, record_verdicts, run_session_ab
 
@@ -25,7 +26,7 @@ def run_ab(file: Path, base: Any, specs: Sequence[str], rounds: int, device: str
     try:
         def cell(arm: Any, label: str) -> Any:
             return measure_session(str(file), arm.config, device=arm.device, cache=arm.cache, ledger=ledger,
-                                   campaign=campaign, hypothesis=hypothesis, label=f"{label} · {file.stem}")
+                                   campaign=campaign, hypothesis=hypothesis, label=f"{label} · {model_name(str(file))}")
         result = run_session_ab(str(file), arms, rounds, run_cell=cell, say=say)
         record_verdicts(ledger, result)
     finally:

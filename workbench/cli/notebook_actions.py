@@ -1,8 +1,8 @@
-"""The notebooks' actions and their panels: a load sweep (01), H2D micro-benchmarks (02), a report (05).
+"""Notebook 01's action and panel (a load sweep), and what the other notebooks share: the models, devices.
 
 Each ``*_panel`` function turns a notebook's parameters into a :class:`~workbench.cli.notebook_ui.Panel`;
 the work itself is in plain functions (``expand_configs``, ``run_load_sweep`` …) so it is testable
-without a kernel.
+without a kernel. Notebooks 02 and 05 are in :mod:`workbench.cli.notebook_report`.
 """
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from workbench import defaults
 from workbench.errors import ParamError, WorkbenchError
-from workbench.cli.notebook_ui import Panel, ParamGrid, ledger_path, parse_list, results_html
+from workbench.cli.notebook_ui import Panel, ParamGrid, ledger_path, results_html
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.order import DEFAULT_ORDER, ORDERS
-from workbench.records import MiB
 from workbench.records import plural
 from workbench.untrusted import for_html
 
@@ -145,11 +144,11 @@ def load_sweep_panel(*, file: str, strategies: Sequence[str], params: Mapping[st
     from workbench.records import CACHE_STATES
     from workbench.strategies import STRATEGIES
 
-    models = sorted(str(p) for p in defaults.models_dir().glob("*") if p.suffix in (".gguf", ".safetensors"))
+    models = model_choices()
     pick = w.SelectMultiple(options=STRATEGIES.names(), value=tuple(strategies), description="strategies", rows=7)
     controls = {
-        "file": w.Combobox(value=file, options=models, description="file", placeholder="(demo dense model)",
-                           layout=w.Layout(width="70%")),
+        "file": w.Combobox(value=file, options=models, description="model", layout=w.Layout(width="70%"),
+                           placeholder="(demo dense model) a file, a directory, an index json or a shard"),
         "strategies": pick,
         "params": ParamGrid(pick, params),
         "caches": w.SelectMultiple(options=CACHE_STATES, value=tuple(caches), description="cache", rows=3),
@@ -170,6 +169,25 @@ def load_sweep_panel(*, file: str, strategies: Sequence[str], params: Mapping[st
     return Panel("Load-strategy sweep", controls, action)
 
 
+def model_choices(root: Path | None = None) -> list[str]:
+    """The models under the models directory a file picker offers: each model file, and each directory
+    that holds a model of several files (a sharded set: the directory is the model, not its shards)."""
+    from workbench.formats.resolve import resolve_model
+
+    folder = root if root is not None else defaults.models_dir()
+    found = []
+    for path in sorted(folder.glob("*")) if folder.is_dir() else ():
+        if path.is_file() and path.suffix in (".gguf", ".safetensors"):
+            found.append(str(path))
+        elif path.is_dir():
+            try:
+                resolve_model(path)
+            except WorkbenchError:
+                continue  # a directory with no model in it (or a bad set): nothing to offer
+            found.append(str(path))
+    return found
+
+
 def show_attempts(store: Path, campaign: str, ids: Sequence[str]) -> list[Any]:
     """A results table and the campaign figures for these attempts, read back from the ledger."""
     from IPython.display import HTML
@@ -187,90 +205,21 @@ def show_attempts(store: Path, campaign: str, ids: Sequence[str]) -> list[Any]:
     figures = campaign_figures(attempts, runs, ceilings)
     note = HTML(f"<p>{plural(len(attempts), 'attempt')} recorded in <code>{for_html(store)}</code>, campaign "
                 f"<code>{for_html(campaign)}</code>.</p>")
-    return [note, results_html(attempts_table(attempts)), *figures.values()]
+    return [note, results_html(attempts_table(attempts)), *per_file_residency(attempts, runs), *figures.values()]
 
 
-def h2d_panel(*, device: str, sizes_mib: Sequence[float], paths: Sequence[str], repeats: int, campaign: str,
-              ledger: str = "") -> Panel:
-    """The panel of notebook 02: upload paths × sizes on one device, recorded as attempts."""
-    import ipywidgets as w
-
-    from workbench.measure.h2d import PATHS
-
-    controls = {
-        "device": w.Dropdown(options=_devices(device), value=device or _best(), description="device"),
-        "sizes": w.Text(value=", ".join(f"{s:g}" for s in sizes_mib), description="sizes MiB"),
-        "paths": w.SelectMultiple(options=PATHS, value=tuple(paths), description="paths", rows=len(PATHS)),
-        "repeats": w.BoundedIntText(value=repeats, min=1, max=100, description="repeats"),
-        "campaign": w.Text(value=campaign, description="campaign"),
-    }
-    store = ledger_path(ledger)
-
-    def action(v: Mapping[str, Any], say: Callable[[str], None]) -> list[Any]:
-        return run_h2d(v["device"], parse_list(v["sizes"]), v["paths"], v["repeats"], store, v["campaign"], say)
-    return Panel("Host→device micro-benchmarks", controls, action)
-
-
-def run_h2d(device: str, sizes_mib: Sequence[float], paths: Sequence[str], repeats: int, store: Path,
-            campaign: str, say: Callable[[str], None] = lambda _m: None) -> list[Any]:
-    """Measure, record in the ledger, and return the table and the GB/s-by-size figure."""
+def per_file_residency(attempts: Any, runs: Any) -> list[Any]:
+    """A model of several files: a heading and one row per file (its resident fraction before the runs
+    and after their loads, per cache state); nothing for a one-file model."""
     from IPython.display import HTML
 
-    from workbench.measure.h2d import measure_h2d, record_h2d, results_frame
-    from workbench.ledger.figures import h2d_lines
+    from workbench.ledger.file_figures import file_residency_table
 
-    sizes = [int(float(s) * MiB) for s in sizes_mib]
-    root = defaults.data_root()  # the scratch file on the models' file system when there is one
-    results = measure_h2d(device or _best(), sizes=sizes, paths=paths, repeats=repeats,
-                          scratch_dir=str(root) if root.is_dir() else None, progress=say)
-    ids = record_h2d(results, store, campaign=campaign)
-    frame = results_frame(results)
-    note = HTML(f"<p>{plural(len(ids), 'attempt')} recorded in <code>{for_html(store)}</code>, campaign "
-                f"<code>{for_html(campaign)}</code>.</p>")
-    return [note, results_html(frame), h2d_lines(frame)]
-
-
-def report_panel(*, campaign: str, ledger: str = "", out_dir: str = "") -> Panel:
-    """The panel of notebook 05: a campaign in; table, history, figures and exports out."""
-    import ipywidgets as w
-
-    from workbench.ledger import Ledger
-
-    store = ledger_path(ledger)
-    known: list[str] = []
-    if store.is_file():  # a report reads: it never creates a ledger at a mistyped path
-        with Ledger(store, readonly=True) as opened:
-            known = list(opened.campaigns()["name"])
-    controls = {
-        "campaign": w.Combobox(value=campaign, options=known, description="campaign"),
-        "out_dir": w.Text(value=out_dir, description="out dir", placeholder="data/reports/<campaign>"),
-    }
-
-    def action(v: Mapping[str, Any], say: Callable[[str], None]) -> list[Any]:
-        return build_report(store, v["campaign"], v["out_dir"] or None, say)
-    return Panel("Campaign report", controls, action)
-
-
-def build_report(store: Path, campaign: str, out_dir: str | None = None,
-                 say: Callable[[str], None] = lambda _m: None) -> list[Any]:
-    """Write the report files and return what to show: where they are, the table, history, figures."""
-    from IPython.display import HTML, Markdown
-
-    from workbench.ledger import Ledger
-    from workbench.ledger.figures import campaign_figures
-    from workbench.ledger.report import campaign_frames, history_lines, report_dir, write_report
-
-    say(f"writing the report of '{campaign}' …")
-    target = Path(out_dir) if out_dir else report_dir(campaign)
-    with Ledger(store, readonly=True) as ledger:
-        paths = write_report(ledger, campaign, target)
-        attempts, runs, ceilings = campaign_frames(ledger, campaign)
-    where = HTML("<p>Report written: " + ", ".join(
-        f"<code>{for_html(p)}</code>" for p in (paths.attempts_csv, paths.runs_csv, paths.markdown, paths.html)) + "</p>")
-    history = Markdown("**Attempt history (oldest first)**\n\n" + "\n".join(
-        f"{i}. {line}" for i, line in enumerate(history_lines(attempts), 1)))
-    figures = campaign_figures(attempts, runs, ceilings)
-    return [where, results_html(attempts_table(attempts)), history, *figures.values()]
+    table = file_residency_table(attempts, runs)
+    if table is None:
+        return []
+    return [HTML(f"<h4>Resident per file ({plural(len(table), 'file')}; min–max over the runs)</h4>"),
+            results_html(table, "wb-resident-files")]
 
 
 def _best() -> str:

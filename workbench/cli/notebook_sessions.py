@@ -23,13 +23,14 @@ def run_long_sessions(file: Path, plan: Sequence[tuple[str, Any]], device: str, 
                       hypothesis: str = "", say: Callable[[str], None] = lambda _m: None) -> list[Any]:
     """Each planned session in its own worker process, recorded in the ledger; the SessionResults."""
     from workbench.measure.session import measure_session
+    from workbench.measure.model import model_name  # a set's directory name, a file's stem
 
     results = []
     for label, config in plan:
         def on_turn(record: Any, label: str = label, turns: int = config.turns) -> None:
             say(f"{label}: turn {record.turn + 1}/{turns}, {record.unreleased_pages} unreleased pages")
         result = measure_session(str(file), config, device=device, ledger=store, campaign=campaign,
-                                 hypothesis=hypothesis, label=f"{label} · {file.stem}", on_turn=on_turn)
+                                 hypothesis=hypothesis, label=f"{label} · {model_name(str(file))}", on_turn=on_turn)
         if result.error:
             raise WorkbenchError(f"{label}: {result.error}")
         results.append(result)

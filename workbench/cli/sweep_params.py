@@ -8,7 +8,9 @@ the first point. A parameter is a path when the notebook declares it one (its me
 ``workbench.path_parameters``: ``{"file": "model", "binaries": "files", "out_dir": "directory", …}``), or,
 for a notebook that declares nothing about it, when its name says so (``file``, ``files``, ``*_file``,
 ``*_path``, ``*_dir``): a relative one is resolved inside the data root (never outside it, links
-followed), an absolute one is kept; a declared model or input file must exist.
+followed), an absolute one is kept; a declared model or input file must exist. A model may be a
+directory, an index json or any shard of a set (issue 17): it must resolve to one, and a model inside
+the data root must have all its files there.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from workbench import defaults
-from workbench.errors import SweepError
+from workbench.errors import SweepError, WorkbenchError
 
 _SCALARS: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
                                          "list": (list, tuple), "dict": (dict,)}
@@ -110,7 +112,8 @@ def check_types(sweep_path: Path, notebook: Path, declared: Mapping[str, Mapping
                                          f"(its default is {declared[name].get('default')})")
 
 
-PATH_KINDS = {"model": "a model file that must exist", "file": "a file that must exist",
+PATH_KINDS = {"model": "a model that must exist: a file, a directory, an index json or any shard of a set",
+              "file": "a file that must exist",
               "files": "files that must exist", "directory": "a directory", "ledger": "a ledger file",
               "path": "a path"}
 MUST_EXIST = ("model", "file", "files")
@@ -166,10 +169,42 @@ def resolve_paths(sweep_path: Path, values: Mapping[str, Any], kinds: Mapping[st
 
 def check_files_exist(sweep_path: Path, parameters: Mapping[str, Any], grid: Mapping[str, list[Any]],
                       kinds: Mapping[str, str]) -> None:
-    """The files a sweep names for parameters declared as model or input files must exist before it starts."""
+    """The files a sweep names for parameters declared as models or input files must exist before it
+    starts; a model may be a directory, an index json or a shard (:func:`check_model`)."""
     values = [(k, v) for k, v in parameters.items()] + [(k, v) for k, vs in grid.items() for v in vs]
     for name, value in values:
-        if kinds.get(name) in MUST_EXIST:
-            for one in value if isinstance(value, (list, tuple)) else [value]:
-                if isinstance(one, str) and one and not os.path.isfile(one):
-                    raise SweepError(sweep_path, f"parameter '{name}': {one}: no such file")
+        kind = kinds.get(name)
+        if kind not in MUST_EXIST:
+            continue
+        for one in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(one, str) or not one:
+                continue
+            if kind == "model":
+                check_model(sweep_path, name, one)
+            elif not os.path.isfile(one):
+                raise SweepError(sweep_path, f"parameter '{name}': {one}: no such file")
+
+
+def check_model(sweep_path: Path, name: str, value: str) -> None:
+    """``value`` names a model — a file, a directory, an index json or any shard of a set — as the
+    formats layer resolves it (stat results and the index's JSON; no model file is opened), and a model
+    inside the data root has every file of it there too: a member that leaves it is refused."""
+    from workbench.formats.resolve import resolve_model
+
+    if not os.path.exists(value):
+        raise SweepError(sweep_path, f"parameter '{name}': {value}: no such file")
+    try:
+        spec = resolve_model(value)
+    except WorkbenchError as exc:
+        raise SweepError(sweep_path, f"parameter '{name}': {exc}") from None
+    root = defaults.data_root().resolve()
+    if not _within(Path(value).resolve(), root):
+        return  # an absolute path elsewhere: the user's to name, as for a file
+    for member in (*spec.files, spec.index_file):
+        if member and not _within(Path(member).resolve(), root):
+            raise SweepError(sweep_path, f"parameter '{name}' = {value!r}: its file {member} leaves the data "
+                                         f"root {root}; give an absolute path to use a model elsewhere")
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import plotly.graph_objects as go
 
+from workbench.ledger.file_figures import file_residency
 from workbench.ledger.heatmap import log_ticks, threads_chunk_heatmap, tick_text
 from workbench.records import PHASES
 from workbench.untrusted import for_plotly
@@ -225,6 +226,9 @@ def campaign_figures(attempts: pd.DataFrame, runs: pd.DataFrame,
         "phases": phase_bars(attempts, runs),
         "resident": resident_before(attempts, runs),
     }
+    per_file = file_residency(attempts, runs)  # a model of several files: each file's own cache state
+    if per_file is not None:
+        figures["resident_files"] = per_file
     heat = threads_chunk_heatmap(attempts)
     if heat is not None:
         figures["threads_chunk"] = heat
