@@ -170,3 +170,26 @@ def test_auto_reads_a_fully_resident_file_through_the_cache(model, monkeypatch):
     monkeypatch.setattr(untouched, "open_direct", refuse)
     assert _read_all(path, "auto") == data
     assert resident_map(path).all()
+
+
+def test_cachestat_counts_the_same_pages_as_mincore_once_settled(model):
+    # The restore's in-flight signal: cachestat counts cached pages whether or not they are up to date,
+    # mincore only up-to-date ones; once the cache is quiet the two agree, page for page.
+    import os
+
+    from workbench.io.cachestat import available, cached_pages
+
+    if not available():
+        pytest.skip("this kernel has no cachestat (Linux < 6.5)")
+    path, _ = model
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert cached_pages(fd, 0, SIZE) == 0  # the fixture left it cold
+        warm_file(path, 40 * PS, 7 * PS)
+        now = settled_map(path)
+        assert now.sum() >= 7 and cached_pages(fd, 0, SIZE) == int(now.sum())
+        assert cached_pages(fd, 40 * PS, 7 * PS) == 7 and cached_pages(fd, 0, 40 * PS) == int(now[:40].sum())
+        evict_file_pages(path)
+        assert cached_pages(fd, 0, SIZE) == 0
+    finally:
+        os.close(fd)
