@@ -9,14 +9,19 @@ from __future__ import annotations
 import errno
 import os
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import xxhash
 
 from workbench.errors import FormatError
 from workbench.io import pagecache
 from workbench.io.cachestat import cached_pages
-from workbench.io.direct import AlignedBuffer, logical_block_size, open_direct, read_direct
+from workbench.io.direct import (
+    AlignedBuffer,
+    logical_block_size,
+    open_direct,
+    read_direct,
+)
 
 CHUNK = 8 << 20
 MERGE_GAP = 1 << 20  # ranges closer than this are streamed as one span rather than two
