@@ -115,9 +115,11 @@ def walls(index: TensorIndex, warm_threads: int, cold_threads: int, reps: int,
     return out
 
 
-def peer_specs(index: TensorIndex, backend: str, buffered: bool) -> tuple[list[str], list[str]]:
-    """Each registered peer that can load ``index`` on ``backend``: its defaults (and ``direct=0`` when
-    ``buffered`` and it has the parameter); and one line per peer that cannot."""
+def peer_specs(index: TensorIndex, backend: str, wanted: str) -> tuple[list[str], list[str]]:
+    """Each registered peer that can load ``index`` on ``backend``, as ``wanted`` says: ``defaults``;
+    ``buffered`` (its defaults and ``direct=0`` where it has the parameter); ``buffered-only`` (``direct=0``
+    where it has it, else its defaults: warm, an O_DIRECT default reads the disk and measures nothing of
+    the cache); and one line per peer that cannot."""
     specs, missing = [], []
     for name in STRATEGIES:
         try:
@@ -132,8 +134,10 @@ def peer_specs(index: TensorIndex, backend: str, buffered: bool) -> tuple[list[s
         if not avail:
             missing.append(f"{name}: {avail.reason}")
             continue
-        specs.append(name)
-        if buffered and "direct" in cls.param_defaults():
+        has_direct = "direct" in cls.param_defaults()
+        if wanted != "buffered-only" or not has_direct:
+            specs.append(name)
+        if wanted in ("buffered", "buffered-only") and has_direct:
             specs.append(f"{name} direct=0")
     return specs, missing
 
@@ -206,9 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cold-runs", type=int, default=5)
-    ap.add_argument("--warm-peers", choices=("defaults", "buffered", "none"), default="buffered",
-                    help="warm rows of the peers: defaults, defaults and buffered (default), none (a short host run)")
-    ap.add_argument("--cold-peers", choices=("defaults", "buffered", "none"), default="defaults")
+    peer_modes = ("defaults", "buffered", "buffered-only", "none")
+    ap.add_argument("--warm-peers", choices=peer_modes, default="buffered",
+                    help="warm rows of the peers: defaults, defaults and buffered (default), buffered-only "
+                         "(direct=0 where a peer has it), none (a short host run)")
+    ap.add_argument("--cold-peers", choices=peer_modes, default="defaults")
     ap.add_argument("--wall-threads", type=int, default=16)
     ap.add_argument("--cold-wall-threads", type=int, default=8)
     ap.add_argument("--wall-reps", type=int, default=3)
@@ -233,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     for group in groups:
         cache, _, part = group.partition("-")  # warm | warm-ring (no peers) | warm-peers (ring shards + peers)
         wanted = args.warm_peers if cache == "warm" else args.cold_peers
-        peers, doc["peers_unavailable"] = peer_specs(sharded, backend, wanted == "buffered")
+        peers, doc["peers_unavailable"] = peer_specs(sharded, backend, wanted)
         if wanted == "none" or part == "ring":
             peers = []
         rows = [("ring one file", one, "ring")] if part != "peers" else []

@@ -15,6 +15,8 @@
 # one call's 10): pick a few steps per call (the script warns past 1,740 s), each call right after the
 # last so the machine (and /tmp/bench's model files) is still there. Issue 17/20's run on 2026-12-02:
 # `tests sharded-warm`, then `sharded-cold`, then (2 GiB, 3 rounds, 12 turns: what the lease had left)
+# The peers' rerun (2026-12-02, second lease): `SHARDED_WARM_PEERS=buffered-only SHARDED_RUNS=6
+# gpu_session.sh OUT sharded-warm=560`, then `SHARDED_COLD_GROUPS=cold-peers gpu_session.sh OUT sharded-cold=560`.
 # `EXPERT_PATH_GROUPS=warm SESSION_SIZE=2GiB SESSION_CACHE_MIB=1000 SESSION_TURNS=12 SESSION_ROUNDS=3
 #  gpu_session.sh OUT expert-path=230 session-ab=340`. The
 # engine A/B's 10 fresh processes each import torch and transformers: on a fresh box (cold caches) 8 of
@@ -110,10 +112,12 @@ for s in "$@"; do
             --experts 64 --runs 6 --groups cold --ledger /tmp/bench/expert-path.sqlite --out "$out/expert-path-cold.md" ;;
     sharded-warm)  # issue 17 §6: the full Llama-3-8B-shaped bf16 checkpoint, 4 shards vs one file, ring and the peers
         step sharded-warm "${LIMIT[sharded-warm]}" python3 benchmarks/bench_sharded.py --device cuda --dir /tmp/bench \
-            --groups warm-ring,warm-peers --runs 5 --out "$out/sharded-warm" ;;
+            --groups "${SHARDED_GROUPS:-warm-ring,warm-peers}" --runs "${SHARDED_RUNS:-5}" \
+            --warm-peers "${SHARDED_WARM_PEERS:-buffered}" --out "$out/sharded-warm" ;;
     sharded-cold)  # the same files cold (peers at their defaults), against this step's own disk wall
         step sharded-cold "${LIMIT[sharded-cold]}" python3 benchmarks/bench_sharded.py --device cuda --dir /tmp/bench \
-            --groups cold-ring,cold-peers --cold-runs 5 --cold-peers defaults --wall-reps 2 --out "$out/sharded-cold" ;;
+            --groups "${SHARDED_COLD_GROUPS:-cold-ring,cold-peers}" --cold-runs "${SHARDED_RUNS:-5}" --cold-peers defaults \
+            --wall-reps 2 --out "$out/sharded-cold" ;;
     *)
         echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session," \
              "expert-path, expert-path-cold, session-ab, session-pressure, sharded-warm, sharded-cold)" >&2
