@@ -15,7 +15,7 @@
 # one call's 10): pick a few steps per call (the script warns past 1,740 s), each call right after the
 # last so the machine (and /tmp/bench's model files) is still there. Issue 17/20's run on 2026-12-02:
 # `tests sharded-warm`, then `sharded-cold`, then (2 GiB, 3 rounds, 12 turns: what the lease had left)
-# The peers' rerun (2026-12-02, second lease): `SHARDED_WARM_PEERS=buffered-only SHARDED_RUNS=6
+# The peers' rerun, still to do (the lease was spent on 2026-12-02): `SHARDED_WARM_PEERS=buffered-only SHARDED_RUNS=6
 # gpu_session.sh OUT sharded-warm=560`, then `SHARDED_COLD_GROUPS=cold-peers gpu_session.sh OUT sharded-cold=560`.
 # `EXPERT_PATH_GROUPS=warm SESSION_SIZE=2GiB SESSION_CACHE_MIB=1000 SESSION_TURNS=12 SESSION_ROUNDS=3
 #  gpu_session.sh OUT expert-path=230 session-ab=340`. The
