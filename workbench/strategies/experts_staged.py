@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from workbench.strategies.base import LoadContext
 from workbench.strategies.toolkit import (MiB, Evictor, StagingRing, engage_staging, files_note, probe_resident,
-                                          reader_opener)
+                                          reader_opener, settle_staged)
 from workbench.upload.base import DeviceBuffer
 from workbench.upload.staged_read import Extent, SharedQueue, StagedReader, Window, plan_windows, split_shares
 from workbench.upload.staging import size_ring
@@ -93,12 +93,7 @@ def _run(ctx: LoadContext, sources: list[Any], slots: int, slot_bytes: int, p: A
                           after_read=evictor.drop if ctx.evict else None)
     with ctx.phase("read"):  # readers start working as they spawn
         tally = reader.read(sources)
-    with ctx.phase("sync"):
-        ctx.device.synchronize()
-    with ctx.phase("read"):
-        evictor.finish()
-    with ctx.phase("staging"):
-        ring.close()
+    settle_staged(ctx, ring, evictor)
     ctx.count("bytes", tally.bytes)
     for key, value in tally.counters().items():
         ctx.count(key, value)

@@ -36,6 +36,7 @@ from workbench.formats.index import PAGE_SIZE, TensorInfo
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 from workbench.strategies.toolkit import (
     Evictor, MiB, StagingRing, ThreadGuard, engage_write_combined, files_note, pread_into, probe_resident,
+    settle_staged,
 )
 from workbench.upload.base import DeviceBuffer
 from workbench.upload.staged_read import SharedQueue
@@ -273,12 +274,7 @@ class RingStrategy(Strategy):
             for source in sources:
                 guard.spawn(_Readers(ctx, ring, bufs, evictor).run, source, guard.stop)
             guard.join()
-        with ctx.phase("sync"):
-            ctx.device.synchronize()
-        with ctx.phase("read"):
-            evictor.finish()
-        with ctx.phase("staging"):
-            ring.close()
+        settle_staged(ctx, ring, evictor)
         ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots),
                    unit="slots", note=ring.describe() + files_note(ctx))
         engage_write_combined(ctx, ring)

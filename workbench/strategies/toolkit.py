@@ -96,6 +96,17 @@ class Evictor:
                 self.ctx.count("dontneed_calls")
 
 
+def settle_staged(ctx: LoadContext, ring: StagingRing, evictor: Evictor) -> None:
+    """After a staged load's readers: wait for the device's copies (``sync``), release what the
+    eviction policy left (``read``), hand the staging back (``staging``) — each in its own phase."""
+    with ctx.phase("sync"):
+        ctx.device.synchronize()
+    with ctx.phase("read"):
+        evictor.finish()
+    with ctx.phase("staging"):
+        ring.close()
+
+
 def pread_upload(ctx: LoadContext, tensors: tuple[TensorInfo, ...] | None = None) -> None:
     """Per tensor: pread into a fresh heap buffer from its own file, DONTNEED if the policy evicts,
     copy to the device."""
