@@ -11,6 +11,29 @@ import pytest
 from workbench.formats.index import TensorIndex, TensorInfo
 
 
+_DREW_NONE = False  # whether this suite, not the user, turned static figures off
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Static images (kaleido in a headless Chromium: ~6 s to start, once per notebook, report or export)
+    are drawn only in the tests marked ``static_figures``, which test them; every other test's notebooks
+    and reports say "static images not drawn". A ``WORKBENCH_BROWSER`` set by the user is left alone."""
+    global _DREW_NONE
+    from workbench import defaults
+
+    if defaults.BROWSER not in os.environ:
+        os.environ[defaults.BROWSER] = "none"
+        _DREW_NONE = True
+
+
+@pytest.fixture(autouse=True)
+def _static_figures_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench import defaults
+
+    if _DREW_NONE and request.node.get_closest_marker("static_figures") is not None:
+        monkeypatch.delenv(defaults.BROWSER)
+
+
 @pytest.fixture(scope="session")
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Point WORKBENCH_CACHE_DIR (file identities, reference checksums) at a session temp dir."""

@@ -22,6 +22,7 @@ def private_lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.static_figures  # the quickstart's report and notebooks with their images, as a user gets them
 @pytest.mark.timeout(900)  # 4 notebooks and the report each start a headless Chromium for the static figures
 def test_demo_end_to_end_then_again(tmp_path, private_lock_dir):
     data, ledger = tmp_path / "data", tmp_path / "ledger.sqlite"

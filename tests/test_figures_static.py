@@ -20,7 +20,15 @@ from workbench.ledger.static import mime_bundle, render_static
 
 from ledger_helpers import record_attempt
 
-needs_browser = pytest.mark.skipif(not defaults.browser_path(), reason="no Chrome/Chromium (apt-get install chromium)")
+pytestmark = pytest.mark.static_figures
+
+@pytest.fixture()
+def browser() -> str:
+    """The Chrome/Chromium that draws the images (looked up when the test runs, after the marker's env)."""
+    path = defaults.browser_path()
+    if not path:
+        pytest.skip("no Chrome/Chromium (apt-get install chromium)")
+    return path
 
 
 def assert_png(data: bytes) -> None:
@@ -108,8 +116,7 @@ def test_without_a_browser_no_image_and_one_line_why(monkeypatch):
     assert set(bundle) == {"application/vnd.plotly.v1+json", "text/plain"}
 
 
-@needs_browser
-def test_render_static_draws_valid_png_and_svg():
+def test_render_static_draws_valid_png_and_svg(browser):
     figs = {"bars": go.Figure(go.Bar(x=["a", "b"], y=[1, 20]), layout=dict(title="Bars", height=300)),
             "line": go.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]))}
     drawn = render_static(figs)
@@ -131,8 +138,7 @@ def small_ledger(tmp_path: Path) -> Path:
     return path
 
 
-@needs_browser
-def test_report_writes_and_links_static_figures(small_ledger, tmp_path):
+def test_report_writes_and_links_static_figures(browser, small_ledger, tmp_path):
     from workbench.ledger.report import write_report
 
     with Ledger(small_ledger) as led:
@@ -158,8 +164,7 @@ def test_report_without_a_browser_says_so_and_keeps_the_interactive_page(small_l
     assert all(f'id="figure-{key}"' in paths.html.read_text() for key in paths.figures)
 
 
-@needs_browser
-def test_export_figures_writes_a_campaigns_images(small_ledger, tmp_path):
+def test_export_figures_writes_a_campaigns_images(browser, small_ledger, tmp_path):
     out = tmp_path / "figs"
     result = CliRunner().invoke(main, ["ledger", "export", "--ledger", str(small_ledger), "--campaign", "figs",
                                        "--figures", str(out)])

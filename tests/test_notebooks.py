@@ -17,7 +17,6 @@ from workbench.cli.notebook_actions import ParamGrid, ensure_model, expand_confi
 from workbench.cli.notebook_ui import Panel, in_batch, ledger_path, parse_list
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-FIGURES = ("figures",) if defaults.browser_path() else ()  # the report's static PNG + SVG, drawn by a browser
 MiB = 1 << 20
 
 
@@ -32,6 +31,11 @@ def space(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def private_lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Other suites on a shared machine hold the host device lock; these tests time nothing.
     monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+
+
+def figures_dir() -> tuple[str, ...]:
+    """The report's static PNG + SVG folder, where a browser draws them (tests marked static_figures)."""
+    return ("figures",) if defaults.browser_path() else ()
 
 
 def execute(name: str, out: Path, **parameters) -> dict:
@@ -74,6 +78,7 @@ def test_notebook_has_one_parameters_cell_and_a_known_kernel(name):
     assert shipped.read_bytes() == (NOTEBOOKS / name).read_bytes()
 
 
+@pytest.mark.static_figures
 def test_load_sweep_notebook_records_attempts_and_draws(space, tmp_path):
     nb = execute("01_load_sweep.ipynb", tmp_path / "01.ipynb", file=str(space["model"]),
                  strategies=["pread", "warmer"], params={"warmer": {"threads": [1, 2], "chunk_mib": 1}},
@@ -138,7 +143,7 @@ def test_report_notebook_writes_exports(space, tmp_path):
     out = tmp_path / "report"
     nb = execute("05_ledger_report.ipynb", tmp_path / "05.ipynb", campaign="nb-01",
                  ledger_path=str(space["ledger"]), out_dir=str(out))
-    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html", *FIGURES}
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html", *figures_dir()}
     assert len(pd.read_csv(out / "attempts.csv")) == 6
     assert "Attempt history" in (out / "report.md").read_text()
     assert str(out / "report.html") in html_outputs(nb)
@@ -178,7 +183,7 @@ def test_engine_ab_notebook_compares_two_engines_with_their_phases(space, tmp_pa
     assert any(t.startswith("Load time per attempt") for t in titles)
     bars = plotly_figure(nb, "Where the load")
     assert [t["name"] for t in bars["data"]][-1] == "unattributed" and "stall" in {t["name"] for t in bars["data"]}
-    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html", *FIGURES}
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "runs.csv", "report.md", "report.html", *figures_dir()}
     assert "| binary |" in (out / "report.md").read_text()
 
 

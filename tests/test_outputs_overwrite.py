@@ -140,6 +140,7 @@ def test_a_report_replaces_a_planted_link_and_never_lands_on_its_ledger(tmp_path
 
 # -- second adversarial pass (issue 19 "Done when"): every file of --figures and a report's figures/ -------
 
+@pytest.mark.static_figures
 @pytest.mark.parametrize("name, force", [("figures.html", []), ("gbps.png", ["--force"]), ("median.svg", [])])
 def test_export_figures_never_write_over_the_ledger_through_a_planted_link(tmp_path, ledger, name, force):
     figures = tmp_path / "figs"
@@ -166,6 +167,7 @@ def test_export_figures_replace_a_link_to_another_file_instead_of_writing_throug
     assert (figures / "figures.html").read_text().startswith("<!DOCTYPE html>")
 
 
+@pytest.mark.static_figures
 def test_a_reports_figure_never_lands_on_its_ledger(tmp_path, ledger):
     from workbench.errors import OutputError
     from workbench.ledger.report import write_report

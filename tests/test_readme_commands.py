@@ -247,8 +247,8 @@ def _placeholders(ws: Path) -> dict[str, str]:
 
 
 def tiny(command: str, ws: Path) -> str:
-    """The command as it runs here: sizes and run counts cut (a measuring command that names none gets
-    one), placeholders filled."""
+    """The command as it runs here: sizes, run counts, a session's turns and A/B rounds cut (a measuring
+    command that names none gets one), placeholders filled."""
     size = TINY_MOE if "--layout moe" in command else TINY
     command = re.sub(r"--size \d+(?:\.\d+)?[KMGT]i?B", f"--size {size}", command)
     command = re.sub(r"(--runs|-p runs) \d+", rf"\1 {RUNS}", command)
@@ -256,6 +256,9 @@ def tiny(command: str, ws: Path) -> str:
         command += f" --size {TINY}"  # refreshed at the size recorded
     if re.match(r"workbench (run|compare) ", command) and "--runs" not in command:
         command += f" --runs {RUNS}"
+    if re.match(r"workbench session \S", command) and "--help" not in command:  # a few short turns, one A/B round
+        command = re.sub(r"--rounds \d+", "--rounds 1", command)
+        command += "".join(f" {opt} {n}" for opt, n in (("--turns", 2), ("--tokens", 4)) if opt not in command)
     if " papermill " in f" {command.replace('/', ' ')}" and "-p runs" not in command:
         command += f" -p runs {RUNS}"
     for pattern, value in _placeholders(ws).items():

@@ -136,6 +136,7 @@ def test_ledger_list_and_show_print_no_escape_sequence(hostile_ledger):
         assert shown.exit_code == 0 and not TERMINAL_BAD.search(shown.output.replace("\n", "")), shown.output
 
 
+@pytest.mark.static_figures  # the report's own figure links beside the ledger's text
 def test_the_pr_table_and_report_render_no_markup_from_the_ledger(hostile_ledger, tmp_path):
     from workbench.ledger import markdown_table
     from workbench.ledger.report import write_report
