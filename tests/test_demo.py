@@ -64,7 +64,7 @@ def test_demo_end_to_end_then_again(tmp_path, private_lock_dir):
 
 
 def test_demo_rejects_bad_options_in_one_line(tmp_path):
-    for bad in (["--runs", "0"], ["--size", "lots"]):
+    for bad in (["--runs", "0"], ["--size", "lots"], ["--shards", "0"], ["--shards", "17"]):
         result = CliRunner().invoke(main, ["demo", *bad, "--out", str(tmp_path / "d")])
         assert result.exit_code == 2, result.output
         assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
@@ -117,3 +117,26 @@ def test_the_demo_measures_five_runs_per_attempt_by_default(tmp_path):
     assert sweep.parameters["runs"] == 5  # what --runs' help asks for a claim
     assert demo_sweep(DemoOptions.build(runs=2, data_dir=str(tmp_path / "d"), device="host"),
                       [tmp_path / "a.gguf"]).parameters["runs"] == 2
+
+
+def test_demo_shards_writes_each_model_as_a_split_set_and_keeps_it(tmp_path):
+    # `workbench demo --shards 3`: the sweep's points are the sets' directories, each a gguf-split set
+    # of 3 files that open_index reads as one model; a second demo keeps them, a broken one is rewritten.
+    from workbench.cli.demo import MODELS, DemoOptions, _model, demo_sweep
+    from workbench.formats import open_index
+
+    options = DemoOptions.build(size="4MiB", runs=1, data_dir=str(tmp_path / "d"), device="host", shards=3)
+    models = [_model(options, layout, fmt) for layout, fmt in MODELS]
+    assert [m.name for m in models] == ["demo-dense-4MiB-3shards", "demo-moe-4MiB-3shards"]
+    for model in models:
+        index = open_index(model)
+        assert [Path(f.path).name for f in index.files] == [f"model-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+        assert all(t.file in {f.path for f in index.files} for t in index.tensors)
+    stamps = {p: p.stat().st_mtime_ns for m in models for p in m.iterdir()}
+    assert [_model(options, layout, fmt) for layout, fmt in MODELS] == models
+    assert {p: p.stat().st_mtime_ns for m in models for p in m.iterdir()} == stamps  # kept, not rewritten
+    (models[1] / "model-00002-of-00003.gguf").unlink()  # an interrupted write: the set is written again
+    assert len(open_index(_model(options, *MODELS[1])).files) == 3
+    assert demo_sweep(options, models).grid["file"] == [str(m.resolve()) for m in models]
+    one = DemoOptions.build(size="4MiB", data_dir=str(tmp_path / "d"), device="host")
+    assert one.shards == 1 and _model(one, *MODELS[0]).name == "demo-dense-4MiB.gguf"

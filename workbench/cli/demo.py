@@ -1,6 +1,8 @@
 """``workbench demo``: the whole product once, on an embedded default, in minutes on a laptop.
 
-1. synthetic models: a small dense and a small MoE GGUF under ``<data>/models/`` (kept when present);
+1. synthetic models: a small dense and a small MoE GGUF under ``<data>/models/`` (kept when present;
+   ``--shards N`` writes each as a gguf-split set of N files in a directory of its own, as a real
+   checkpoint above ~5 GB comes);
 2. this machine's ceilings, measured once per host and ledger (so GB/s has walls to be read against);
 3. the default sweep (``workbench/cli/data/demo.yaml``, notebook 01) on the best device, through papermill,
    every run recorded in the SQLite ledger; finished points are resumed, so running twice is safe;
@@ -22,6 +24,7 @@ DEFAULT_SIZE = "32MiB"
 CAMPAIGN = "demo"
 MODELS = (("dense", "gguf"), ("moe", "gguf"))
 CEILINGS_SIZE = 64 << 20  # big enough for a stable rate, small enough for seconds
+MAX_SHARDS = 16  # a small model has a few dozen tensors; real sets have 2-30 files
 
 
 def demo_sweep_file() -> Path:
@@ -38,10 +41,11 @@ class DemoOptions:
     ledger_path: Path
     data_dir: Path
     device: str
+    shards: int = 1  # files per model: 1, or a gguf-split set of that many
 
     @classmethod
     def build(cls, size: str | None = None, runs: int | None = None, ledger_path: str | None = None,
-              data_dir: str | None = None, device: str | None = None) -> DemoOptions:
+              data_dir: str | None = None, device: str | None = None, shards: int | None = None) -> DemoOptions:
         """Fill the defaults: ./data, the ledger's own default path, the best device."""
         from workbench.formats.synth import parse_size
         from workbench.upload import best_device
@@ -50,9 +54,12 @@ class DemoOptions:
         parse_size(size)  # a bad size fails now, before anything is written
         if runs is not None and runs < 1:
             raise ParamError("demo", "runs", "needs at least 1 run per attempt")
+        shards = 1 if shards is None else shards
+        if not 1 <= shards <= MAX_SHARDS:
+            raise ParamError("demo", "shards", f"must be 1 (one file per model) to {MAX_SHARDS}, got {shards}")
         data = Path(data_dir) if data_dir else defaults.data_root()
         ledger = Path(ledger_path) if ledger_path else defaults.ledger_path(data)
-        return cls(size.replace(" ", ""), runs, ledger, data, device or best_device())
+        return cls(size.replace(" ", ""), runs, ledger, data, device or best_device(), shards)
 
 
 @dataclass(frozen=True)
@@ -129,8 +136,8 @@ def demo_sweep(options: DemoOptions, models: list[Path]) -> Any:
 def _model(options: DemoOptions, layout: str, fmt: str) -> Path:
     from workbench.cli.notebook_actions import ensure_model, model_path
 
-    path = model_path(layout, fmt, options.size, root=options.data_dir)
-    return ensure_model(path, layout=layout, format=fmt, size=options.size)
+    path = model_path(layout, fmt, options.size, root=options.data_dir, shards=options.shards)
+    return ensure_model(path, layout=layout, format=fmt, size=options.size, shards=options.shards)
 
 
 def _ceilings(options: DemoOptions) -> str:

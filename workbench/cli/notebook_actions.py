@@ -26,26 +26,30 @@ DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `wor
 def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size: int | str,
                  **synth: Any) -> Path:
     """``path`` if it already holds a readable model; otherwise write a synthetic one there (atomically);
-    ``synth`` goes to ``write_synthetic`` (``alignment``, ``experts``, …)."""
+    ``synth`` goes to ``write_synthetic`` (``alignment``, ``experts``, ``shards``: then ``path`` is the
+    directory of the set, …)."""
     from workbench.formats import open_index
     from workbench.formats.synth import parse_size, write_synthetic
     from workbench.outputs import SQLITE, describe_existing, refuse_overwrite
 
     path = Path(path)
-    if path.is_file():
+    if path.is_file() or (path.is_dir() and synth.get("shards", 1) > 1):
         try:
             open_index(path)
             return path
         except WorkbenchError:
-            pass  # a truncated model from an interrupted run: write it again (atomically) ...
-        refuse_overwrite(path, force=describe_existing(path) != SQLITE)  # ... but never over a ledger
+            pass  # a truncated model (or set) from an interrupted run: write it again (atomically) ...
+        if path.is_file():
+            refuse_overwrite(path, force=describe_existing(path) != SQLITE)  # ... but never over a ledger
     write_synthetic(path, format=format, layout=layout, size=parse_size(size), force=True, **synth)
     return path
 
 
-def model_path(layout: str, format: str, size: str, root: Path | None = None) -> Path:
-    """Where the demo keeps its synthetic model of this layout, format and size."""
-    return (root / "models" if root is not None else defaults.models_dir()) / f"demo-{layout}-{size}.{format}"
+def model_path(layout: str, format: str, size: str, root: Path | None = None, shards: int = 1) -> Path:
+    """Where the demo keeps its synthetic model of this layout, format and size: a file, or for
+    ``shards`` > 1 the directory of the set (``demo-dense-32MiB-3shards/model-00001-of-00003.gguf``, …)."""
+    models = root / "models" if root is not None else defaults.models_dir()
+    return models / (f"demo-{layout}-{size}-{shards}shards" if shards > 1 else f"demo-{layout}-{size}.{format}")
 
 
 def resolve_file(file: str) -> Path:

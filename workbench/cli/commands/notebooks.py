@@ -114,11 +114,14 @@ def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
               help="Ledger file (default $WORKBENCH_LEDGER, else data/ledger.sqlite).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Data directory for models, runs and reports (default ./data).")
-def demo(size: str | None, runs: int | None, ledger_path: str | None, out_dir: str | None) -> None:
+@click.option("--shards", type=int, default=None,
+              help="Write each model as a gguf-split set of this many files (default 1: one file).")
+def demo(size: str | None, runs: int | None, ledger_path: str | None, out_dir: str | None,
+         shards: int | None) -> None:
     """Synthetic dense + MoE models, the default sweep on the best device, ledger and report."""
     from workbench.cli.demo import DemoOptions, run_demo
 
-    options = DemoOptions.build(size=size, runs=runs, ledger_path=ledger_path, data_dir=out_dir)
+    options = DemoOptions.build(size=size, runs=runs, ledger_path=ledger_path, data_dir=out_dir, shards=shards)
     try:
         result = run_demo(options, echo=click.echo)
     except KeyboardInterrupt:
