@@ -98,7 +98,7 @@ def test_ceilings_command(env: Path) -> None:
 
 
 def test_unstable_attempt_is_warned_loudly(tmp_path: Path) -> None:
-    from workbench.cli.commands.measure import _report
+    from workbench.cli.commands.results_out import report_results as _report
     from workbench.measure import AttemptResult, AttemptStats, RunConfig
     from workbench.measure.stats import stability_warning
 

@@ -1,0 +1,99 @@
+"""``workbench external``: time an external engine's load up to a log marker, interleaved A/B with verdicts."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import click
+
+from workbench.cli.commands.measure_options import measure_options
+from workbench.cli.commands.results_out import Progress, report_results, unrecorded_printed
+from workbench.cli.exits import EXIT_HELP, finish, tally_attempts
+from workbench.measure.order import DEFAULT_ORDER, ORDERS
+
+
+@click.command(epilog=EXIT_HELP)
+@click.option("--cmd", "commands", multiple=True, required=True,
+              help="The engine's command line, run as an argument list (shell quoting, no shell unless "
+                   "--shell); repeat for an A/B — the first is the baseline.")
+@click.option("--label", "labels", multiple=True, help="Name of each attempt in tables, one per --cmd.")
+@click.option("--marker", "markers", multiple=True, required=True,
+              help="Regular expression of the output line that ends the load: one for all, or one per --cmd.")
+@click.option("--start-marker", "start_markers", multiple=True,
+              help="Regular expression of the line that starts the load window (else: spawn); spawn → end "
+                   "marker is then the run's wall. One for all, or one per --cmd.")
+@click.option("--phase", "phases", multiple=True, metavar="RE",
+              help="The engine's own phase lines: a regular expression with groups (?P<name>…) and "
+                   "(?P<ms>…) or (?P<s>…), matched on every line up to the marker (repeatable).")
+@click.option("--binary", "binaries", multiple=True, metavar="PATH",
+              help="The file that identifies each build, one per --cmd ('' = resolve from the command: "
+                   "its executable, or interpreter + script).")
+@click.option("--shell", is_flag=True, help="Run the commands through /bin/sh instead of as argument lists.")
+@click.option("--expect-exit", "expect_exits", multiple=True, type=int, metavar="CODE",
+              help="The exit status that is no failure when an engine exits on its own after the marker "
+                   "(default 0; any other fails the run): one for all, or one per --cmd.")
+@click.option("--file", "file", required=True, type=click.Path(exists=True),
+              help="The model the command loads — a file, or a directory / index file / shard of a set: "
+                   "the cache state of every file, the identity, GB/s.")
+@click.option("--device", default=None,
+              help="The device the engine loads onto: the lock held and the device recorded "
+                   "(host, cuda[:n], hip[:n]; default: the best available, cuda, hip, else host).")
+@click.option("--order", type=click.Choice(ORDERS), default=DEFAULT_ORDER, show_default=True,
+              help="Order inside each round: abba alternates A B, B A (drift cancels in pairs), abab repeats "
+                   "A B, shuffle is seeded by --seed.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --order shuffle.")
+@measure_options
+def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[str, ...],
+             start_markers: tuple[str, ...], phases: tuple[str, ...], binaries: tuple[str, ...], shell: bool,
+             expect_exits: tuple[int, ...],
+             file: str, device: str | None, order: str, seed: int, cache: str, runs: int, campaign: str,
+             hypothesis: str, baseline: str | None, ledger_path: str | None, min_effect_pct: float,
+             timeout_s: float, as_json: bool) -> None:
+    """Time external engines: spawn (or --start-marker) → the first output line matching --marker, then
+    kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts.
+
+    GB/s is shown only with evidence that the engine read --file in the window (its processes' /proc
+    I/O counters, its mappings of the model, the model's page-cache residency); otherwise the run says
+    "no evidence the engine read MODEL" and shows its time only."""
+    from workbench.measure.engine_command import check_command, describe_build
+    from workbench.measure.external import EngineCommand, measure_engines
+    from workbench.untrusted import for_terminal
+    from workbench.measure.runner import open_ledger
+
+    n = len(commands)
+    if labels and len(labels) != n:
+        raise click.UsageError(f"{len(labels)} --label for {n} --cmd")
+    engines = [EngineCommand(cmd, marker, start_marker=start or None, phases=phases, shell=shell,
+                             binary=binary or None, label=label, expect_exit=code)
+               for cmd, marker, start, binary, label, code in zip(
+                   commands, _per_command(markers, n, "--marker"), _per_command(start_markers, n, "--start-marker"),
+                   _per_command(binaries, n, "--binary"), labels or [""] * n,
+                   _per_command(expect_exits, n, "--expect-exit"))]
+    for engine in engines:  # before the ledger opens or a bar draws: a bad command is one line, nothing else
+        _, files = check_command(engine, timeout_s)
+        if not as_json:  # what identifies each build, so a hash that stays the same says why
+            click.echo(for_terminal(f"build of {engine.display()}: {describe_build(files)}"), err=True)
+    if device is None:
+        from workbench.upload import best_device
+
+        device = best_device()
+        if not as_json:
+            click.echo(f"device: {device} (the best available here; --device names the engine's)", err=True)
+    ledger = open_ledger(ledger_path)
+    with unrecorded_printed(ledger, as_json, n == 1, []), Progress(n * runs, as_json) as progress:
+        results = measure_engines(engines, file, runs=runs, cache=cache, order=order, seed=seed,
+                                  timeout_s=timeout_s, device=device, baseline=baseline, ledger=ledger,
+                                  campaign=campaign, hypothesis=hypothesis, progress=progress,
+                                  min_effect=min_effect_pct / 100)
+    report_results(results, ledger, as_json, single=n == 1)
+    finish(tally_attempts(results))
+
+
+def _per_command(values: Sequence[Any], n: int, option: str) -> list[Any]:
+    """One value per command: none given, one for all, or exactly one each."""
+    if not values:
+        return [None] * n
+    if len(values) == 1:
+        return list(values) * n
+    if len(values) != n:
+        raise click.UsageError(f"{len(values)} {option} for {n} --cmd: give one for all, or one per --cmd")
+    return list(values)
