@@ -154,12 +154,14 @@ def test_csv_neutralizes_cells_a_spreadsheet_would_run(tmp_path):
     from workbench.records import RunConfig
 
     with Ledger(tmp_path / "l.sqlite") as led:
-        for i, text in enumerate(["=1+1", "+cmd", "-2", "@SUM(A1)", "\tx", "\rx", "plain"]):
+        for i, text in enumerate(["=1+1", "+cmd", "-2", "@SUM(A1)", "\tx", "\rx", "plain", " =1+1", "\u3000+cmd",
+                                  "\uff1dSUM(A1)", "\uff20x", "\ufe66x", "a=1"]):
             led.start_attempt(campaign="c", config=RunConfig("/m.gguf", "pread"), cache="cold", label=text,
                               hypothesis=text)
         attempts_csv, _ = export_csv(led, tmp_path / "out")
     back = pd.read_csv(attempts_csv, dtype=str, keep_default_na=False)
-    assert list(back["label"]) == ["'=1+1", "'+cmd", "'-2", "'@SUM(A1)", "'\tx", "'\rx", "plain"]
+    assert list(back["label"]) == ["'=1+1", "'+cmd", "'-2", "'@SUM(A1)", "'\tx", "'\rx", "plain", "' =1+1",
+                                   "'\u3000+cmd", "'\uff1dSUM(A1)", "'\uff20x", "'\ufe66x", "a=1"]
     assert list(back["hypothesis"]) == list(back["label"])
 
 

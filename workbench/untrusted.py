@@ -10,7 +10,9 @@ of output before showing it; nothing else here is needed to show text safely.
 - :func:`for_markdown` — Markdown inline text or a table cell (GitHub, JupyterLab): line breaks become
   spaces, and every character that could start Markdown (emphasis, code, links and images, raw HTML,
   entities, table pipes, math, a heading or list at the start) is backslash-escaped, so it reads as
-  the same characters and nothing else; :func:`for_markdown_code` is text inside a code span.
+  the same characters and nothing else; what GitHub links without markup (an @mention, which would
+  notify a stranger when the PR is posted, an email, a bare ``https://`` or ``www.`` URL) gets a
+  zero-width space that breaks the link; :func:`for_markdown_code` is text inside a code span.
 """
 from __future__ import annotations
 
@@ -23,6 +25,12 @@ _BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
 # Inline Markdown: escapes, code, emphasis (``_`` only at a word's edge: snake_case stays as it is),
 # links and images, raw HTML and autolinks, entities, table pipes, strikethrough, Jupyter's math.
 _MD_SPECIAL = re.compile(r"([\\`*\[\]<>&|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+# What GitHub (and JupyterLab's GFM) turn into a live reference without any markup: an @mention (which
+# notifies that user or team when a PR is posted), an email, a bare URL (``https://``, ``www.``). A
+# zero-width space after the ``@`` and before ``://`` or the ``.`` of ``www.`` keeps the characters as
+# they read and breaks the link.
+_AUTOLINKED = re.compile(r"@|(?<=[A-Za-z0-9])(?=://)|(?<![A-Za-z0-9])(?i:www)(?=\.)")
+_ZWSP = "&#8203;"
 # What makes a line a heading, list, quote or setext underline when it starts one.
 _MD_LINE_START = re.compile(r"^(\s*)([-+*](?=\s|$)|#{1,6}(?=\s|$)|>|=+(?=\s*$)|\d{1,9}(?=[.)](?:\s|$)))")
 
@@ -48,6 +56,7 @@ def for_markdown(text: object) -> str:
     """``text`` as Markdown that renders as exactly these characters, on one line."""
     one_line = printable(_BREAKS.sub(" ", str(text)))
     escaped = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), one_line)
+    escaped = _AUTOLINKED.sub(lambda m: m.group(0) + _ZWSP, escaped)
     return _MD_LINE_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}" if not m.group(2)[0].isdigit()
                               else f"{m.group(1)}{m.group(2)}\\", escaped)
 

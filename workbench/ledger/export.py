@@ -22,12 +22,14 @@ text. Every quantity has one name (README, "The ledger"):
   (``kind`` ``session``, whose ``median_s`` is over its turn times).
 
 A text cell that a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab
-or a carriage return — a label or hypothesis typed that way) is written with a leading ``'``.
+or a carriage return — also after leading blanks, and in their full-width forms ``＝ ＋ － ＠`` — a label
+or hypothesis typed that way) is written with a leading ``'``.
 """
 from __future__ import annotations
 
 import json
 import os
+import unicodedata
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -135,7 +137,12 @@ def neutralize(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _neutral(value: Any) -> Any:
-    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+    if not isinstance(value, str):
+        return value
+    # Spreadsheets skip leading blanks before a formula and read full-width signs (＝, ＋, －, ＠) as
+    # theirs: the first visible character, NFKC-normalized, decides.
+    first = unicodedata.normalize("NFKC", value.lstrip()[:1])
+    return f"'{value}" if value.startswith(FORMULA_STARTS) or first.startswith(FORMULA_STARTS) else value
 
 
 def _effect(a: dict[str, Any]) -> str:
