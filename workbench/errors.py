@@ -192,7 +192,7 @@ class MeasurementInterrupted(KeyboardInterrupt):
     recorded, in ``attempt_ids`` (now failed, reason ``interrupted``).
     """
 
-    def __init__(self, done: int, total: int, attempt_ids: list[str]):
+    def __init__(self, done: int, total: int, attempt_ids: list[str], unit: str = "runs"):
         self.done, self.total, self.attempt_ids = done, total, list(attempt_ids)
         ids = ", ".join(i[:8] for i in self.attempt_ids) or "no attempt"
-        super().__init__(f"interrupted: {done}/{total} runs recorded in {ids} (marked failed: interrupted)")
+        super().__init__(f"interrupted: {done}/{total} {unit} recorded in {ids} (marked failed: interrupted)")

@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from workbench.errors import ParamError
+from workbench.errors import MeasurementInterrupted, ParamError
 from workbench.expert.session_config import SessionConfig, check_config
 from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.expert.session_summary import SessionReport, growth_line, steady_line, summarize
@@ -102,7 +102,11 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
         run.finish(read_wall(store, run, device))  # a worker that stopped without its end event: failed
     except BaseException as exc:
         run.error = f"interrupted after {len(run.records)} turns: {type(exc).__name__}"
+        stopped = isinstance(exc, KeyboardInterrupt) and not isinstance(exc, MeasurementInterrupted)
+        run.interrupted = stopped  # Ctrl-C, SIGTERM or SIGHUP: the turns so far stay, the attempt says why
         run.finish(None)
+        if stopped:
+            raise MeasurementInterrupted(len(run.records), config.turns, [run.attempt_id], unit="turns") from exc
         raise
     finally:
         if store is not ledger:

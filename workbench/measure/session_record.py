@@ -33,7 +33,7 @@ class Recorder:
         self.verified_slices = 0
         self.attempt_id: str | None = None
         self.report: SessionReport | None = None
-        self.verdict, self.notes, self._done = "failed", "", False
+        self.verdict, self.notes, self._done, self.interrupted = "failed", "", False, False
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
@@ -104,7 +104,8 @@ class Recorder:
                                              f"warnings: {warnings}" if warnings else ""]))
         self.ledger.finish_attempt(attempt_id, session_stats(self.records, failed=not ended), baseline_id=None,
                                    speedup=None, verdict=self.verdict, notes=self.notes, cache=self.cache,
-                                   verdict_reason="a session is measured on its own; compare sessions with --ab")
+                                   verdict_reason="interrupted" if self.interrupted else
+                                   "a session is measured on its own; compare sessions with --ab")
 
     def result(self, cls: type) -> Any:
         memory = f"{self.memory_limit} — {self.memory_outcome}" if self.memory_limit else ""
