@@ -218,3 +218,37 @@ def test_the_cli_error_line_and_tables_escape_what_they_quote(tmp_path):
     fill_ledger(path)
     out = CliRunner().invoke(main, ["ledger", "--ledger", str(path), "show", "zz\x1b[2J\nzzzz"])
     assert out.exit_code == 2 and "\x1b" not in out.output and out.output.count("\n") == 1, out.output
+
+
+def test_notebook_06s_output_shows_ledger_text_as_text(hostile_ledger, tmp_path):
+    # Notebook 06 (engine A/B) shows the campaign's attempts, verdicts and figures from the ledger: a
+    # merged ledger's labels, campaign name and file names must come out as text there too.
+    from workbench.cli.notebook_engines import show_engine_ab
+    from workbench.measure.attempt import AttemptResult
+    from workbench.records import AttemptStats, RunConfig
+
+    path, campaign = hostile_ledger
+    with Ledger(path, readonly=True) as led:
+        rows = led.attempts(campaign)
+    stats = AttemptStats(5, 0, 1.0, 0.9, 1.1, 5.0, 2.0, stable=True)
+    results = [AttemptResult(row["id"], RunConfig(row["file_path"], "external"), "warm", (), stats,
+                             None if i == 0 else rows["id"][0], None if i == 0 else 1.1,
+                             "baseline" if i == 0 else "faster", label=row["label"], ci_low=1.05, ci_high=1.2)
+               for i, (_, row) in enumerate(rows.iterrows())]
+    shown = show_engine_ab(path, campaign, results, out_dir=str(tmp_path / "out"))
+    assert len(shown) == 6
+    drawn: list[bool] = []
+    for item in shown:
+        if hasattr(item, "to_plotly_json"):
+            data = item.to_plotly_json()["data"]
+            texts = [str(t.get("name")) for t in data] + [str(x) for t in data if t.get("x") is not None
+                                                          for x in list(t["x"])]
+            assert not any("<" in t for t in texts), texts
+            drawn.append(any("&lt;" in t for t in texts))  # the hostile labels were drawn, escaped
+        else:
+            found = tags(item.data)
+            assert not [t for t, _ in found.tags if t in ("img", "script", "a", "iframe")], found.tags
+            assert not [a for _, attrs in found.tags for a in attrs if a.startswith("on")]
+            assert "\x1b" not in item.data
+    assert "&lt;img src=x onerror=alert(1)&gt;" in shown[0].data  # the campaign name, shown as text
+    assert drawn and any(drawn)
