@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_helpers import alive, wait_for
 
 from workbench.ledger import Ledger
 from workbench.measure.external import time_external
@@ -47,28 +48,11 @@ time.sleep(300)
 NAMES = ("engine", "daemon", "pgid")
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rpartition(b")")[2].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
 def _stat(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[:4].__repr__()
     except OSError:
         return "gone"
-
-
-def wait_for(predicate, seconds: float, what) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what() if callable(what) else what} after {seconds} s")
 
 
 def pids_of(out: Path) -> dict[str, int]:

@@ -8,30 +8,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from process_helpers import alive, wait_for
 
 from workbench.ledger import Ledger
 from workbench.measure.reaper import descendants
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rpartition(b")")[2].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
-def wait_for(predicate, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} after {seconds} s")
 
 
 @pytest.fixture(scope="module")
