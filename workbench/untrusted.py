@@ -56,7 +56,7 @@ def for_markdown(text: object) -> str:
     """``text`` as Markdown that renders as exactly these characters, on one line."""
     one_line = printable(_BREAKS.sub(" ", str(text)))
     escaped = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), one_line)
-    escaped = _AUTOLINKED.sub(lambda m: m.group(0) + _ZWSP, escaped)
+    escaped = _AUTOLINKED.sub(r"\g<0>" + _ZWSP, escaped)
     return _MD_LINE_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}" if not m.group(2)[0].isdigit()
                               else f"{m.group(1)}{m.group(2)}\\", escaped)
 

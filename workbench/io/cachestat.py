@@ -41,7 +41,7 @@ def cached_pages(fd: int, offset: int, length: int) -> int | None:
 
 
 def available() -> bool:
-    """Whether this kernel answers cachestat (checked once, on a throwaway descriptor)."""
+    """Whether this kernel answers cachestat (asked on a throwaway descriptor)."""
     fd = os.open("/proc/self/exe", os.O_RDONLY | os.O_CLOEXEC)
     try:
         return cached_pages(fd, 0, 4096) is not None

@@ -84,12 +84,11 @@ def _restore(path, fd: int, first: int, before) -> None:
     while clean < 2 and time.monotonic() <= deadline:
         now = pagecache.resident_map(path, first, span)
         extra = now & ~before
-        cached = cached_pages(fd, first, span)
         if extra.any():
             clean = 0
             _evict_missing(fd, first, ~extra)
-        elif cached is not None and cached > int(now.sum()):
-            clean = 0  # readahead still landing
+        elif (cached_pages(fd, first, span) or 0) > int(now.sum()):
+            clean = 0  # readahead still landing (no cachestat: None, mincore alone decides)
         else:
             clean += 1
         time.sleep(pause)
