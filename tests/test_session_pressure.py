@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 import workbench.measure.pressure as pressure
+from workbench.measure import cgroups as cgroup_module
+from workbench.measure.balloon import measure_working_set
 from workbench.errors import ParamError
 from workbench.expert.procstat import CgroupMemory, CgroupProbe, read_io, read_status
 from workbench.expert.session import SessionConfig
@@ -66,7 +68,7 @@ def test_a_limit_below_what_the_cache_holds_ends_in_the_oom_killer(cgroups, synt
 
 def test_a_balloon_locks_what_is_available_beyond_the_limit(monkeypatch):
     before = _vmlck()
-    available = pressure._mem_available()
+    available = pressure.meminfo("MemAvailable") - measure_working_set().bytes
     with MemoryPressure((available - 16 * MiB) / MiB, "balloon") as p:
         assert p.limit.method == "balloon" and "locked" in p.limit.detail and p.limit.worker_json() == {}
         assert _vmlck() - before >= 8 * MiB  # MemAvailable moves a little between the two reads
@@ -75,9 +77,9 @@ def test_a_balloon_locks_what_is_available_beyond_the_limit(monkeypatch):
 
 
 def test_neither_a_cgroup_nor_a_balloon_is_one_line(monkeypatch):
-    monkeypatch.setattr(pressure, "_V1_ROOT", "/nonexistent")
-    monkeypatch.setattr(pressure, "_V2_ROOTS", ("/nonexistent",))
-    monkeypatch.setattr(pressure, "_mem_available", lambda: 10 * MiB)
+    monkeypatch.setattr(cgroup_module, "V1_ROOT", "/nonexistent")
+    monkeypatch.setattr(cgroup_module, "V2_ROOTS", ("/nonexistent",))
+    monkeypatch.setattr(pressure, "meminfo", lambda key: 10 * MiB)
     with pytest.raises(ParamError) as err:
         MemoryPressure(64).__enter__()
     message = str(err.value)
