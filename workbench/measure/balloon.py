@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 MiB = 1 << 20
+_MLOCK_ONFAULT, _MADV_POPULATE_WRITE = 1, 23
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
@@ -81,23 +82,30 @@ class Balloon:
         self.inflate_s = 0.0
 
     def inflate(self) -> "Balloon":
-        """mlock every chunk, from :attr:`threads` threads; OSError (the balloon gone) when refused."""
+        """Lock the whole range (on fault), then fault it in chunk by chunk from :attr:`threads` threads;
+        OSError (the balloon gone) when refused."""
         t0 = time.perf_counter()
         self._map = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._map.madvise(mmap.MADV_DONTFORK)  # a worker forked now must not copy its page tables (GBs of them)
         self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        # one VMA flag change for all of it, then populating takes only the read side of mmap_lock, so the
+        # threads fault in parallel (a mlock per chunk would queue each on the write side)
+        onfault = _libc.mlock2(ctypes.c_void_p(self.addr), ctypes.c_size_t(self.size), _MLOCK_ONFAULT) == 0
         chunk = -(-self.size // self.threads // mmap.PAGESIZE) * mmap.PAGESIZE
         spans = [(off, min(chunk, self.size - off)) for off in range(0, self.size, chunk)]
         with ThreadPoolExecutor(len(spans)) as pool:  # ctypes releases the GIL: the chunks fault in parallel
-            errors = [e for e in pool.map(lambda s: self._lock(*s), spans) if e]
+            errors = [e for e in pool.map(lambda s: self._lock(*s, onfault), spans) if e]
         if errors:
             self.deflate()
             raise OSError(errors[0], f"mlock of {self.size / MiB:,.0f} MiB refused ({os.strerror(errors[0])})")
         self.inflate_s = time.perf_counter() - t0
         return self
 
-    def _lock(self, offset: int, length: int) -> int:
-        ok = _libc.mlock(ctypes.c_void_p(self.addr + offset), ctypes.c_size_t(length)) == 0
-        return 0 if ok else ctypes.get_errno()
+    def _lock(self, offset: int, length: int, onfault: bool) -> int:
+        where, n = ctypes.c_void_p(self.addr + offset), ctypes.c_size_t(length)
+        if onfault and _libc.madvise(where, n, _MADV_POPULATE_WRITE) == 0:
+            return 0
+        return 0 if _libc.mlock(where, n) == 0 else ctypes.get_errno()  # no MADV_POPULATE_WRITE (< 5.14)
 
     def deflate(self) -> None:
         if self._map is not None:
