@@ -65,7 +65,7 @@ def pressure_cells(result) -> list[str]:
     (major faults — none on the model, which a session never maps —, other storage reads, the machine's
     swap-ins), the process's mapped file pages, swap, compute time. Medians per turn, turn 0 left out."""
     lines = ["", "| cell | arm | tok/s | compute s/turn | major faults/turn (not the model) | model lost · read again "
-             "MiB/turn | other storage reads MiB/turn | machine swap-ins/turn | file RSS MiB (min) | process swap "
+             "MiB/turn | other storage reads MiB/turn (upper bound) | machine swap-ins/turn | file RSS MiB (min) | process swap "
              "MiB first→last | machine swap MiB first→last | outcome |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n, (i, _rnd, c) in enumerate(result.cells):
         arm = result.arms[i].label
