@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import subprocess
 import sys
-
-_NAME = re.compile(r"\.wb-swap-(\d+)-(\d+)-[0-9a-f]{6}")
 
 
 class SwapUnavailable(OSError):
@@ -37,11 +34,10 @@ class SwapFile:
         self._guard: subprocess.Popen | None = None
 
     def __enter__(self) -> "SwapFile":
-        from workbench.ledger.owner import current_owner
+        from workbench.measure.scratch import owned_name
 
         self.reaped = reap_stale(self.directory)
-        me = current_owner()
-        self.path = os.path.join(self.directory, f".wb-swap-{me.pid}-{me.start_ticks}-{os.urandom(3).hex()}")
+        self.path = os.path.join(self.directory, owned_name("swap"))
         try:
             _make(self.path, self.size)
             self._guard = subprocess.Popen(
@@ -78,22 +74,9 @@ def enabled() -> list[str]:
 
 def reap_stale(directory: str) -> tuple[str, ...]:
     """Turn off and delete every ``.wb-swap-*`` in ``directory`` whose runner is gone; their paths."""
-    from workbench.ledger.owner import GONE, Owner, current_owner, owner_state
+    from workbench.measure.scratch import reap_owned
 
-    here, gone = current_owner(), []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return ()
-    for name in sorted(names):
-        match = _NAME.fullmatch(name)
-        owner = Owner(here.host, here.boot_id, here.pid_ns, int(match[1]), int(match[2])) if match else None
-        if owner is not None and owner_state(owner, here) == GONE:
-            path = os.path.join(directory, name)
-            _off(path)
-            if _unlink(path):
-                gone.append(path)
-    return tuple(gone)
+    return reap_owned(directory, "swap", before=_off)
 
 
 def _make(path: str, size: int) -> None:
