@@ -103,7 +103,8 @@ def pressure_verdict(result, min_effect: float = 0.02) -> str:
              "fixed ones met the OOM killer"] if oom or oom_fixed else []
     no_faults = faults is not None and faults.baseline_median == 0 and faults.candidate_median == 0
     if no_faults:
-        parts.append("no major faults in either arm (no swap, and pread reads never fault a page back in)")
+        parts.append("no major faults in either arm (a session reads the model and never maps it: only its own "
+                     "libraries or swapped memory could fault)")
     elif faults is not None:
         parts.append(f"major faults/token with the leak: {faults.line()}")
     if tps is not None:

@@ -6,7 +6,8 @@
 accounted_bytes, actual_anon_bytes, unreleased_pages, seconds, tokens_per_s``), then the decode
 loop's (:data:`DECODE_TURN_KEYS`: where the time went, bytes by source, the lanes' queue depth and
 GB/s) and the memory a turn ended with (:data:`MEMORY_TURN_KEYS`), then ``shift_copy_bytes``,
-``resident_bytes`` and ``gated_reads``. A turn stays a few hundred bytes, so a 10,000-token session
+``resident_bytes`` and ``gated_reads``, then what a memory limit's pressure hit (:data:`PRESSURE_KEYS`).
+A turn stays a few hundred bytes, so a 10,000-token session
 is small whatever its turn length.
 
 Where a turn's time went (``seconds``, the turn's wall)::
