@@ -3,7 +3,7 @@
 Each kind is made by a real run that is then SIGKILLed: a session's memory cgroup (the next start
 removes it), a locked balloon (the kernel frees it with the process), a swap file (its guard turns it
 off and deletes it; if the guard dies too, the next start does), scratch files (the next start in
-that directory removes those of runners gone)."""
+that directory removes those of runners gone), the device lock (the kernel drops the flock)."""
 from __future__ import annotations
 
 import os
@@ -190,3 +190,30 @@ def test_a_scratch_file_left_by_a_killed_run_is_removed_by_the_next_start(tmp_pa
     fd, mine = make_scratch(tmp_path, kind)  # the next start
     os.close(fd)
     assert not os.path.exists(path) and os.path.exists(live) and os.path.exists(mine)
+
+
+def test_a_device_lock_held_by_a_killed_run_is_free_at_once(tmp_path):
+    """The lock is an flock: the kernel drops it with its holder. Its file stays, by design: it is the
+    lock's name, and the next run takes it over (and writes its own owner line)."""
+    from workbench.measure.lock import DeviceLock
+
+    lock_dir = tmp_path / "devlocks"
+    proc = _child(f"""
+        from workbench.measure.lock import DeviceLock
+        lock = DeviceLock("host", {str(lock_dir)!r}, timeout_s=5)
+        lock.__enter__()
+        print("held", flush=True)
+        import time; time.sleep(300)
+    """, tmp_path)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        files = sorted(os.listdir(lock_dir))
+    finally:
+        proc.kill()
+        proc.wait()
+    import time
+
+    t0 = time.monotonic()
+    with DeviceLock("host", lock_dir, timeout_s=2):  # a lock still held would raise after 2 s
+        assert time.monotonic() - t0 < 1.0
+        assert sorted(os.listdir(lock_dir)) == files  # no new file, none left over beside the lock's own
