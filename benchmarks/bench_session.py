@@ -11,19 +11,31 @@
    ``--turns`` turns per cell, every cell's landed bytes verified after each turn (untimed). Effects:
    tok/s, residual s/token, staged GB/s (ratios with 95 % intervals, paired by round) and the check
    that every cell read the same bytes per token.
-3. **Pressure**: ``boundary-release=on`` vs ``off`` under a memory limit (a memory cgroup, else a locked
-   balloon), buffered reads so the page cache is in play, cold before every cell. Each limit is the
-   release-on session's own anonymous peak (measured first, unlimited) plus a headroom
-   (``--headroom-mib 32,4``): with room for the leak the leaking build gives up page cache (re-reads,
-   refaults); with none it meets the OOM killer. Whether the write-up's symptom direction (more major
-   faults, lower tok/s with the leak) is reproduced is stated for each.
+3. **Pressure**: ``boundary-release=on`` vs ``off`` under a memory limit, buffered reads so the page cache
+   is in play, cold before every cell. Each limit is the release-on session's own anonymous peak
+   (measured first, unlimited) plus a headroom (``--headroom-mib 32,4``): with room for the leak the
+   leaking build gives up page cache (re-reads, refaults); with none it meets the OOM killer.
+   ``--pressure-method auto`` (the default) confines it to each cell with a memory cgroup where one
+   can be made, else holds **one** locked balloon over all the cells of a limit (inflated once,
+   before the first cell), leaving the limit plus the machine's own working set: ``Mapped`` at
+   inflation plus the worker's mapped file pages as the unlimited probe measured them after its
+   warm-up turn (:mod:`workbench.measure.balloon`). Which method ran, the working set and the
+   inflation time are in the report. Per cell: what the pressure hit — the model's pages lost and read
+   again against major faults (none of which can hit the model: a session reads it, never maps it),
+   other storage reads, swap. ``--swap-mib N`` runs the part with an N MiB swap file on (turned off and
+   deleted after, even if the run is killed: :mod:`workbench.measure.swap`), recording swap growth
+   per turn; where swap cannot be turned on the report says why and runs without.
+   Whether the write-up's symptom direction (more major faults, lower tok/s with the leak) is
+   reproduced is stated for each limit.
 
 Prints Markdown (and writes it with ``--out``), rewritten after every part so a cut-off run keeps its part.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import re
 import sys
 import time
 from pathlib import Path
@@ -38,11 +50,14 @@ from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
 from workbench.ledger import Ledger  # noqa: E402
 from workbench.measure.ceilings import measure_ceilings  # noqa: E402
 from workbench.measure.environment import collect_environment  # noqa: E402
+from workbench.measure.pressure import MemoryPressure  # noqa: E402
 from workbench.measure.session import measure_session  # noqa: E402
 from workbench.measure.session_ab import parse_ab, record_verdicts, run_session_ab  # noqa: E402
+from workbench.measure.swap import SwapFile  # noqa: E402
+from workbench.measure.swap import enabled as enabled_swap  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_session_report import ab_section, model_line, pressure_verdict  # noqa: E402
+from bench_session_report import ab_section, model_line, pressure_cells, pressure_verdict  # noqa: E402
 from bench_strategies import _ceiling_lines, _machine  # noqa: E402
 
 MiB = 1 << 20
@@ -59,13 +74,14 @@ def _say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def _ab(args, model: Path, ledger: Ledger, base: SessionConfig, specs: list[str], cache: str, campaign: str):
+def _ab(args, model: Path, ledger: Ledger, base: SessionConfig, specs: list[str], cache: str, campaign: str,
+        pressure=None):
     arms = [parse_ab(spec, base, cache, args.device) for spec in specs]
 
     def cell(arm, label):
         result = measure_session(str(model), arm.config, device=arm.device, cache=arm.cache, ledger=ledger,
                                  campaign=campaign, label=label, timeout_s=args.cell_timeout,
-                                 memory_method=args.pressure_method)
+                                 memory_method="cgroup" if pressure is None else "balloon", pressure=pressure)
         s = result.report.summary if result.report else None
         _say(f"  {label}: " + (f"{s.tokens_per_s:.2f} tok/s, {len(result.report.turns)} turns"
                                + (f" — {result.error}" if result.error else "") if s else f"FAILED {result.error}"))
@@ -83,29 +99,80 @@ def _placement(args, model: Path, ledger: Ledger, base: SessionConfig) -> tuple[
     return head + ab_section(result, ["tok/s", "residual s/token", "staged GB/s", "unreleased pages"]), result
 
 
+def _pressure_method(requested: str) -> str:
+    """``cgroup`` where a memory cgroup can be made (and ``requested`` allows it), else ``balloon``."""
+    if requested == "balloon":
+        return "balloon"
+    try:
+        with MemoryPressure(64, "cgroup"):
+            return "cgroup"
+    except WorkbenchError:
+        if requested == "cgroup":
+            raise
+        return "balloon"
+
+
 def _pressure(args, model: Path, ledger: Ledger, base: SessionConfig) -> list[str]:
+    with contextlib.ExitStack() as stack:
+        swap = _swap(args, stack)
+        return [swap, ""] + _pressure_part(args, model, ledger, base)
+
+
+def _swap(args, stack: contextlib.ExitStack) -> str:
+    if not args.swap_mib:
+        on = [p for p in enabled_swap() if p]
+        return f"Swap: none asked; the machine has {'swap on (' + ', '.join(on) + ')' if on else 'no swap'}."
+    try:
+        made = stack.enter_context(SwapFile(args.dir, args.swap_mib))
+    except OSError as exc:
+        return f"Swap: **not on** — {exc.strerror or exc}; the part ran without the {args.swap_mib:,} MiB asked."
+    reaped = f" (turned off {len(made.reaped)} left by a killed run first)" if made.reaped else ""
+    return (f"Swap: a {args.swap_mib:,} MiB swap file `{made.path}` on for this part, off and deleted after{reaped}; "
+            "swap growth per turn in the cells' table.")
+
+
+def _pressure_part(args, model: Path, ledger: Ledger, base: SessionConfig) -> list[str]:
     index = open_index(model)
     bound = leak_bound_pages(layout_blobs(index.blobs, "inplace")[0]) * 4096
+    method = _pressure_method(args.pressure_method)
     probe_cfg = dataclasses.replace(base, reader="pread", boundary_release="on", turns=max(3, args.turns // 4))
-    _say("pressure: measuring the release-on session's own memory, unlimited …")
+    _say(f"pressure ({method}): measuring the release-on session's own memory, unlimited …")
     probe = measure_session(str(model), probe_cfg, device=args.device, cache="cold", ledger=ledger,
                             campaign=f"bench-session-{args.device}-pressure-probe", label="probe release=on")
+    if probe.report is None:
+        return [f"Not run: the unlimited probe failed ({probe.error})."]
     anon = max(t.actual_anon_bytes for t in probe.report.turns)
-    lines = [f"The model can leak {bound / MiB:.1f} MiB (its boundary pages). The release-on session's anonymous "
-             f"peak, unlimited: {anon / MiB:.1f} MiB (probe `{probe.attempt_id[:8]}`). Each limit below is that plus "
-             f"a headroom for the page cache and the leak; reader pread (buffered, so the page cache is in play), "
-             f"cold before every cell, {args.turns} turns × {args.tokens} tokens."]
+    warm = probe.report.turns[1:] or probe.report.turns  # after the warm-up turn
+    files = max(t.file_rss_bytes for t in warm)
+    how = ("each cell in a memory cgroup of its own (pressure confined to the session)" if method == "cgroup" else
+           "one locked balloon per limit, held over all its cells and inflated before the first; it leaves the "
+           "limit plus the machine's working set (Mapped at inflation + the worker's mapped file pages, "
+           f"{files / MiB:,.1f} MiB as the probe measured them after its warm-up turn)")
+    lines = [f"Method: **{method}** (asked: `{args.pressure_method}`) — {how}.",
+             f"The model can leak {bound / MiB:.1f} MiB (its boundary pages). The release-on session's anonymous "
+             f"peak, unlimited: {anon / MiB:.1f} MiB; its mapped file pages after the warm-up turn "
+             f"{files / MiB:.1f} MiB (probe `{probe.attempt_id[:8]}`). Each limit below is the peak plus a headroom "
+             f"for the page cache and the leak; reader pread (buffered, so the page cache is in play), cold before "
+             f"every cell, {args.turns} turns × {args.tokens} tokens, {args.rounds} cells a side (ABBA)."]
     for headroom in [float(h) for h in args.headroom_mib.split(",")]:
         limit = round(args.memory_limit or anon / MiB + headroom, 1)
         cfg = dataclasses.replace(base, reader="pread", memory_limit_mib=limit)
         _say(f"pressure: limit {limit:g} MiB (headroom {headroom:g} MiB) …")
-        result = _ab(args, model, ledger, cfg, ["boundary-release=on", "boundary-release=off"], "cold",
-                     f"bench-session-{args.device}-pressure-{headroom:g}")
-        memory = sorted({c.memory.split(" — ")[0] for _, _, c in result.cells if c.memory})
+        with contextlib.ExitStack() as stack:
+            held = None
+            if method == "balloon":
+                held = stack.enter_context(MemoryPressure(limit, "balloon", worker_file_bytes=files))
+                _say(f"  {held.limit.detail}")
+            result = _ab(args, model, ledger, cfg, ["boundary-release=on", "boundary-release=off"], "cold",
+                         f"bench-session-{args.device}-pressure-{headroom:g}", pressure=held)
+        memory = sorted({re.sub(r" /\S+/workbench-session-[\w-]+:", ":", c.memory.split(" — ")[0])
+                         for _, _, c in result.cells if c.memory})  # one line per way, not per cgroup
         body = ab_section(result, ["tok/s", "major faults/token", "disk MiB/token", "refaults/token",
                                    "unreleased pages", "residual s/token"])
         lines += ["", f"### Limit {limit:g} MiB: {headroom:g} MiB above the fixed build's own peak", "",
-                  f"Enforced by: {memory[0] if memory else '—'}.", *body, "", pressure_verdict(result)]
+                  f"Enforced by: {'; '.join(memory) if memory else '—'}.", *body, "",
+                  "What the pressure hit, per cell (turn 0 left out):", *pressure_cells(result), "",
+                  pressure_verdict(result)]
         if args.memory_limit:
             break
     return lines
@@ -127,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compute", default="device", help="device (numpy on host, torch/cupy on cuda) | sleep:MS | none")
     ap.add_argument("--cache", default="warm", help="page-cache state before each placement cell")
     ap.add_argument("--memory-limit", type=float, default=None, help="MiB; default: calibrated (see the doc)")
-    ap.add_argument("--pressure-method", default="cgroup", choices=("cgroup", "auto", "balloon"),
-                    help="how limits are enforced (auto: a cgroup, else a balloon locking the machine's memory)")
+    ap.add_argument("--pressure-method", default="auto", choices=("cgroup", "auto", "balloon"),
+                    help="how limits are enforced (auto: a cgroup per cell, else one balloon per limit leaving the "
+                         "machine's measured working set)")
+    ap.add_argument("--swap-mib", type=int, default=0, help="run the pressure part with a swap file this large")
     ap.add_argument("--headroom-mib", default="32,4",
                     help="limits to run: MiB above the release-on session's own peak (room for the leak, then none)")
     ap.add_argument("--cell-timeout", type=float, default=900.0)

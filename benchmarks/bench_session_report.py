@@ -60,6 +60,39 @@ def _cell_row(n: int, arm: str, rnd: int, c) -> str:
             f"{s.unreleased_pages_last:,} | {c.memory.split(' — ')[-1] if c.memory else '—'}{failed} |")
 
 
+def pressure_cells(result) -> list[str]:
+    """Per cell, what the pressure hit: the model's pages (lost, read again) against everything else
+    (major faults — none on the model, which a session never maps —, other storage reads, the machine's
+    swap-ins), the process's mapped file pages, swap, compute time. Medians per turn, turn 0 left out."""
+    lines = ["", "| cell | arm | tok/s | compute s/turn | major faults/turn (not the model) | model lost · read again "
+             "MiB/turn | other storage reads MiB/turn (upper bound) | machine swap-ins/turn | file RSS MiB (min) | process swap "
+             "MiB first→last | machine swap MiB first→last | outcome |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for n, (i, _rnd, c) in enumerate(result.cells):
+        arm = result.arms[i].label
+        if c.report is None:
+            lines.append(f"| {n + 1} | {arm} | failed: {c.error} |" + " |" * 9)
+            continue
+        turns = c.report.turns[1:] or c.report.turns
+        med = lambda key, scale=1.0: _median([getattr(t, key) / scale for t in turns if getattr(t, key) >= 0])  # noqa: E731
+        first, last = turns[0], turns[-1]
+        swap = lambda t, key: f"{getattr(t, key) / MiB:,.0f}" if getattr(t, key) >= 0 else "—"  # noqa: E731
+        rss = [t.file_rss_bytes for t in turns if t.file_rss_bytes >= 0]
+        lines.append(
+            f"| {n + 1} `{c.attempt_id[:8]}` | {arm} | {c.report.summary.tokens_per_s:.2f} | {med('compute_s'):.3g} | "
+            f"{med('majflt'):,.0f} | {med('model_lost_bytes', MiB):.1f} · {med('model_reread_bytes', MiB):.1f} | "
+            f"{med('other_fetched_bytes', MiB):.1f} | {med('vm_swapin'):,.0f} | "
+            f"{min(rss) / MiB if rss else float('nan'):,.1f} | {swap(first, 'swap_bytes')}→{swap(last, 'swap_bytes')} | "
+            f"{swap(first, 'swap_used_bytes')}→{swap(last, 'swap_used_bytes')} | "
+            f"{c.memory.split(' — ')[-1] if c.memory else '—'}{' **' + c.error + '**' if c.error else ''} |")
+    return lines
+
+
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return statistics.median(values) if values else float("nan")
+
+
 def pressure_verdict(result, min_effect: float = 0.02) -> str:
     """Whether the write-up's symptom direction (more major faults and lower tok/s with the leak) shows."""
     effects = {e.metric: e for e in result.effects}
@@ -70,7 +103,8 @@ def pressure_verdict(result, min_effect: float = 0.02) -> str:
              "fixed ones met the OOM killer"] if oom or oom_fixed else []
     no_faults = faults is not None and faults.baseline_median == 0 and faults.candidate_median == 0
     if no_faults:
-        parts.append("no major faults in either arm (no swap, and pread reads never fault a page back in)")
+        parts.append("no major faults in either arm (a session reads the model and never maps it: only its own "
+                     "libraries or swapped memory could fault)")
     elif faults is not None:
         parts.append(f"major faults/token with the leak: {faults.line()}")
     if tps is not None:

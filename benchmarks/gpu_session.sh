@@ -21,6 +21,25 @@
 #  gpu_session.sh OUT expert-path=230 session-ab=340`. The
 # engine A/B's 10 fresh processes each import torch and transformers: on a fresh box (cold caches) 8 of
 # them took 160 s on 2026-12-01, so 10 need ~200 s; 330 s leaves 1.6× for a slower box.
+#
+# session-pressure (issue 23 §4): boundary-release off vs on under one limit (the release-on session's
+# anonymous peak + PRESSURE_HEADROOM_MIB, 32), 4 GiB GGUF, 128 experts, cache 2,000 MiB, reader pread, 4
+# lanes, overlap, device compute, cold before every cell, PRESSURE_ROUNDS (6) cells a side interleaved
+# ABBA. --pressure-method auto: a cgroup per cell where one can be made, else (the H200) ONE balloon
+# held over all 12 cells, inflated once before the first, leaving the limit + the machine's measured
+# working set (Mapped + the worker's mapped file pages measured by the unlimited probe). The budget of
+# its one call (540 s, machine start not included):
+#     model write (4 GiB; skipped when session-ab wrote it in this lease)   ≤  40 s
+#     unlimited probe: 3 turns × 4 tokens, cold, one worker start           ≈  20 s
+#     balloon: mlock of ~120 GB from 16 threads, once (60 s from one)       ≤  60 s
+#     12 cells × (worker start + CUDA ≈ 8 s, turn 0 cold ≈ 4 s, 7 turns × 4 tokens at 1.3–5.9 tok/s
+#                 ≈ 5–22 s) = 12 × 17–34 s                                 ≈ 200–410 s
+#     ledger export                                                         ≈   5 s
+#     total                                                                 ≈ 285–515 s
+# A cell is cut at PRESSURE_CELL_TIMEOUT (45 s) and recorded failed with the turns it finished; should
+# the step itself be cut, every finished cell is still in the ledger export. PRESSURE_SWAP_MIB=N (a
+# second call) repeats it with an N MiB swap file on, recording swap growth per turn; the file is
+# turned off and deleted when the bench ends however it ends (its guard), and the step checks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_session.sh OUT STEP [STEP ...]}
@@ -95,12 +114,20 @@ for s in "$@"; do
             --size "${SESSION_SIZE:-4GiB}" --experts 128 --cache-mib "${SESSION_CACHE_MIB:-2000}" \
             --turns "${SESSION_TURNS:-20}" --tokens 4 --rounds "${SESSION_ROUNDS:-4}" --compute device \
             --parts ceilings,placement --ledger /tmp/bench/session.sqlite --out "$out/session-ab.md" ;;
-    session-pressure)  # issue 20: release off vs on under a memory limit (a cgroup, else a locked balloon)
-        step session-pressure "${LIMIT[session-pressure]}" python3 benchmarks/bench_session.py --device cuda --dir /tmp/bench --size 4GiB \
-            --experts 128 --cache-mib 2000 --turns 20 --tokens 4 --rounds 4 --compute device --parts pressure \
-            --ledger /tmp/bench/session.sqlite --out "$out/session-pressure.md"
-        python3 -m workbench.cli ledger --ledger /tmp/bench/session.sqlite export --csv "$out/session" \
-            --markdown "$out/session/attempts.md" ;;
+    session-pressure)  # issue 23 §4: release off vs on under one limit, n = 6 a side (budget in the header)
+        step session-pressure "${LIMIT[session-pressure]}" python3 benchmarks/bench_session.py \
+            --device "${SESSION_DEVICE:-cuda}" --dir /tmp/bench --size "${PRESSURE_SIZE:-4GiB}" \
+            --experts "${PRESSURE_EXPERTS:-128}" --cache-mib "${PRESSURE_CACHE_MIB:-2000}" \
+            --turns "${PRESSURE_TURNS:-8}" --tokens "${PRESSURE_TOKENS:-4}" --rounds "${PRESSURE_ROUNDS:-6}" \
+            --compute "${PRESSURE_COMPUTE:-device}" --parts pressure --pressure-method "${PRESSURE_METHOD:-auto}" \
+            --headroom-mib "${PRESSURE_HEADROOM_MIB:-32}" --swap-mib "${PRESSURE_SWAP_MIB:-0}" \
+            --cell-timeout "${PRESSURE_CELL_TIMEOUT:-45}" --ledger /tmp/bench/session-pressure.sqlite \
+            --out "$out/session-pressure.md"
+        python3 -c "from workbench.measure.swap import reap_stale; print('swap files left:', reap_stale('/tmp/bench'))" \
+            > "$out/session-pressure-swaps.txt" 2>&1
+        cat /proc/swaps >> "$out/session-pressure-swaps.txt"
+        python3 -m workbench.cli ledger --ledger /tmp/bench/session-pressure.sqlite export --csv "$out/session-pressure" \
+            --markdown "$out/session-pressure/attempts.md" > /dev/null ;;
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;

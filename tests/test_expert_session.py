@@ -9,7 +9,13 @@ import pytest
 from workbench.errors import ParamError, TraceError
 from workbench.expert.routing import save_trace, synthetic_trace
 from workbench.expert.session import ExpertSession, SessionConfig, run_session
-from workbench.expert.session_records import DECODE_TURN_KEYS, MEMORY_TURN_KEYS, TURN_EXTRAS, TurnRecord
+from workbench.expert.session_records import (
+    DECODE_TURN_KEYS,
+    MEMORY_TURN_KEYS,
+    PRESSURE_KEYS,
+    TURN_EXTRAS,
+    TurnRecord,
+)
 from workbench.io.direct import direct_io_support
 from workbench.upload.host import HostDevice
 
@@ -106,7 +112,7 @@ def test_json_is_the_issue_document(moe64):
     _, report = session(moe64, 2, 2)
     doc = json.loads(json.dumps(report.to_json()))
     assert list(doc) == ["turns", "summary"] and len(doc["turns"]) == 2
-    keys = list(ISSUE_KEYS) + list(DECODE_TURN_KEYS) + list(MEMORY_TURN_KEYS) + list(TURN_EXTRAS)
+    keys = list(ISSUE_KEYS) + list(DECODE_TURN_KEYS) + list(MEMORY_TURN_KEYS) + list(TURN_EXTRAS) + list(PRESSURE_KEYS)
     assert all(list(t) == keys for t in doc["turns"])  # the first issue's keys first, in order
     assert TurnRecord.from_json(report.turns[1].to_json()) == report.turns[1]
     old = {k: doc["turns"][0][k] for k in ISSUE_KEYS}  # a turn recorded before the decode fields existed

@@ -2,9 +2,14 @@
 one-line refusal when neither works; what the limit cost (reclaim and re-reads, or the OOM killer)."""
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import pytest
 
 import workbench.measure.pressure as pressure
+from workbench.measure import cgroups as cgroup_module
+from workbench.measure.balloon import measure_working_set
 from workbench.errors import ParamError
 from workbench.expert.procstat import CgroupMemory, CgroupProbe, read_io, read_status
 from workbench.expert.session import SessionConfig
@@ -66,7 +71,7 @@ def test_a_limit_below_what_the_cache_holds_ends_in_the_oom_killer(cgroups, synt
 
 def test_a_balloon_locks_what_is_available_beyond_the_limit(monkeypatch):
     before = _vmlck()
-    available = pressure._mem_available()
+    available = pressure.meminfo("MemAvailable") - measure_working_set().bytes
     with MemoryPressure((available - 16 * MiB) / MiB, "balloon") as p:
         assert p.limit.method == "balloon" and "locked" in p.limit.detail and p.limit.worker_json() == {}
         assert _vmlck() - before >= 8 * MiB  # MemAvailable moves a little between the two reads
@@ -75,9 +80,9 @@ def test_a_balloon_locks_what_is_available_beyond_the_limit(monkeypatch):
 
 
 def test_neither_a_cgroup_nor_a_balloon_is_one_line(monkeypatch):
-    monkeypatch.setattr(pressure, "_V1_ROOT", "/nonexistent")
-    monkeypatch.setattr(pressure, "_V2_ROOTS", ("/nonexistent",))
-    monkeypatch.setattr(pressure, "_mem_available", lambda: 10 * MiB)
+    monkeypatch.setattr(cgroup_module, "V1_ROOT", "/nonexistent")
+    monkeypatch.setattr(cgroup_module, "V2_ROOTS", ("/nonexistent",))
+    monkeypatch.setattr(pressure, "meminfo", lambda key: 10 * MiB)
     with pytest.raises(ParamError) as err:
         MemoryPressure(64).__enter__()
     message = str(err.value)
@@ -98,3 +103,95 @@ def test_counter_readers_work_here():
     assert status.rss_bytes > 0 and status.anon_bytes > 0 and status.swap_bytes >= 0
     delta = CgroupMemory(usage_bytes=10, pgmajfault=5, refaults=-1).minus(CgroupMemory(usage_bytes=4, pgmajfault=2))
     assert (delta.usage_bytes, delta.pgmajfault, delta.refaults) == (10, 3, -1)
+
+
+def test_a_balloon_leaves_the_machine_its_measured_working_set(monkeypatch):
+    """Issue 23 §4: a balloon left the session's limit alone for everything, so the kernel reclaimed the
+    process's own libraries; it now leaves the limit plus Mapped plus the worker's mapped file pages."""
+    worker = 48 * MiB
+    working = measure_working_set(worker)
+    assert working.mapped_bytes > 0 and working.worker_measured and working.bytes == working.mapped_bytes + worker
+    available = pressure.meminfo("MemAvailable")
+    limit = available - working.bytes - 64 * MiB  # a balloon of about 64 MiB
+    before = _vmlck()
+    with MemoryPressure(limit / MiB, "balloon", worker_file_bytes=worker) as p:
+        locked = _vmlck() - before
+        assert p.limit.working_set_bytes >= working.mapped_bytes + worker - 16 * MiB
+        assert "Mapped" in p.limit.detail and "as measured 48 MiB" in p.limit.detail and "before the session" in p.limit.detail
+        assert 16 * MiB <= locked <= 112 * MiB, locked / MiB  # the limit alone would have locked the working set too
+
+
+def test_a_balloon_is_not_copied_into_a_forked_worker():
+    """A worker forked under a held balloon (every cell of an A/B) must not copy its page tables."""
+    import os
+
+    with MemoryPressure((pressure.meminfo("MemAvailable") - measure_working_set().bytes - 32 * MiB) / MiB,
+                        "balloon") as p:
+        start = p._balloon.addr
+        pid = os.fork()
+        if pid == 0:
+            with open("/proc/self/maps", encoding="ascii") as fh:
+                mapped = any(int(line.split("-")[0], 16) == start for line in fh)
+            os._exit(3 if mapped else 0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the balloon was mapped in the forked child"
+
+
+def test_a_held_balloon_serves_every_cell_and_is_inflated_once(synth_model, tmp_path, monkeypatch):
+    from workbench.measure import balloon
+
+    index = synth_model("gguf", "moe", alignment=64, size=8 << 20, experts=64)
+    inflated = []
+    real = balloon.Balloon.inflate
+    monkeypatch.setattr(balloon.Balloon, "inflate", lambda self: inflated.append(self.size) or real(self))
+    config = SessionConfig(turns=2, tokens=1, cache_mib=1, experts_per_token=4, reader="pread", memory_limit_mib=4096)
+    limit = (pressure.meminfo("MemAvailable") - measure_working_set().bytes - 32 * MiB) / MiB
+    with MemoryPressure(limit, "balloon") as held:
+        results = [measure_session(index.path, config, ledger=tmp_path / "l.sqlite", cache="cold", pressure=held)
+                   for _ in range(2)]
+    assert len(inflated) == 1
+    assert all(r.error is None and r.memory.startswith("balloon:") for r in results)
+    assert results[0].memory.split(" — ")[0] == results[1].memory.split(" — ")[0]
+
+
+def test_turns_under_a_limit_say_what_the_pressure_hit(cgroups, synth_model, tmp_path):
+    """The model's pages lost and read again, against everything else; none without a limit."""
+    index = synth_model("gguf", "moe", alignment=64, size=64 << 20, experts=64)
+    config = SessionConfig(turns=4, tokens=4, cache_mib=1, experts_per_token=8, reader="pread", memory_limit_mib=60)
+    result = measure_session(index.path, config, ledger=tmp_path / "l.sqlite", cache="cold")
+    turns = result.report.turns
+    assert all(t.file_rss_bytes > 0 and t.model_fetched_bytes >= 0 and t.vm_refault_file >= 0 for t in turns)
+    assert sum(t.model_lost_bytes for t in turns) > 0 and sum(t.model_reread_bytes for t in turns) > 0
+    assert "the model's pages read again" in result.memory and "none on the model" in result.memory
+    free = measure_session(index.path, dataclasses.replace(config, memory_limit_mib=None, turns=2),
+                           ledger=tmp_path / "l.sqlite", cache="cold")
+    assert all(t.model_lost_bytes == -1 and t.file_rss_bytes > 0 for t in free.report.turns)
+    from workbench.ledger import Ledger
+
+    with Ledger(tmp_path / "l.sqlite", readonly=True) as led:
+        extra = led.turns(result.attempt_id)["extra"].iloc[-1]
+    assert extra["model_reread_bytes"] == turns[-1].model_reread_bytes  # in the ledger's turn rows
+
+
+def test_turn_pressure_counts_the_models_pages_lost_fetched_and_read_again(tmp_path):
+    from workbench.expert.pressure_turn import PAGE, TurnPressure
+    from workbench.io.pagecache import evict_file_pages, warm_file
+
+    path = tmp_path / "model.bin"
+    path.write_bytes(os.urandom(64 * PAGE))
+    os.fsync(os.open(path, os.O_RDONLY))
+    evict_file_pages(path)
+    probe = TurnPressure([str(path)])
+    probe.before()
+    warm_file(path, 0, 32 * PAGE)
+    first = probe.after(read_bytes=40 * PAGE)
+    assert first["model_fetched_bytes"] >= 32 * PAGE and first["model_reread_bytes"] == 0
+    assert first["other_fetched_bytes"] == max(0, 40 * PAGE - first["model_fetched_bytes"])
+    probe.before()
+    evict_file_pages(path, 0, 16 * PAGE)  # reclaim takes 16 pages during the turn …
+    second = probe.after(read_bytes=0)
+    assert second["model_lost_bytes"] == 16 * PAGE and second["model_fetched_bytes"] == 0
+    probe.before()
+    warm_file(path, 0, 16 * PAGE)  # … and the next turn reads them again
+    third = probe.after(read_bytes=16 * PAGE)
+    assert third["model_reread_bytes"] == 16 * PAGE and third["vm_majflt"] >= 0 and third["swap_used_bytes"] >= 0

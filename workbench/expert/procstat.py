@@ -29,17 +29,19 @@ def read_io(path: str = "/proc/self/io") -> IoCounters:
 
 @dataclass(frozen=True)
 class StatusMemory:
-    """``VmRSS``, ``RssAnon`` and ``VmSwap`` of the process, in bytes (-1 where absent)."""
+    """``VmRSS``, ``RssAnon``, ``VmSwap`` and ``RssFile`` (its mapped file pages: libraries, Python, a
+    device's libraries) of the process, in bytes (-1 where absent)."""
 
     rss_bytes: int = -1
     anon_bytes: int = -1
     swap_bytes: int = -1
+    file_bytes: int = -1
 
 
 def read_status(path: str = "/proc/self/status") -> StatusMemory:
     values = _keyed(path, ":")
     kib = lambda key: values[key] * 1024 if key in values else -1  # noqa: E731
-    return StatusMemory(kib("VmRSS"), kib("RssAnon"), kib("VmSwap"))
+    return StatusMemory(kib("VmRSS"), kib("RssAnon"), kib("VmSwap"), kib("RssFile"))
 
 
 @dataclass(frozen=True)

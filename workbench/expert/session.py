@@ -27,6 +27,7 @@ from workbench.expert.compute import open_compute
 from workbench.expert.decode import Decoder, PageableUploader, SliceUploader, Timers, arena_slots
 from workbench.expert.lanes import LanePool
 from workbench.expert.memory import process_memory
+from workbench.expert.pressure_turn import TurnPressure
 from workbench.expert.procstat import CgroupMemory, read_io, read_status
 from workbench.expert.session_check import SessionChecker
 from workbench.expert.session_config import SessionConfig, check_config, routing
@@ -86,6 +87,7 @@ class ExpertSession:
                                self.compute, self.trace, self._by_layer, config.overlap,
                                self.checker.check_upload if config.verify else None)
         self._probe = memory_probe
+        self._pressure = TurnPressure([f.path for f in index.files]) if config.memory_limit_mib else None
         self._cg_before = memory_probe() if memory_probe else None
         self._records: list[TurnRecord] = []
         self._next_token = 0
@@ -113,6 +115,8 @@ class ExpertSession:
     def run_turn(self) -> TurnRecord:
         """One turn of ``config.tokens`` tokens; timed from the first routing to the last copy's end."""
         n = self.config.tokens
+        if self._pressure is not None:
+            self._pressure.before()  # mincore of the model's files: outside the turn's timing
         before, meter0, io0 = self.cache.counters(), self.lanes.meter.snapshot(), read_io()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         self.decoder.timers = timers = Timers()
@@ -143,7 +147,9 @@ class ExpertSession:
             rss_bytes=status.rss_bytes, swap_bytes=status.swap_bytes, cg_usage_bytes=cg.usage_bytes,
             cg_pgmajfault=cg.pgmajfault, cg_refaults=cg.refaults, cg_reclaimed=cg.reclaimed,
             cg_limit_hits=cg.limit_hits, cg_swap_bytes=cg.swap_bytes, swap_in=cg.swap_in, swap_out=cg.swap_out,
-            shift_copy_bytes=c.shift_copy_bytes, resident_bytes=mem.resident_bytes, gated_reads=c.gated_reads)
+            shift_copy_bytes=c.shift_copy_bytes, resident_bytes=mem.resident_bytes, gated_reads=c.gated_reads,
+            file_rss_bytes=status.file_bytes,
+            **(self._pressure.after(disk) if self._pressure is not None else {}))
         self._records.append(record)
         if self.config.verify_end:  # outside the turn's timing
             self.checker.check_landed(self.decoder.last_landed, self._arena)

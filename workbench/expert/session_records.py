@@ -6,7 +6,8 @@
 accounted_bytes, actual_anon_bytes, unreleased_pages, seconds, tokens_per_s``), then the decode
 loop's (:data:`DECODE_TURN_KEYS`: where the time went, bytes by source, the lanes' queue depth and
 GB/s) and the memory a turn ended with (:data:`MEMORY_TURN_KEYS`), then ``shift_copy_bytes``,
-``resident_bytes`` and ``gated_reads``. A turn stays a few hundred bytes, so a 10,000-token session
+``resident_bytes`` and ``gated_reads``, then what a memory limit's pressure hit (:data:`PRESSURE_KEYS`).
+A turn stays a few hundred bytes, so a 10,000-token session
 is small whatever its turn length.
 
 Where a turn's time went (``seconds``, the turn's wall)::
@@ -33,6 +34,11 @@ DECODE_TURN_KEYS = ("hit_rate", "compute_s", "stall_read_s", "stall_upload_s", "
 MEMORY_TURN_KEYS = ("rss_bytes", "swap_bytes", "cg_usage_bytes", "cg_pgmajfault", "cg_refaults", "cg_reclaimed",
                     "cg_limit_hits", "cg_swap_bytes", "swap_in", "swap_out")
 TURN_EXTRAS = ("shift_copy_bytes", "resident_bytes", "gated_reads")
+# the process's mapped file pages (every turn), then, under --memory-limit, what the turn's pressure hit:
+# the model against everything else (workbench.expert.pressure_turn; -1 without a limit)
+PRESSURE_KEYS = ("file_rss_bytes", "model_lost_bytes", "model_fetched_bytes", "model_reread_bytes",
+                 "other_fetched_bytes", "vm_majflt", "vm_swapin", "vm_refault_file", "vm_refault_anon",
+                 "swap_used_bytes")
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,11 @@ class TurnRecord:
     the device. ``read_busy_s``: time at least one read was in flight; ``read_queue_depth`` the mean
     number in flight then; ``staged_gbps`` = ``bytes_read / read_busy_s``. ``cg_*``: the memory
     cgroup's usage and counter deltas under ``--memory-limit`` (-1 without one, or not kept).
+    :data:`PRESSURE_KEYS`: the process's mapped file pages (``file_rss_bytes``, ``RssFile``: libraries,
+    Python, a device's libraries; never the model, which a session reads and does not map), then under
+    ``--memory-limit`` the model's pages lost, fetched and read again, storage reads of anything else,
+    and the machine's faults, swap-ins, refaults and swap in use (:mod:`workbench.expert.pressure_turn`;
+    -1 without a limit).
     """
 
     turn: int
@@ -93,6 +104,16 @@ class TurnRecord:
     shift_copy_bytes: int = 0
     resident_bytes: int = 0
     gated_reads: int = 0
+    file_rss_bytes: int = -1
+    model_lost_bytes: int = -1
+    model_fetched_bytes: int = -1
+    model_reread_bytes: int = -1
+    other_fetched_bytes: int = -1
+    vm_majflt: int = -1
+    vm_swapin: int = -1
+    vm_refault_file: int = -1
+    vm_refault_anon: int = -1
+    swap_used_bytes: int = -1
 
     @property
     def stall_s(self) -> float:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from workbench.errors import CacheStateError, WorkbenchError
 from workbench.measure.bounds import backend_of as _backend
 from workbench.measure.reads import CHUNK, read_all as _read_all, read_files as _read_files
+from workbench.measure.scratch import make_scratch
 from workbench.records import MiB
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ def _write_scratch(directory: str, size: int) -> str:
 
     block = np.random.default_rng(0).integers(0, 256, size=8 * MiB, dtype=np.uint8).tobytes()
     try:
-        fd, path = tempfile.mkstemp(prefix=".wb-ceilings-", dir=directory)
+        fd, path = make_scratch(directory, "ceilings")  # the next run removes one a killed run left
     except OSError as exc:
         raise WorkbenchError(f"{directory}: cannot create the ceilings scratch file: {exc.strerror}") from None
     try:

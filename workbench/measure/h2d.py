@@ -21,6 +21,7 @@ import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.measure.effect import DEFAULT_MIN_EFFECT
+from workbench.measure.scratch import make_scratch
 from workbench.records import MiB, RunConfig, RunRecord
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def measure_h2d(device: str = "host", sizes: Sequence[int] = (4 * MiB, 32 * MiB)
 
 
 def _write_scratch(directory: str, size: int) -> str:
-    fd, path = tempfile.mkstemp(prefix=".wb-h2d-", dir=directory)
+    fd, path = make_scratch(directory, "h2d")  # the next run removes one a killed run left
     with os.fdopen(fd, "wb") as f:
         f.write(np.random.default_rng(7).integers(0, 256, size=size, dtype=np.uint8).tobytes())
     return path

@@ -11,6 +11,7 @@ what the ledger holds and what the caller gets are the same numbers.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -32,6 +33,7 @@ from workbench.measure.session_record import Recorder
 
 if TYPE_CHECKING:
     from workbench.ledger import Ledger
+    from workbench.measure.pressure import MemoryPressure
 
 TurnCallback = Callable[[TurnRecord], None]
 
@@ -57,7 +59,7 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
                     ledger: Ledger | str | os.PathLike[str] | None = None, campaign: str = "default",
                     hypothesis: str = "", label: str = "", timeout_s: float = 3600.0,
                     lock_dir: str | os.PathLike[str] | None = None, on_turn: TurnCallback | None = None,
-                    memory_method: str = "auto",
+                    memory_method: str = "auto", pressure: MemoryPressure | None = None,
                     on_start: Callable[[SessionFacts], None] | None = None) -> SessionResult:
     """Run one session of ``config`` on ``file`` (a model: one file or a set) in a worker process and
     record it; see the module doc.
@@ -74,6 +76,9 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
         Called with the session's facts (its warnings among them) once the worker is up.
     memory_method
         How ``config.memory_limit_mib`` is enforced: ``auto`` (a cgroup, else a balloon), ``cgroup``, ``balloon``.
+    pressure
+        A limit the caller already holds (entered), used instead of making one: one balloon over every
+        cell of an A/B, inflated once, outside every turn. ``config.memory_limit_mib`` must be set.
     """
     from workbench.measure.model import prepare_cache
     from workbench.measure.pressure import MemoryPressure
@@ -83,7 +88,11 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
     store = open_ledger(ledger)
     run = Recorder(store, file, index, config, device, campaign, hypothesis, label or session_label(file, config),
                    on_turn, on_start)
-    pressure = MemoryPressure(config.memory_limit_mib, memory_method) if config.memory_limit_mib else None
+    if pressure is not None and not config.memory_limit_mib:
+        raise ParamError("session", "memory_limit", "a held memory limit needs config.memory_limit_mib")
+    held = pressure is not None
+    if not held and config.memory_limit_mib:
+        pressure = MemoryPressure(config.memory_limit_mib, memory_method)
     try:
         with DeviceLock(device, lock_dir):
             prepared = prepare_cache(file, cache)  # every file of the model
@@ -94,7 +103,7 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
             if pressure is None:
                 run.error, _ = _spawn(file, config, device, timeout_s, run.on_event, {})
             else:
-                with pressure:
+                with contextlib.nullcontext(pressure) if held else pressure:
                     run.memory_limit = pressure.limit.detail
                     cgroup = pressure.limit.worker_json()
                     run.error, code = _spawn(file, config, device, timeout_s, run.on_event, cgroup)
@@ -183,7 +192,10 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def _outcome(pressure: Any, code: int | None, records: list[TurnRecord]) -> str:
     known = lambda key: sum(max(0, getattr(r, key)) for r in records)  # noqa: E731
-    said = pressure.outcome(code, known("cg_refaults"), sum(r.majflt for r in records), known("cg_limit_hits"))
+    cgroup = any(r.cg_refaults >= 0 for r in records)
+    refaults = known("cg_refaults") if cgroup else known("vm_refault_file") + known("vm_refault_anon")
+    said = pressure.outcome(code, refaults, sum(r.majflt for r in records), known("cg_limit_hits"),
+                            known("model_reread_bytes"))
     return f"{said}, after {len(records)} turns" if said.startswith("OOM") else said
 
 
