@@ -102,7 +102,9 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = print, progress
     from workbench.ledger.report import write_report
     from workbench.cli.sweep import run_sweep
 
-    options.data_dir.mkdir(parents=True, exist_ok=True)
+    from workbench.outdir import OutDir
+
+    OutDir.open(options.data_dir).close()  # a data root that cannot be made is one line, not a traceback
     with tqdm(total=len(MODELS) + 1, desc="demo setup", unit="step", disable=not progress) as bar:
         models = []
         for layout, fmt in MODELS:

@@ -27,10 +27,11 @@ def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size
                  **synth: Any) -> Path:
     """``path`` if it already holds a readable model; otherwise write a synthetic one there (atomically);
     ``synth`` goes to ``write_synthetic`` (``alignment``, ``experts``, ``shards``: then ``path`` is the
-    directory of the set, …)."""
+    directory of the set, …). A rewrite asked by nobody replaces only files the workbench wrote itself
+    (a truncated model from an interrupted run), never a ledger, a real model or a file of the user's,
+    and never writes through a link (one line saying which file and why)."""
     from workbench.formats import open_index
     from workbench.formats.synth import parse_size, write_synthetic
-    from workbench.outputs import SQLITE, describe_existing, refuse_overwrite
 
     path = Path(path)
     if path.is_file() or (path.is_dir() and synth.get("shards", 1) > 1):
@@ -38,10 +39,8 @@ def ensure_model(path: str | os.PathLike[str], *, layout: str, format: str, size
             open_index(path)
             return path
         except WorkbenchError:
-            pass  # a truncated model (or set) from an interrupted run: write it again (atomically) ...
-        if path.is_file():
-            refuse_overwrite(path, force=describe_existing(path) != SQLITE)  # ... but never over a ledger
-    write_synthetic(path, format=format, layout=layout, size=parse_size(size), force=True, **synth)
+            pass  # a broken model (or set): write it again, over nothing but the workbench's own files
+    write_synthetic(path, format=format, layout=layout, size=parse_size(size), force=False, ours_only=True, **synth)
     return path
 
 

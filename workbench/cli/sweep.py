@@ -21,6 +21,7 @@ from workbench.cli.sweep_spec import (  # noqa: F401 - the sweep API, read from 
     _SLUG_BAD, Sweep, SweepPoint, describe_point, expand_grid, find_notebook, load_sweep, notebooks_dir,
 )
 from workbench.errors import SweepError, WorkbenchError
+from workbench.outdir import OutDir
 from workbench.outputs import claim_output, ledger_files, write_text
 from workbench.records import campaign_name_problem
 
@@ -78,7 +79,7 @@ def _stamp_completed(output: Path, point: SweepPoint, seconds: float, ledger_id:
     nb.setdefault("metadata", {})["workbench"] = {
         "completed": True, "sweep_point": point.name, "seconds": round(seconds, 3), "ledger_id": ledger_id}
     # atomic: a notebook is either stamped whole or not at all (a new file, never a link planted at a fixed name)
-    write_text(output, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    write_text(output, json.dumps(nb, indent=1, ensure_ascii=False) + "\n", made=1)
 
 
 def default_out_dir(campaign: str) -> Path:
@@ -117,7 +118,7 @@ def run_sweep(
     kinds = path_parameters(sweep.notebook, [*sweep.parameters, *sweep.grid])
     check_files_exist(sweep.path, sweep.parameters, sweep.grid, kinds)  # a dry run may plan for files to come
     out = Path(out_dir) if out_dir is not None else default_out_dir(sweep.campaign)
-    out.mkdir(parents=True, exist_ok=True)
+    OutDir.open(out, made=1).close()  # the runs' directory is the workbench's: never reached through a link
     ledger = resolve_path(ledger_path).resolve()
     ledger_id = ledger_identity(ledger)
     points = expand_grid(sweep)
@@ -128,7 +129,7 @@ def run_sweep(
             on_point(skipped)
     todo = [p for p in points if p.index not in outcomes]
     for point in todo:  # no notebook lands on the ledger, nor goes through a link planted in out
-        claim_output(point.output(out), inputs=ledger_files(ledger))
+        claim_output(point.output(out), inputs=ledger_files(ledger), made=1)
     defaults = notebook_defaults(sweep.notebook)
     bar = tqdm(total=len(points), initial=len(outcomes), desc=f"sweep {sweep.campaign}", unit="point",
                disable=not progress, dynamic_ncols=True)

@@ -34,7 +34,8 @@ from workbench.formats.synth_layout import LAYOUTS, plan_model
 from workbench.formats.synth_remainder import check_remainder, with_remainder
 from workbench.formats.synth_shards import write_set
 from workbench.formats.synth_write import CHUNK_BYTES, _write_content, write_gguf, write_safetensors
-from workbench.outputs import partial_path, refuse_overwrite
+from workbench.outdir import OutDir
+from workbench.outputs import refuse_overwrite
 
 __all__ = ["CHUNK_BYTES", "FORMATS", "_write_content", "parse_size", "write_synthetic"]
 FORMATS = ("gguf", "safetensors")
@@ -62,7 +63,7 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
                     expert_layout: str | None = None, dtype: str = "f16",
                     shape: str | None = None, shards: int = 1,
                     max_shard_size: int | None = None, expert_remainder: int | None = None,
-                    expert_stride: str = "page", force: bool = True) -> TensorIndex:
+                    expert_stride: str = "page", force: bool = False, ours_only: bool = False) -> TensorIndex:
     """Write a synthetic model of about ``size`` bytes — one file, or a sharded set — and return its index.
 
     Parameters
@@ -108,9 +109,13 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
         MoE only: ``"page"`` (every expert a whole number of pages) or ``"odd"`` (none is, as in a tiny
         test model: the experts of a blob sit at different remainders and placement declines).
     force
-        Replace an existing model or ledger file at an output path; ``False`` (the ``synth`` command's
-        default) refuses it in one line before anything is written. Each file is written to a new file
-        beside it and renamed over it when complete.
+        Replace an existing model or ledger file at an output path; ``False`` (the default) refuses it
+        in one line before anything is written. Each file is written to a new file beside it and
+        renamed over it when complete; a set's directory is never reached through a link
+        (:mod:`workbench.outdir`).
+    ours_only
+        An implicit rewrite (the demo re-making a broken model): replace only files the workbench wrote
+        itself (:mod:`workbench.origin`), whatever ``force`` says.
     """
     _check_args(format, layout, size, experts, alignment, seed)
     check_remainder(format, layout, alignment, expert_remainder)
@@ -119,24 +124,14 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
         meta["expert_remainder"] = expert_remainder
     if shards != 1 or max_shard_size is not None:
         return write_set(path, format, specs, meta, alignment, seed, shards, max_shard_size, expert_remainder,
-                         force)
+                         force, ours_only)
     path = os.fspath(path)
-    refuse_overwrite(path, force=force)
-    tmp = ""
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # `synth data/models/m.gguf` in a fresh clone
-        tmp = partial_path(path)
-        numbered = with_remainder(format, list(enumerate(specs)), alignment, expert_remainder)
-        if format == "gguf":
-            write_gguf(tmp, numbered, meta, alignment, seed)
-        else:
-            write_safetensors(tmp, numbered, meta, alignment, seed)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ParamError("synth", "out", f"{path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp and os.path.lexists(tmp):
-            os.unlink(tmp)
+    refuse_overwrite(path, force=force, ours_only=ours_only)
+    numbered = with_remainder(format, list(enumerate(specs)), alignment, expert_remainder)
+    with OutDir.open(os.path.dirname(path) or ".") as directory:  # `synth data/models/m.gguf` in a fresh clone
+        directory.write(os.path.basename(path), lambda _fd, tmp: (
+            write_gguf(tmp, numbered, meta, alignment, seed) if format == "gguf"
+            else write_safetensors(tmp, numbered, meta, alignment, seed)))
     from workbench.formats import open_index
 
     return open_index(path)

@@ -14,7 +14,9 @@ import re
 from typing import Sequence
 
 from workbench.errors import ParamError
-from workbench.outputs import partial_path, refuse_overwrite
+from workbench.outdir import OutDir
+from workbench.origin import MARK
+from workbench.outputs import refuse_overwrite
 from workbench.formats.index import TensorIndex
 from workbench.formats.synth_layout import TensorSpec
 from workbench.formats.synth_remainder import with_remainder
@@ -89,9 +91,11 @@ def shard_paths(out: str, fmt: str, count: int) -> tuple[str, list[str]]:
 
 def write_set(out: str | os.PathLike[str], fmt: str, specs: list[TensorSpec], meta: dict[str, int | str],
               alignment: int, seed: int, shards: int, max_shard_size: int | None,
-              expert_remainder: int | None = None, force: bool = True) -> TensorIndex:
+              expert_remainder: int | None = None, force: bool = False, ours_only: bool = False) -> TensorIndex:
     """Write the set (each file through a new ``.partial`` file and a rename, the safetensors index last)
-    and return its index; without ``force`` an existing model or ledger among its files is refused first.
+    and return its index. Every member is checked as a single file is before any is written (without
+    ``force`` an existing model or ledger is refused; with ``ours_only`` anything the workbench did not
+    write), and the set's own directory (``out`` naming a directory) is never reached through a link.
     ``expert_remainder``: pads placed file by file (synth_remainder)."""
     from workbench.formats import open_index
 
@@ -99,40 +103,21 @@ def write_set(out: str | os.PathLike[str], fmt: str, specs: list[TensorSpec], me
     n_tensors = sum(len(f) for f in files)
     directory, names = shard_paths(os.fspath(out), fmt, len(files))
     outputs = names + ([_st_index_name(names[0])] if fmt == "safetensors" else [])
-    for name in outputs:
-        refuse_overwrite(os.path.join(directory, name), force=force)
-    try:
-        os.makedirs(directory, exist_ok=True)
+    made = 0 if os.fspath(out).endswith("." + fmt) else 1  # a set's own directory is the workbench's
+    with OutDir.open(directory, made=made) as where:
+        for name in outputs:
+            refuse_overwrite(os.path.join(directory, name), force=force, ours_only=ours_only)
         for no, (name, numbered) in enumerate(zip(names, files)):
-            _write_atomic(os.path.join(directory, name), lambda tmp, n=numbered, k=no: (
+            where.write(name, lambda _fd, tmp, n=numbered, k=no: (
                 write_gguf(tmp, n, meta, alignment, seed, (k, len(files), n_tensors)) if fmt == "gguf"
                 else write_safetensors(tmp, n, meta, alignment, seed)))
         if fmt == "safetensors":
-            index = _st_index_name(names[0])
-            doc = {"metadata": {"total_size": sum(s.nbytes for f in files for _, s in f)},
+            doc = {"metadata": {"total_size": sum(s.nbytes for f in files for _, s in f), MARK: "index"},
                    "weight_map": {s.name: name for name, numbered in zip(names, files) for _, s in numbered}}
-            _write_atomic(os.path.join(directory, index), lambda tmp: _write_json(tmp, doc))
-    except OSError as exc:
-        raise ParamError("synth", "out", f"{directory}: {exc.strerror or exc}") from None
+            where.write_bytes(_st_index_name(names[0]), (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
     return open_index(os.path.join(directory, names[0]))
 
 
 def _st_index_name(first_shard: str) -> str:
     stem = first_shard.split("-00001-of-")[0]
     return f"{stem}.safetensors.index.json"
-
-
-def _write_json(path: str, doc: dict) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-
-
-def _write_atomic(path: str, write) -> None:  # noqa: ANN001 - write(tmp_path)
-    tmp = partial_path(path)  # a new file of ours: never a link or file planted at a fixed name
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)

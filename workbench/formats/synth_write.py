@@ -12,6 +12,7 @@ from typing import BinaryIO, Iterator, Sequence
 import numpy as np
 
 from workbench.formats.synth_layout import TensorSpec
+from workbench.origin import MARK
 
 CHUNK_BYTES = 8 << 20
 _KERNEL_ALIGNMENT = 64  # expert offsets below this alignment would under-align the compute kernels
@@ -68,14 +69,14 @@ def _write_gguf_header(path: str, specs: Numbered, meta: dict[str, int | str], a
         for key, value in meta.items():
             if key.startswith(f"{arch}.") and isinstance(value, int):
                 writer.add_uint32(key, value)
-        writer.add_uint64("workbench.synth.seed", seed)
-        writer.add_uint64("workbench.synth.size", int(meta["size"]))
+        writer.add_uint64(f"{MARK}.seed", seed)
+        writer.add_uint64(f"{MARK}.size", int(meta["size"]))
     if split is not None:
         writer.add_uint16(Keys.Split.LLM_KV_SPLIT_NO, split[0])
         writer.add_uint16(Keys.Split.LLM_KV_SPLIT_COUNT, split[1])
         writer.add_int32(Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, split[2])
     # moves the data region (see _data_remainder); never empty, as gguf-py drops empty strings
-    writer.add_string("workbench.synth.pad", " " * (1 + pad))
+    writer.add_string(f"{MARK}.pad", " " * (1 + pad))  # every split: origin.py
     for _, s in specs:
         writer.add_tensor_info(s.name, s.shape, np.dtype(np.float32), s.nbytes,
                                raw_dtype=GGMLQuantizationType[s.dtype])
@@ -90,7 +91,7 @@ def write_safetensors(path: str, specs: Numbered, meta: dict[str, int | str], al
                       seed: int) -> None:
     """One safetensors file holding ``specs`` back to back, the data region padded to ``alignment``."""
     header: dict[str, object] = {"__metadata__": {
-        "format": "pt", "workbench.synth": json.dumps({**meta, "seed": seed}, sort_keys=True)}}
+        "format": "pt", MARK: json.dumps({**meta, "seed": seed}, sort_keys=True)}}
     pos = 0
     for _, s in specs:
         header[s.name] = {"dtype": s.dtype, "shape": list(s.shape), "data_offsets": [pos, pos + s.nbytes]}

@@ -52,13 +52,15 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campaign: str | None = None,
-               force: bool = False) -> list[Path]:
+               force: bool = False, made: int | None = None) -> list[Path]:
     """Write attempts and runs as CSV; returns ``[attempts, runs]`` paths, then ``turns`` when the
     campaign has long sessions (one row per turn).
 
     A directory gets ``attempts.csv``, ``runs.csv`` (and ``turns.csv``); a ``*.csv`` path gets the
     attempts and siblings ``<stem>_runs.csv`` (and ``<stem>_turns.csv``). None of them is ever written
-    onto the ledger, nor over an existing ledger or model file without ``force`` (:mod:`workbench.outputs`).
+    onto the ledger, nor over an existing ledger or model file without ``force`` (:mod:`workbench.outputs`),
+    nor into a directory of the workbench's (a directory given: itself; ``made`` says how many) reached
+    through a link.
     """
     target = Path(directory_or_path)
     if target.suffix.lower() == ".csv":
@@ -74,8 +76,10 @@ def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campai
     frames = [attempts_frame(ledger, campaign), runs_frame(ledger, campaign), turns_frame(ledger, campaign)]
     if frames[2].empty:  # no long session: the two files every campaign has
         frames, paths = frames[:2], paths[:2]
+    if made is None:
+        made = 0 if target.suffix.lower() == ".csv" else 1
     for frame, path in zip(frames, paths):
-        write_text(path, csv_text(frame), inputs=sources, force=force)
+        write_text(path, csv_text(frame), inputs=sources, force=force, made=made)
     return paths
 
 

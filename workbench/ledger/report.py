@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from workbench import defaults
 from workbench.errors import LedgerError
 from workbench.records import campaign_name_problem
+from workbench.outdir import OutDir
 from workbench.outputs import ledger_files, refuse_overwrite, write_text
 from workbench.untrusted import for_html, for_markdown, for_markdown_code
 from workbench.records import CLAIM_MIN_RUNS
@@ -98,23 +99,23 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
 
     attempts, runs, ceilings = campaign_frames(ledger, campaign)
     directory = report_dir(campaign, out_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    OutDir.open(directory, made=1).close()  # the report's directory is the workbench's: never a link
     sources = ledger_files(ledger.path)  # a report never lands on the ledger it reads
     figures = all_figures(ledger, campaign, (attempts, runs, ceilings))
     static = render_static(figures, scale=2.0)
     for path in [directory / "report.md", directory / "report.html",
                  *static_paths(static, directory / FIGURES_DIR)]:  # refused before any file is written
         refuse_overwrite(path, inputs=sources)
-    csvs = export_csv(ledger, directory, campaign=campaign)
+    csvs = export_csv(ledger, directory, campaign=campaign, made=1)
     table = markdown_table(ledger, campaign, all_attempts)
     note = few_runs_note(attempts)
     if note:
         table = f"{note}\n\n{table}"
     history = history_lines(attempts)
-    images = write_static(static, directory / FIGURES_DIR, inputs=sources)
+    images = write_static(static, directory / FIGURES_DIR, inputs=sources, made=2)
     md = write_text(directory / "report.md", _markdown(campaign, table, history, figures, static.images,
-                                                      static.unavailable), inputs=sources)
-    page = write_text(directory / "report.html", _html(campaign, table, history, figures), inputs=sources)
+                                                      static.unavailable), inputs=sources, made=1)
+    page = write_text(directory / "report.html", _html(campaign, table, history, figures), inputs=sources, made=1)
     return ReportPaths(directory, csvs[0], csvs[1], md, page, tuple(figures), csvs[2] if len(csvs) > 2 else None,
                        tuple(images), static.unavailable)
 
@@ -149,13 +150,13 @@ def write_figures(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str]
     directory = Path(out_dir)
     sources = ledger_files(ledger.path)
     refuse_overwrite(directory / "figures.html", inputs=sources, force=force)
-    directory.mkdir(parents=True, exist_ok=True)
+    OutDir.open(directory, made=1).close()  # a figures directory is the workbench's: never a link
     static = render_static(figures, scale=2.0)
     for path in static_paths(static, directory):
         refuse_overwrite(path, inputs=sources, force=force)
-    images = write_static(static, directory, inputs=sources, force=force)
+    images = write_static(static, directory, inputs=sources, force=force, made=1)
     page = write_interactive(figures, directory / "figures.html", f"workbench figures: {campaign}",
-                             inputs=sources, force=force)
+                             inputs=sources, force=force, made=1)
     return FigureFiles(tuple(images), page, static.unavailable)
 
 

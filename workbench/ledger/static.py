@@ -114,24 +114,24 @@ def static_paths(images: StaticImages, directory: str | Path) -> list[Path]:
 
 
 def write_static(images: StaticImages, directory: str | Path, *, inputs: Iterable[str | os.PathLike[str]] = (),
-                 force: bool = False) -> list[Path]:
+                 force: bool = False, made: int = 1) -> list[Path]:
     """``<key>.png`` and ``<key>.svg`` of every drawn figure in ``directory``, each written as
     :func:`workbench.outputs.write_bytes` writes (never over ``inputs``, nor through a link planted
-    there); returns the paths."""
+    there, nor into a directory reached through a link: the last ``made`` directories are the
+    workbench's); returns the paths."""
     from workbench.outputs import write_bytes
 
     target = Path(directory)
-    if images.images:  # no empty figures/ beside a report that has none
-        target.mkdir(parents=True, exist_ok=True)
-    written = []
+    written = []  # no empty figures/ beside a report that has none: write_bytes makes it with the first
     for key, image in images.images.items():
-        written.append(write_bytes(target / f"{key}.png", image.png, inputs=inputs, force=force))
-        written.append(write_bytes(target / f"{key}.svg", image.svg.encode("utf-8"), inputs=inputs, force=force))
+        written.append(write_bytes(target / f"{key}.png", image.png, inputs=inputs, force=force, made=made))
+        written.append(write_bytes(target / f"{key}.svg", image.svg.encode("utf-8"), inputs=inputs, force=force,
+                                   made=made))
     return written
 
 
 def write_interactive(figures: Mapping[str, go.Figure], path: str | Path, title: str, *,
-                      inputs: Iterable[str | os.PathLike[str]] = (), force: bool = False) -> Path:
+                      inputs: Iterable[str | os.PathLike[str]] = (), force: bool = False, made: int = 0) -> Path:
     """Every figure in one HTML page, plotly.js inline once (opens offline), written as
     :func:`workbench.outputs.write_text` writes."""
     import html
@@ -142,7 +142,7 @@ def write_interactive(figures: Mapping[str, go.Figure], path: str | Path, title:
              for i, (key, fig) in enumerate(figures.items())]
     page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>'
             f"<body>{''.join(parts)}</body></html>\n")
-    return write_text(path, page, inputs=inputs, force=force)
+    return write_text(path, page, inputs=inputs, force=force, made=made)
 
 
 def mime_bundle(fig: go.Figure, image: StaticImage | None) -> dict[str, Any]:

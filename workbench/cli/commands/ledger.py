@@ -12,9 +12,10 @@ from typing import Any, Callable
 
 import click
 
+from workbench.cli.commands.ledger_cells import echo_table, effect, file_name, integer, ms, records
 from workbench.cli.options import RefuseRepeats
 from workbench.errors import LedgerError, ParamError
-from workbench.records import USER_VERDICTS, format_effect, format_spread, plural
+from workbench.records import USER_VERDICTS, format_spread, plural
 from workbench.untrusted import for_terminal
 
 _LEDGER_HELP = "Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."
@@ -69,12 +70,12 @@ def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> N
         click.echo(for_terminal(f"no attempts{f' in campaign {campaign!r}' if campaign else ''} (campaigns: {known})"))
         return
     rows = [
-        (a["id"][:8], a["campaign"], a["host"], _file(a["file_path"]), a["label"], a["cache"] or "",
-         _ms(a["median_s"]), format_spread(_num(a["spread_pct"]), _num(a["n"]), _num(a["stable"])),
-         _int(a["n"]), _effect(a), a["verdict_text"])
-        for a in frame.to_dict("records")
+        (a["id"][:8], a["campaign"], a["host"], file_name(a["file_path"]), a["label"], a["cache"] or "",
+         ms(a["median_s"]), format_spread(a["spread_pct"], a["n"], a["stable"]), integer(a["n"]), effect(a),
+         a["verdict_text"])
+        for a in records(frame)
     ]
-    _echo_table(("id", "campaign", "host", "file", "change", "cache", "median", "spread", "n", "vs baseline",
+    echo_table(("id", "campaign", "host", "file", "change", "cache", "median", "spread", "n", "vs baseline",
                  "verdict"), rows)
 
 
@@ -84,60 +85,9 @@ def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> N
 @click.pass_context
 def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
     """An attempt (unique id prefix of ≥ 6 characters is enough) and its runs."""
-    led = _opened(ctx, sub_ledger, readonly=True)
-    attempt = led.attempt(attempt_id)
-    width = max(len(k) for k in attempt)
-    for key, value in attempt.items():  # every value is untrusted text: one printable line each
-        if key not in ("environment", "device_info") or not value:
-            click.echo(f"{key:<{width}}  {for_terminal(value)}")
-    click.echo(f"{'effect':<{width}}  {_effect(attempt)}")
-    for key in ("device_info", "environment"):
-        for sub, value in (attempt[key] or {}).items():
-            if sub == "settings" and isinstance(value, dict):  # the load-path settings, one a line
-                for name, setting in value.items():
-                    click.echo(f"{key}.settings.{for_terminal(name)}: {for_terminal(setting)}")
-            else:
-                click.echo(f"{key}.{for_terminal(sub)}: {for_terminal(value)}")
-    if attempt.get("kind") == "session":
-        _show_turns(led, attempt["id"])
-        return
-    runs = led.runs(attempt["id"])
-    click.echo(f"\nruns ({len(runs)}):")
-    rows = [
-        (_int(r["position"]), _int(r["pid"]), _ms(r["load_s"]), _ms(r["wall_s"]), _frac(r["resident_before"]),
-         _cache_of(r), r["verified"], _short(", ".join(r["engaged"])), (r["error"] or "")[:80])
-        for r in runs.to_dict("records")
-    ]
-    _echo_table(("pos", "pid", "load", "wall", "resident", "cache", "verified", "engaged", "error"), rows)
-    _show_files(runs.to_dict("records"))
+    from workbench.cli.commands.ledger_show import show_attempt
 
-
-def _show_files(runs: list[dict[str, Any]]) -> None:
-    """A model of several files: each file's resident fraction before each run (the column above is
-    the whole model's), so a shard the state missed is seen."""
-    from workbench.errors import printable
-
-    names = list(dict.fromkeys(n for r in runs for n in (r.get("resident_files") or {})))
-    if len(names) < 2:
-        return
-    click.echo(f"\nresident before, per file ({len(names)} files; columns: run position):")
-    _echo_table(("file", *(_int(r["position"]) for r in runs)),
-                [(printable(name), *(_frac((r.get("resident_files") or {}).get(name)) for r in runs))
-                 for name in names])
-
-
-def _show_turns(led: Any, attempt_id: str) -> None:
-    """A long session's turns: what changes turn over turn is the point (a leak grows, a cost does not)."""
-    turns = led.turns(attempt_id)
-    click.echo(f"\nturns ({len(turns)}):")
-    rows = [
-        (_int(t["turn"]), _int(t["tokens"]), f"{t['tokens_per_s']:.1f}", _int(t["hits"]), _int(t["misses"]),
-         _int(t["evictions"]), _int(t["minflt"]), _int(t["majflt"]), _int(t["unreleased_pages"]),
-         f"{(t['actual_anon_bytes'] - t['accounted_bytes']) / 2**20:.1f}", _ms(t["seconds"]))
-        for t in turns.to_dict("records")
-    ]
-    _echo_table(("turn", "tokens", "tok/s", "hits", "misses", "evictions", "minflt", "majflt", "unreleased",
-                 "anon-accounted MiB", "time"), rows)
+    show_attempt(_opened(ctx, sub_ledger, readonly=True), attempt_id)
 
 
 @ledger.command("verdict")
@@ -268,52 +218,3 @@ def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_l
     click.echo(f"{plural(len(done), 'attempt')} in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
                f"completed, {count['present']} already present; "
                f"{plural(sum(i.runs_added for i in done), 'run')} added")
-
-
-def _echo_table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-    cells = [tuple(header)] + [tuple("" if c is None else for_terminal(c) for c in row) for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-
-
-def _short(text: str, width: int = 60) -> str:
-    """A long cell cut for the terminal (``ledger export --csv`` keeps it whole)."""
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
-def _cache_of(run: dict[str, Any]) -> str:
-    """The state a run asked for, and plainly whether it got it (never the asked state alone)."""
-    if run["cache_reached"] is False and run["cache_state"] in ("cold", "warm"):
-        return f"{run['cache_state']} NOT reached"
-    return run["cache_state"] or ""
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
-
-
-def _num(value: Any) -> Any:
-    return None if _missing(value) else value
-
-
-def _effect(a: dict[str, Any]) -> str:
-    if a.get("auto_verdict") == "baseline":
-        return "baseline"
-    return format_effect(_num(a.get("speedup")), _num(a.get("ci_low")), _num(a.get("ci_high")))
-
-
-def _file(path: Any) -> str:
-    return "—" if _missing(path) or not path else Path(str(path)).name
-
-
-def _ms(seconds: Any) -> str:
-    return "—" if _missing(seconds) else f"{seconds * 1000:.1f} ms"
-
-
-def _frac(value: Any) -> str:
-    return "—" if _missing(value) else f"{value:.0%}"
-
-
-def _int(value: Any) -> str:
-    return "—" if _missing(value) else str(int(value))
