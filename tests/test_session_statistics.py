@@ -38,7 +38,7 @@ def _facts() -> SessionFacts:
 
 
 def _fake_cells(monkeypatch, memory: dict[int, tuple[str, str]] | None = None) -> list[str]:
-    """``measure_session`` replaced by cells recorded in the ledger it is given: three turns each, turn 0
+    """``measure_session`` replaced by cells recorded in the ledger it is given: six turns each, turn 0
     at FILLING_TPS, then the candidate 1.2× the baseline's tok/s (a 1 % drift a round). ``memory``: cell
     number → (outcome, error) under a cgroup-v1 limit."""
     import workbench.measure.session as session_mod
@@ -55,7 +55,7 @@ def _fake_cells(monkeypatch, memory: dict[int, tuple[str, str]] | None = None) -
                             accounted_bytes=0, actual_anon_bytes=0, unreleased_pages=0, seconds=10 / r,
                             tokens_per_s=r, residual_s_per_token=0.5 / r, bookkeeping_s=0.01, read_busy_s=0.1,
                             landed_bytes=100, shift_copy_bytes=0 if cand else 2 << 20, shift_copy_s=0.0 if cand else
-                            0.004) for i, r in enumerate([FILLING_TPS, tps, tps])]
+                            0.004) for i, r in enumerate([FILLING_TPS] + [tps] * 5)]
         attempt = ledger.start_attempt(campaign=campaign, config=RunConfig(file, "session", {}, device), cache=cache,
                                        label=label, kind="session")
         outcome, error = (memory or {}).get(len(calls) - 1, ("", None))
@@ -88,7 +88,7 @@ def test_an_ab_at_three_rounds_says_its_verdicts_are_not_a_claim_everywhere(moe6
     effect = next(e for e in doc["effects"] if e["metric"] == "tok/s")
     assert effect["verdict"] == "higher" and effect["caveat"] == CAVEAT3 and effect["n"] == 3
     assert all(e["caveat"] == "" for e in doc["effects"] if e["verdict"] == "inconclusive")
-    with Ledger(ledger) as led:  # the cells' verdicts rest on 3 rounds, not on their 3 turns
+    with Ledger(ledger) as led:  # the cells' verdicts rest on 3 rounds, not on their 6 turns
         cand = led.attempts("ab")
     cand = cand[cand["label"].str.startswith("placement=inplace")]
     assert set(cand["verdict"]) == {"faster"} and set(cand["verdict_n"]) == {3}
@@ -125,13 +125,13 @@ def test_an_abs_cells_show_the_figures_its_effects_compare(moe64, tmp_path, monk
     assert "each cell's figures, like the effects, leave out its first 1 turn" in lines[0]
     cells = [line for line in lines if " round " in line]
     assert len(cells) == 6
-    first = cells[0]  # baseline, round 1: 4.00 tok/s after turn 0, 2.00 over all three turns
+    first = cells[0]  # baseline, round 1: 4.00 tok/s after turn 0, 2.67 over all six turns
     assert "tok/s 4.00," in first and "shift copy 0.20 MiB/token 0.40 ms/token" in first, first
     effect = next(line for line in lines if line.startswith("placement=inplace: tok/s:"))
     assert effect.split(": ", 2)[2].startswith("4.04 → 4.85"), effect  # the medians of those same figures
     doc = json.loads(_ab(moe64, tmp_path, "--rounds", "3", "--json")[0].stdout)
     assert doc["cells"][0]["figures"]["tok/s"] == pytest.approx(4.0)
-    assert doc["cells"][0]["summary"]["tokens_per_s"] == pytest.approx(30 / (10 + 2.5 + 2.5))  # all turns: kept
+    assert doc["cells"][0]["summary"]["tokens_per_s"] == pytest.approx(60 / (10 + 5 * 2.5))  # all turns: kept
 
 
 def test_an_ab_under_a_memory_limit_says_how_and_each_cells_outcome(moe64, tmp_path, monkeypatch):
