@@ -27,8 +27,8 @@ def ab_section(result, metrics: list[str]) -> list[str]:
     lines = ["", "| cell | arm | round | tok/s | residual ms/token | staged GB/s | wall (share) | QD | hit rate | "
              "MiB/token hit · page cache · disk | shift MiB/token | major faults | unreleased pages | memory |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for n, (i, rnd, c) in enumerate(result.cells):
-        lines.append(_cell_row(n, result.arms[i].label, rnd, c))
+    for n, ((i, rnd, c), f) in enumerate(zip(result.cells, result.figures)):
+        lines.append(_cell_row(n, result.arms[i].label, rnd, c, f))
     lines += ["", f"Effects, candidate arm over baseline arm `{result.arms[0].label}` (median of cells over median; "
                   f"95 % interval, paired by round; each cell's first {result.skipped_turns} turn left out):", "",
               "| arm | metric | baseline | candidate | ratio [95 %] | verdict | why | n |",
@@ -39,22 +39,26 @@ def ab_section(result, metrics: list[str]) -> list[str]:
         if e.metric not in metrics:
             continue
         ratio = format_effect(e.ratio, e.low, e.high) if e.ratio is not None else "—"
-        verdict = f"{e.verdict} ({e.judgement})" if e.judgement else e.verdict
+        verdict = " ".join(filter(None, [f"{e.verdict} ({e.judgement})" if e.judgement else e.verdict, e.caveat]))
         lines.append(f"| {e.arm} | {e.metric} | {_num(e.baseline_median)} | {_num(e.candidate_median)} | {ratio} | "
                      f"{verdict} | {e.reason} | {e.n} |")
     lines += ["", "Checks:", *[f"- {c}" for c in result.checks]]
     return lines
 
 
-def _cell_row(n: int, arm: str, rnd: int, c) -> str:
+def _cell_row(n: int, arm: str, rnd: int, c, figures=None) -> str:
+    """A cell's row; tok/s, residual, staged GB/s and shift are the figures its effects compare (turn 0
+    left out with 3 turns or more), the rest is over all its turns."""
     if c.report is None:
         return f"| {n + 1} | {arm} | {rnd + 1} | failed: {c.error} |" + " |" * 10
     s, turns = c.report.summary, c.report.turns
+    f = figures or {"tok/s": s.tokens_per_s, "residual s/token": s.residual_s_per_token, "staged GB/s": s.staged_gbps,
+                    "shift MiB/token": sum(t.shift_copy_bytes for t in turns) / s.tokens / MiB}
     wall = f"{s.wall_name} {s.wall_gbps:.2f} ({s.staged_of_wall:.0%})" if s.staged_of_wall else "—"
-    shift = sum(t.shift_copy_bytes for t in turns) / s.tokens / MiB
+    shift = f["shift MiB/token"]
     failed = f" **{c.error}**" if c.error else ""
-    return (f"| {n + 1} `{c.attempt_id[:8]}` | {arm} | {rnd + 1} | {s.tokens_per_s:.2f} | "
-            f"{s.residual_s_per_token * 1e3:.2f} | {s.staged_gbps:.3f} | {wall} | {s.read_queue_depth:.1f} | "
+    return (f"| {n + 1} `{c.attempt_id[:8]}` | {arm} | {rnd + 1} | {f['tok/s']:.2f} | "
+            f"{f['residual s/token'] * 1e3:.2f} | {f['staged GB/s']:.3f} | {wall} | {s.read_queue_depth:.1f} | "
             f"{s.hit_rate:.0%} | {s.hit_bytes_per_token / MiB:.2f} · {s.page_cache_bytes_per_token / MiB:.2f} · "
             f"{s.disk_bytes_per_token / MiB:.2f} | {shift:.2f} | {s.majflt:,} | {s.unreleased_pages_first:,} → "
             f"{s.unreleased_pages_last:,} | {c.memory.split(' — ')[-1] if c.memory else '—'}{failed} |")

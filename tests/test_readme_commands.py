@@ -52,7 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         (RUN, ""),
     "workbench session data/models/moe.gguf --boundary-release off": (RUN, ""),
     "workbench session data/models/moe.gguf --lanes 4 --overlap --compute sleep:20 --ab placement=bounce "
-    "--ab placement=inplace --rounds 4": (RUN, ""),
+    "--ab placement=inplace": (RUN, ""),
     ".venv/bin/papermill notebooks/01_load_sweep.ipynb out.ipynb -p runs 5 -y 'strategies: [pread, mmap]'":
         (RUN, ""),
     '.venv/bin/papermill notebooks/06_engine_ab.ipynb out.ipynb -p file m.gguf -p marker "model loaded" -y '
@@ -258,7 +258,8 @@ def tiny(command: str, ws: Path) -> str:
         command += f" --runs {RUNS}"
     if re.match(r"workbench session \S", command) and "--help" not in command:  # a few short turns, one A/B round
         command = re.sub(r"--rounds \d+", "--rounds 1", command)
-        command += "".join(f" {opt} {n}" for opt, n in (("--turns", 2), ("--tokens", 4)) if opt not in command)
+        cuts = (("--turns", 2), ("--tokens", 4)) + ((("--rounds", 1),) if "--ab" in command else ())
+        command += "".join(f" {opt} {n}" for opt, n in cuts if opt not in command)
     if " papermill " in f" {command.replace('/', ' ')}" and "-p runs" not in command:
         command += f" -p runs {RUNS}"
     for pattern, value in _placeholders(ws).items():

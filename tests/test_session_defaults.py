@@ -73,6 +73,40 @@ def test_steady_state_is_fios_slope_test():
     assert relative_slope_pct([0, 0, 0]) == 0 and relative_slope_pct([1, 2, 3]) == pytest.approx(50)
 
 
+def test_steady_means_every_later_window_holds_still():
+    drifting = [10.0] * 10 + [9.7, 9.4, 9.1, 8.8, 8.5]  # flat, then tok/s falls 15 % by the end
+    assert relative_slope_pct(drifting[:5]) == 0  # its first window passes: the old rule said "from turn 0"
+    assert steady_from(drifting, window=5, slope_pct=2) is None
+    dip = [10.0] * 6 + [8, 6, 8] + [10.0] * 8  # moves mid-session, then holds still again
+    assert steady_from(dip, window=5, slope_pct=2) == 9  # after the last window that moved
+    assert steady_from([10.0] * 8, window=5, slope_pct=2) == 0
+
+
+def _summary(rates: list[float], hit_rates: list[float] | None = None):
+    from workbench.expert.session_records import SessionFacts, TurnRecord
+    from workbench.expert.session_summary import summarize
+
+    facts = SessionFacts("inplace", "", "ON", "pread", "", "on", "lru", 1, 1, 1, "synthetic", "", "host", False)
+    hits = hit_rates or [0.5] * len(rates)
+    records = [TurnRecord(turn=i, tokens=10, bytes_read=0, hits=5, misses=5, evictions=0, minflt=0, majflt=0,
+                          accounted_bytes=0, actual_anon_bytes=0, unreleased_pages=0, seconds=10 / r, tokens_per_s=r,
+                          hit_rate=h) for i, (r, h) in enumerate(zip(rates, hits))]
+    return summarize(records, facts, window=5, slope_pct=2.0)
+
+
+def test_a_session_whose_tok_s_drifts_is_not_steady_and_says_so():
+    s = _summary([10.0] * 10 + [9.7, 9.4, 9.1, 8.8, 8.5])
+    assert s.steady_tokens_per_s_turn is None and s.steady_hit_rate_turn == 0
+    line = steady_line(s)
+    assert line.startswith("tok/s not steady (the last 5-turn window still moves more than 2 % a turn)"), line
+    assert "hit rate steady from turn 0" in line and "tok/s steady" not in line
+    held = _summary([10.0] * 6 + [8, 6, 8] + [10.0] * 8)
+    assert held.steady_tokens_per_s_turn == 9
+    assert steady_line(held).startswith("tok/s steady from turn 9, hit rate from turn 0 (every 5-turn window "
+                                        "from there within 2 % of its mean a turn)")
+    assert "fewer than one 5-turn window" in steady_line(_summary([10.0] * 3))
+
+
 def test_drift_after_steady_state_is_large_and_clear_of_noise():
     flat = [100 + (-1) ** i for i in range(20)]
     assert drift_after(flat, 0) is None
@@ -84,11 +118,12 @@ def test_drift_after_steady_state_is_large_and_clear_of_noise():
 
 
 def test_a_long_session_summary_finds_the_steady_state_and_the_leak_drift(moe64):
-    facts, report = session(moe64, 12, 6, cache_mib=0.6, experts_per_token=4, boundary_release="off",
+    # a cache that hits 4-20 % of the time (a 0.6 MiB one hits once in 12 turns, and that one hit is a move)
+    facts, report = session(moe64, 12, 6, cache_mib=2.0, experts_per_token=4, boundary_release="off",
                             steady_window=4, steady_slope_pct=50.0)
     s = report.summary
     assert s.steady_hit_rate_turn is not None and s.steady_tokens_per_s_turn is not None
-    assert "steady from turn" in steady_line(s)
+    assert "tok/s steady from turn" in steady_line(s)
     if s.leak_of_bound < 0.99:  # still climbing after steady state: the leak is what drifts
         assert "unreleased_pages" in s.drift and s.drift["unreleased_pages"] > 0
     long_records = [len(str(t.to_json())) for t in report.turns]

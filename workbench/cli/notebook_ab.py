@@ -35,21 +35,19 @@ def run_ab(file: Path, base: Any, specs: Sequence[str], rounds: int, device: str
 
 
 def cells_frame(result: Any) -> Any:
-    """One row per cell: arm, round, and the figures each metric's verdict is drawn from."""
+    """One row per cell: arm, round, and the figures each metric's verdict is drawn from (the A/B's
+    ``figures``: turn 0 left out when a cell has 3 or more), beside the shift copy and the bytes read."""
     import pandas as pd
 
-    from workbench.measure.session_ab import METRICS
-
     rows = []
-    for i, rnd, cell in result.cells:
-        if cell.report is None:
+    for (i, rnd, cell), figures in zip(result.cells, result.figures):
+        if cell.report is None or figures is None:
             continue
         turns = list(cell.report.turns)[result.skipped_turns:] or list(cell.report.turns)
         tokens = sum(t.tokens for t in turns)
-        row = {"arm": result.arms[i].label, "round": rnd + 1, "attempt": cell.attempt_id[:8]}
-        row.update({m: fn(turns) for m, (fn, _) in METRICS.items()})
+        row = {"arm": result.arms[i].label, "round": rnd + 1, "attempt": cell.attempt_id[:8], **figures}
         row["residual ms/token"] = row.pop("residual s/token") * 1e3
-        row["shift MiB/token"] = sum(t.shift_copy_bytes for t in turns) / tokens / MiB
+        row["bookkeeping ms/token"] = row.pop("bookkeeping s/token") * 1e3
         row["read MiB/token"] = sum(t.bytes_read for t in turns) / tokens / MiB
         rows.append(row)
     return pd.DataFrame(rows)
@@ -68,7 +66,8 @@ def ab_outputs(result: Any, metrics: Sequence[str]) -> list[Any]:
         "arm": e.arm, "metric": e.metric, "baseline": round(e.baseline_median, 4),
         "candidate": round(e.candidate_median, 4),
         "ratio [95 %]": format_effect(e.ratio, e.low, e.high) if e.ratio is not None else "—",
-        "verdict": f"{e.verdict} ({e.judgement})" if e.judgement else e.verdict, "why": e.reason, "n": e.n,
+        "verdict": " ".join(filter(None, [f"{e.verdict} ({e.judgement})" if e.judgement else e.verdict, e.caveat])),
+        "why": e.reason, "n": e.n,
     } for e in result.effects])
     checks = "".join(f"<li>{_escape(c)}</li>" for c in result.checks)
     cells = cells_frame(result)

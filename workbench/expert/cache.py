@@ -146,9 +146,7 @@ class ExpertCache:
 
     def complete(self, key: SliceKey, outcome: ReadOutcome, kind: str = "") -> None:
         """Count a filled miss (``kind``: the reader kind :meth:`admit` returned)."""
-        self._c.io_bytes += outcome.io_bytes
-        self._c.shift_copy_bytes += outcome.shift_copy_bytes
-        self._c.inplace_reads += outcome.in_place
+        self._c.count_read(outcome)
         if kind == "pread" and self.reader_kinds[self.file_of(key)] != "pread":
             self._c.gated_reads += 1  # the gate sent it to the page cache instead of the placement's reader
 

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from workbench.expert.memory import PAGE
 from workbench.expert.placement import PlacementReport
+
+if TYPE_CHECKING:
+    from workbench.expert.readers import ReadOutcome
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,7 @@ class CacheCounters:
     bytes_read: int = 0  # payload bytes staged (the same whatever the reader)
     io_bytes: int = 0  # bytes the reader moved from the file (O_DIRECT: whole windows)
     shift_copy_bytes: int = 0  # bytes memcpy'd out of a bounce buffer
+    shift_copy_s: float = 0.0  # seconds those copies took (on whichever thread read: a lane's, or this one)
     inplace_reads: int = 0
     released_pages: int = 0
     hit_bytes: int = 0  # payload bytes served by live entries (no read)
@@ -71,3 +76,10 @@ class MutableCounters:
 
     def snapshot(self) -> CacheCounters:
         return CacheCounters(**{f.name: getattr(self, f.name) for f in fields(CacheCounters)})
+
+    def count_read(self, outcome: ReadOutcome) -> None:
+        """A filled miss: the bytes its reader moved and shifted, the shift's time, whether it went in place."""
+        self.io_bytes += outcome.io_bytes
+        self.shift_copy_bytes += outcome.shift_copy_bytes
+        self.shift_copy_s += outcome.shift_copy_s
+        self.inplace_reads += outcome.in_place

@@ -9,6 +9,10 @@ One layer, on the decode thread::
     ahead   with ``overlap``, the next layer is planned now, so its misses are read while ...
     compute ... this layer computes over the bytes it just landed (compute)
 
+The cache's bookkeeping on this thread — lookups, admissions (the mincore gate, evictions and their
+madvise), completions, unpins — is timed on its own (bookkeeping), so a change to the gate or the
+policy shows there and not as a change in compute.
+
 The routing of the next layer is known ahead because it comes from a trace: overlap here is the
 write-up's route-ahead with a perfect predictor. Nothing is read ahead across a turn's end. With one
 inline lane and no overlap the layer is staged slice by slice instead (look up or read, copy, drain,
@@ -61,6 +65,7 @@ class Timers:
     read: float = 0.0
     upload: float = 0.0
     route: float = 0.0
+    bookkeeping: float = 0.0  # the cache's: lookup, admit (gate, evict, madvise), complete, unpin
     landed_bytes: int = 0
 
 
@@ -117,8 +122,8 @@ class Decoder:
         """One slice at a time on this thread: look up or read it, copy it, drain, let it go."""
         landed, at = [], 0
         for key in self._keys(t, i):
-            if not self.cache.lookup(key, pin=True):
-                kind = self.cache.admit(key)
+            kind = self._lookup(key)
+            if kind is not None:
                 t0 = time.perf_counter()
                 try:
                     outcome = self.lanes.wait(self.lanes.submit(
@@ -126,8 +131,10 @@ class Decoder:
                 except BaseException:
                     self.cache.unpin(key)
                     raise
-                self.timers.read += time.perf_counter() - t0
+                t1 = time.perf_counter()
                 self.cache.complete(key, outcome, kind)
+                self.timers.read += t1 - t0
+                self.timers.bookkeeping += time.perf_counter() - t1
             view = self.cache.view(key)
             nbytes = len(view)
             try:
@@ -137,17 +144,27 @@ class Decoder:
                 self.timers.upload += time.perf_counter() - t0
             finally:
                 view.release()
+                t0 = time.perf_counter()
                 self.cache.unpin(key)
+                self.timers.bookkeeping += time.perf_counter() - t0
             landed.append((key, at, nbytes))
             at += -(-nbytes // SLOT_ALIGN) * SLOT_ALIGN
         self._landed(landed)
         return landed
 
+    def _lookup(self, key: SliceKey) -> str | None:
+        """Pin ``key``: None on a hit, else admit it (timed as bookkeeping) and return its reader kind."""
+        t0 = time.perf_counter()
+        try:
+            return None if self.cache.lookup(key, pin=True) else self.cache.admit(key)
+        finally:
+            self.timers.bookkeeping += time.perf_counter() - t0
+
     def _plan(self, t: int, i: int) -> _Plan:
         plan = _Plan(self._keys(t, i))
         for key in plan.keys:
-            if not self.cache.lookup(key, pin=True):
-                kind = self.cache.admit(key)
+            kind = self._lookup(key)
+            if kind is not None:
                 handle = self.lanes.submit(lambda reader, key=key: self.cache.fill(key, reader), kind,
                                            self.cache.file_of(key))
                 plan.reads[key] = (handle, kind)
@@ -161,8 +178,10 @@ class Decoder:
                     handle, kind = plan.reads[key]
                     t0 = time.perf_counter()
                     outcome = self.lanes.wait(handle)
-                    self.timers.read += time.perf_counter() - t0
+                    t1 = time.perf_counter()
                     self.cache.complete(key, outcome, kind)
+                    self.timers.read += t1 - t0
+                    self.timers.bookkeeping += time.perf_counter() - t1
                 view = self.cache.view(key)
                 views.append(view)
                 t0 = time.perf_counter()
@@ -176,8 +195,10 @@ class Decoder:
         finally:
             for view in views:
                 view.release()
+            t0 = time.perf_counter()
             for key in plan.keys:
                 self.cache.unpin(key)
+            self.timers.bookkeeping += time.perf_counter() - t0
         self._landed(landed)
         return landed
 

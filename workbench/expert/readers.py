@@ -24,6 +24,7 @@ slice's window is exactly the partial pages at its ends.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,11 +39,12 @@ READERS = ("pread", "direct-bounce", "direct-inplace")
 @dataclass(frozen=True)
 class ReadOutcome:
     """One read: bytes moved from the file (the whole window for O_DIRECT), bytes memcpy'd out of a
-    bounce buffer, and whether the window went straight into place."""
+    bounce buffer, whether the window went straight into place, and the seconds that copy took."""
 
     io_bytes: int
     shift_copy_bytes: int
     in_place: bool
+    shift_copy_s: float = 0.0
 
 
 class SliceReader(Protocol):
@@ -107,8 +109,9 @@ class DirectBounceReader:
             self._bounce = AlignedBuffer(length, PAGE)
         got = read_direct(self._fd, self._bounce.view, start, length)
         _check_got(got, shift + nbytes, offset, nbytes)
+        t0 = time.perf_counter()
         region[at:at + nbytes] = self._bounce.view[shift:shift + nbytes]
-        return ReadOutcome(got, nbytes, False)
+        return ReadOutcome(got, nbytes, False, time.perf_counter() - t0)
 
     def close(self) -> None:
         if self._bounce is not None:

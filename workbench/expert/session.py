@@ -130,7 +130,7 @@ class ExpertSession:
         reads = self.lanes.meter.snapshot().minus(meter0)
         disk = io1.read_bytes - io0.read_bytes
         page_cache = max(0, (io1.rchar - io0.rchar) - disk)
-        stalls = timers.read + timers.upload + timers.route
+        stalls, book = timers.read + timers.upload + timers.route, timers.bookkeeping
         status, cg = read_status(), self._cgroup_delta()
         record = TurnRecord(
             turn=len(self._records), tokens=n, bytes_read=c.bytes_read, hits=c.hits, misses=c.misses,
@@ -138,8 +138,9 @@ class ExpertSession:
             accounted_bytes=mem.accounted_bytes, actual_anon_bytes=process_memory().anon_bytes,
             unreleased_pages=mem.unreleased_pages, seconds=seconds, tokens_per_s=n / max(seconds, 1e-12),
             hit_rate=c.hits / max(1, c.hits + c.misses), compute_s=timers.compute, stall_read_s=timers.read,
-            stall_upload_s=timers.upload, stall_route_s=timers.route,
-            other_s=max(0.0, seconds - timers.compute - stalls), residual_s_per_token=max(0.0, seconds - stalls) / n,
+            stall_upload_s=timers.upload, stall_route_s=timers.route, bookkeeping_s=book,
+            other_s=max(0.0, seconds - timers.compute - stalls - book),
+            residual_s_per_token=max(0.0, seconds - stalls - book) / n,
             hit_bytes_per_token=c.hit_bytes / n, page_cache_bytes_per_token=page_cache / n,
             disk_bytes_per_token=disk / n, io_bytes=c.io_bytes, landed_bytes=timers.landed_bytes,
             read_busy_s=reads.busy_s, read_queue_depth=reads.depth,
@@ -147,8 +148,8 @@ class ExpertSession:
             rss_bytes=status.rss_bytes, swap_bytes=status.swap_bytes, cg_usage_bytes=cg.usage_bytes,
             cg_pgmajfault=cg.pgmajfault, cg_refaults=cg.refaults, cg_reclaimed=cg.reclaimed,
             cg_limit_hits=cg.limit_hits, cg_swap_bytes=cg.swap_bytes, swap_in=cg.swap_in, swap_out=cg.swap_out,
-            shift_copy_bytes=c.shift_copy_bytes, resident_bytes=mem.resident_bytes, gated_reads=c.gated_reads,
-            file_rss_bytes=status.file_bytes,
+            shift_copy_bytes=c.shift_copy_bytes, shift_copy_s=c.shift_copy_s, resident_bytes=mem.resident_bytes,
+            gated_reads=c.gated_reads, file_rss_bytes=status.file_bytes,
             **(self._pressure.after(disk) if self._pressure is not None else {}))
         self._records.append(record)
         if self.config.verify_end:  # outside the turn's timing

@@ -12,13 +12,18 @@ is small whatever its turn length.
 
 Where a turn's time went (``seconds``, the turn's wall)::
 
-    seconds = compute_s + stall_read_s + stall_upload_s + stall_route_s + other_s
+    seconds = compute_s + stall_read_s + stall_upload_s + stall_route_s + bookkeeping_s + other_s
 
 ``stall_read_s`` is the decode thread waiting for a miss's read (its own read, or a lane's),
 ``stall_upload_s`` waiting for copies to the device, ``stall_route_s`` obtaining the routing,
-``other_s`` the cache's bookkeeping; ``residual_s_per_token`` is what is left once the stalls are
-taken out, per token: ``(seconds - stalls) / tokens`` — compute and everything the decode thread
-does besides waiting (the second write-up's "compute residual").
+``bookkeeping_s`` the cache's work on the decode thread (lookups, admissions with the mincore gate,
+evictions and their madvise, completions, unpins), ``other_s`` the rest (the loop itself);
+``residual_s_per_token`` is what is left once the stalls and the bookkeeping are taken out, per
+token: ``(seconds - stalls - bookkeeping_s) / tokens`` = ``(compute_s + other_s) / tokens`` (the
+second write-up's "compute residual"), so a change to the gate or the eviction policy shows in
+``bookkeeping_s`` and not as a change in compute. ``shift_copy_s`` is the time the bounce reader
+spent copying ``shift_copy_bytes`` (on the lane that read, so it overlaps the decode thread).
+A turn recorded before ``bookkeeping_s`` existed reads back ``-1`` (its residual includes it).
 """
 from __future__ import annotations
 
@@ -27,13 +32,13 @@ from typing import Any
 
 ISSUE_TURN_KEYS = ("turn", "tokens", "bytes_read", "hits", "misses", "evictions", "minflt", "majflt",
                    "accounted_bytes", "actual_anon_bytes", "unreleased_pages", "seconds", "tokens_per_s")
-DECODE_TURN_KEYS = ("hit_rate", "compute_s", "stall_read_s", "stall_upload_s", "stall_route_s", "other_s",
-                    "residual_s_per_token", "hit_bytes_per_token", "page_cache_bytes_per_token",
+DECODE_TURN_KEYS = ("hit_rate", "compute_s", "stall_read_s", "stall_upload_s", "stall_route_s", "bookkeeping_s",
+                    "other_s", "residual_s_per_token", "hit_bytes_per_token", "page_cache_bytes_per_token",
                     "disk_bytes_per_token", "io_bytes", "landed_bytes", "read_busy_s", "read_queue_depth",
                     "staged_gbps")
 MEMORY_TURN_KEYS = ("rss_bytes", "swap_bytes", "cg_usage_bytes", "cg_pgmajfault", "cg_refaults", "cg_reclaimed",
                     "cg_limit_hits", "cg_swap_bytes", "swap_in", "swap_out")
-TURN_EXTRAS = ("shift_copy_bytes", "resident_bytes", "gated_reads")
+TURN_EXTRAS = ("shift_copy_bytes", "shift_copy_s", "resident_bytes", "gated_reads")
 # the process's mapped file pages (every turn), then, under --memory-limit, what the turn's pressure hit:
 # the model against everything else (workbench.expert.pressure_turn; -1 without a limit)
 PRESSURE_KEYS = ("file_rss_bytes", "model_lost_bytes", "model_fetched_bytes", "model_reread_bytes",
@@ -81,6 +86,7 @@ class TurnRecord:
     stall_read_s: float = 0.0
     stall_upload_s: float = 0.0
     stall_route_s: float = 0.0
+    bookkeeping_s: float = -1.0  # -1: recorded before it was timed (then in other_s and the residual)
     other_s: float = 0.0
     residual_s_per_token: float = 0.0
     hit_bytes_per_token: float = 0.0
@@ -102,6 +108,7 @@ class TurnRecord:
     swap_in: int = -1
     swap_out: int = -1
     shift_copy_bytes: int = 0
+    shift_copy_s: float = 0.0
     resident_bytes: int = 0
     gated_reads: int = 0
     file_rss_bytes: int = -1

@@ -56,7 +56,7 @@ class SessionSummary:
     landed_bytes_per_token: float
     read_queue_depth: float
     staged_gbps: float
-    steady_tokens_per_s_turn: int | None  # first turn of the first steady window (fio's slope test)
+    steady_tokens_per_s_turn: int | None  # from this turn on every window passes fio's slope test (None: not steady)
     steady_hit_rate_turn: int | None
     drift: dict[str, float] = field(default_factory=dict)  # metric → fitted % change after steady state
     majflt_per_token: float = 0.0
@@ -69,6 +69,11 @@ class SessionSummary:
     staged_of_wall: float | None = None
     verified_slices: int = 0
     facts: SessionFacts | None = None
+    bookkeeping_s: float = -1.0  # the cache's work on the decode thread (-1: turns recorded before it was timed)
+    shift_copy_s: float = 0.0  # the bounce reader's copies (on the lanes that read)
+    shift_copy_bytes_per_token: float = 0.0
+    steady_window: int = DEFAULT_WINDOW
+    steady_slope_pct: float = DEFAULT_SLOPE_PCT
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -131,7 +136,9 @@ def summarize(records: Sequence[TurnRecord], facts: SessionFacts, verified_slice
         cg_limit_hits=_sum_known(r.cg_limit_hits for r in records),
         wall_name=wall[0] if wall else "", wall_gbps=wall[1] if wall else None,
         staged_of_wall=staged / wall[1] if wall and wall[1] > 0 and staged > 0 else None,
-        verified_slices=verified_slices, facts=facts,
+        verified_slices=verified_slices, facts=facts, bookkeeping_s=_sum_known(r.bookkeeping_s for r in records),
+        shift_copy_s=sum(max(0.0, r.shift_copy_s) for r in records),
+        shift_copy_bytes_per_token=total("shift_copy_bytes") / tokens, steady_window=window, steady_slope_pct=slope_pct,
     )
 
 
@@ -166,11 +173,15 @@ def growth_line(s: SessionSummary) -> str:
 
 
 def steady_line(s: SessionSummary) -> str:
-    """``steady from turn 3 (tok/s) and turn 2 (hit rate); drifts after: majflt_per_token +12.0 %``."""
-    if s.steady_tokens_per_s_turn is None or s.steady_hit_rate_turn is None:
-        missing = [n for n, t in (("tok/s", s.steady_tokens_per_s_turn), ("hit rate", s.steady_hit_rate_turn))
-                   if t is None]
-        return f"no steady state ({' and '.join(missing)} never held still over a window)"
+    """``tok/s steady from turn 3, hit rate from turn 2 (every 5-turn window from there within 2 % of its
+    mean a turn); drifts after: majflt_per_token +12.0 %``, or which is not steady and why."""
+    rule = f"every {s.steady_window}-turn window from there within {s.steady_slope_pct:g} % of its mean a turn"
+    rate, hits = s.steady_tokens_per_s_turn, s.steady_hit_rate_turn
+    if rate is None or hits is None:
+        missing = " and ".join(n for n, t in (("tok/s", rate), ("hit rate", hits)) if t is None)
+        why = (f"{s.turns} turns are fewer than one {s.steady_window}-turn window" if s.turns < s.steady_window else
+               f"the last {s.steady_window}-turn window still moves more than {s.steady_slope_pct:g} % a turn")
+        held = "; ".join(f"{n} steady from turn {t}" for n, t in (("tok/s", rate), ("hit rate", hits)) if t is not None)
+        return f"{missing} not steady ({why}){'; ' + held if held else ''}"
     drift = ", ".join(f"{k} {v:+.1f} %" for k, v in s.drift.items()) or "nothing"
-    return (f"steady from turn {s.steady_tokens_per_s_turn} (tok/s) and turn {s.steady_hit_rate_turn} "
-            f"(hit rate); drifts after: {drift}")
+    return f"tok/s steady from turn {rate}, hit rate from turn {hits} ({rule}); drifts after: {drift}"

@@ -2,7 +2,9 @@
 
 fio (``ss=iops_slope:X%``, ``ss_dur``) declares a job steady once the least-squares slope of the metric
 over a trailing window, as a percentage of the window's mean, stays under a limit. :func:`steady_from`
-applies that test turn by turn and returns the first turn of the first window that passes.
+applies that test to every window of the series and returns the turn from which *every* window stays
+under the limit (the first turn after the last window that did not), or None when the last window
+does not: a series that held still for a while and then moved is not steady from its first quiet window.
 :func:`drift_after` then asks whether the series still moves after it: the slope over everything
 from the steady turn on, called a drift only when it is both large (the fitted change over that span
 is at least ``min_change_pct`` of the mean) and clear of the noise (|t| ≥ 2 on the slope).
@@ -42,15 +44,16 @@ def relative_slope_pct(y: Sequence[float]) -> float:
 
 def steady_from(values: Sequence[float], window: int = DEFAULT_WINDOW,
                 slope_pct: float = DEFAULT_SLOPE_PCT) -> int | None:
-    """The first turn of the first trailing ``window`` whose slope is within ``slope_pct`` % of its
-    mean per turn; None when no window passes (or the series is shorter than one window)."""
+    """The first turn from which every trailing ``window`` has a slope within ``slope_pct`` % of its
+    mean per turn; None when the last window's is not (or the series is shorter than one window)."""
     y = np.asarray(values, dtype=float)
     if window < 2 or len(y) < window:
         return None
-    for end in range(window, len(y) + 1):
-        if relative_slope_pct(y[end - window:end]) <= slope_pct:
-            return end - window
-    return None
+    start = 0
+    for first in range(len(y) - window + 1):
+        if relative_slope_pct(y[first:first + window]) > slope_pct:
+            start = first + 1  # this window moved: steady can only begin after its first turn
+    return start if start + window <= len(y) else None
 
 
 def drift_after(values: Sequence[float], start: int,

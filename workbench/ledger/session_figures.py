@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=30, t=60, b=60), height=400,
                legend=dict(orientation="h", yanchor="bottom", y=-0.35))
 _PARTS = (("compute_s", "compute"), ("stall_read_s", "waiting for reads"), ("stall_upload_s", "waiting for uploads"),
-          ("stall_route_s", "routing"), ("other_s", "cache bookkeeping"))
+          ("stall_route_s", "routing"), ("bookkeeping_s", "cache bookkeeping"),
+          ("other_s", "the rest (before bookkeeping was timed: with it)"))
 
 
 def ab_cells(cells: pd.DataFrame, metric: str) -> go.Figure:
@@ -38,7 +39,7 @@ def time_split(turns: pd.DataFrame, names: dict[str, str]) -> go.Figure:
         extra = [e if isinstance(e, dict) else {} for e in t["extra"]]
         tokens = float(t["tokens"].sum())
         rows.append((names.get(attempt_id, str(attempt_id)[:8]),
-                     [sum(e.get(key, 0.0) for e in extra) / tokens * 1e3 for key, _ in _PARTS]))
+                     [sum(max(0.0, e.get(key, 0.0)) for e in extra) / tokens * 1e3 for key, _ in _PARTS]))
     for n, (_, label) in enumerate(_PARTS):
         fig.add_trace(go.Bar(x=[r[0] for r in rows], y=[r[1][n] for r in rows], name=label,
                              hovertemplate="%{x}<br>%{y:.2f} ms/token<extra></extra>"))

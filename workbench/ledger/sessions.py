@@ -50,7 +50,9 @@ def _decode(t: pd.DataFrame) -> str:
     residual = sum(e.get("residual_s_per_token", 0.0) * n for e, n in zip(extra, tokens)) / tokens.sum()
     hits = sum(e.get("hit_rate", 0.0) * n for e, n in zip(extra, tokens)) / tokens.sum()
     read = sum(e.get("stall_read_s", 0.0) for e in extra)
-    return f"; residual {residual * 1e3:.2f} ms/token, read stalls {read:.2f} s, hit rate {hits:.0%}"
+    book = [e["bookkeeping_s"] for e in extra if e.get("bookkeeping_s", -1) >= 0]  # none before it was timed
+    books = f", bookkeeping {sum(book) / tokens.sum() * 1e3:.2f} ms/token" if len(book) == len(extra) else ""
+    return f"; residual {residual * 1e3:.2f} ms/token{books}, read stalls {read:.2f} s, hit rate {hits:.0%}"
 
 
 def session_facts(a: dict[str, Any]) -> str:

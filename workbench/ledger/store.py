@@ -400,7 +400,7 @@ def _decode_attempt(row: dict[str, Any]) -> dict[str, Any]:
     for key in ("params", "device_info", "environment"):
         row[key] = decode(row[key])
     row["stable"] = None if row["stable"] is None else bool(row["stable"])
-    row["verdict_n"] = verdict_n(row["n"], row.get("baseline_n"))
+    row["verdict_n"] = verdict_n(row["n"], row.get("baseline_n"), row["environment"])  # an A/B cell: its rounds
     row["verdict_text"] = format_verdict(row["verdict"], row["auto_verdict"], row["verdict_n"])
     return row
 

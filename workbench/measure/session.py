@@ -53,6 +53,24 @@ class SessionResult:
     error: str | None = None
     resident_files: Mapping[str, float] = field(default_factory=dict)  # per file of the model, before
     memory: str = ""  # how --memory-limit was enforced and what it cost ("" without one)
+    memory_method: str = ""  # MemoryLimit.method: cgroup-v2, cgroup-v1, balloon ("" without a limit)
+    memory_outcome: str = ""  # MemoryPressure.outcome: the OOM killer, reclaim and re-reads, or none seen
+    memory_limit: str = ""  # MemoryLimit.detail: how the limit was enforced
+
+    @property
+    def memory_kind(self) -> str:
+        """``OOM``, ``reclaim`` or ``none``: what the limit cost, in a word ("" without a limit)."""
+        return outcome_kind(self.memory_outcome) if self.memory_method else ""
+
+
+def outcome_kind(outcome: str) -> str:
+    """The word for :meth:`MemoryPressure.outcome`'s line: ``OOM``, ``reclaim``, ``none`` (or ``unknown``:
+    the session ended before its outcome was read)."""
+    if outcome.startswith("OOM"):
+        return "OOM"
+    if outcome.startswith("reclaim"):
+        return "reclaim"
+    return "none" if outcome.startswith("no pressure") else "unknown"
 
 
 def measure_session(file: str, config: SessionConfig, *, device: str = "host", cache: str = "asis",
@@ -104,7 +122,7 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
                 run.error, _ = _spawn(file, config, device, timeout_s, run.on_event, {})
             else:
                 with contextlib.nullcontext(pressure) if held else pressure:
-                    run.memory_limit = pressure.limit.detail
+                    run.memory_limit, run.memory_method = pressure.limit.detail, pressure.limit.method
                     cgroup = pressure.limit.worker_json()
                     run.error, code = _spawn(file, config, device, timeout_s, run.on_event, cgroup)
                     run.memory_outcome = _outcome(pressure, code, run.records)
@@ -230,15 +248,20 @@ def session_label(file: str, config: SessionConfig) -> str:
 
 def summary_line(report: SessionReport) -> str:
     """What the attempt's notes say of a session: the leak against its bound, tok/s, where the time
-    went, bytes per token by source, steady state."""
+    went (the residual without the stalls and the cache's bookkeeping), the shift copy, bytes per
+    token by source, steady state."""
     s = report.summary
     f = s.facts or SessionFacts("", "", "", "", "", "", "", 0, 0, 0, "", "", "", False)
     mib = 2**20
     wall = f" = {s.staged_of_wall:.0%} of {s.wall_name} ({s.wall_gbps:.2f})" if s.staged_of_wall else ""
+    book = (f"bookkeeping {s.bookkeeping_s:.3f} s ({s.bookkeeping_s / s.tokens * 1e3:.2f} ms/token)"
+            if s.bookkeeping_s >= 0 else "bookkeeping not timed (in the residual)")
     return (f"{s.turns} turns × {report.turns[0].tokens} tokens; {growth_line(s)}; tok/s {s.tokens_per_s:.2f} "
             f"(median {s.tokens_per_s_median:.2f}, {s.tokens_per_s_min:.2f}–{s.tokens_per_s_max:.2f}); residual "
-            f"{s.residual_s_per_token * 1e3:.2f} ms/token; stalls read {s.stall_read_s:.2f} s, upload "
-            f"{s.stall_upload_s:.2f} s, route {s.stall_route_s:.3f} s; compute {s.compute_s:.2f} s; hit rate "
+            f"{s.residual_s_per_token * 1e3:.2f} ms/token (the turn less stalls and bookkeeping); stalls read "
+            f"{s.stall_read_s:.2f} s, upload {s.stall_upload_s:.2f} s, route {s.stall_route_s:.3f} s; {book}; "
+            f"compute {s.compute_s:.2f} s; shift copy {s.shift_copy_bytes_per_token / mib:.2f} MiB/token, "
+            f"{s.shift_copy_s / s.tokens * 1e3:.2f} ms/token of the reads; hit rate "
             f"{s.hit_rate:.0%}; MiB/token hit {s.hit_bytes_per_token / mib:.2f}, page cache "
             f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
             f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "

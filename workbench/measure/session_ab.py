@@ -14,7 +14,12 @@ Checks: every cell read the same payload bytes per token and landed the same exp
 size, policy, routing), which the check then says — and every cell verified what it landed.
 Each metric is a ratio of the candidate arm's cells to the baseline's, median over median, with its
 95 % interval and verdict by the workbench's rule (:func:`workbench.measure.effect.ratio_effect`,
-paired by round). The candidate cells' ledger attempts carry the tok/s effect as their verdict.
+paired by round from ``MIN_PAIRED_ROUNDS`` rounds on: :data:`DEFAULT_ROUNDS` is that, so the default
+A/B can make a claim), and a higher/lower verdict from fewer than 5 paired rounds carries the caveat
+every verdict does (:func:`workbench.records.verdict_caveat`). A cell's figures (:attr:`SessionAbResult.figures`)
+are exactly what the effects compare: its turns after the first (the cache filling) when it has three
+or more. The candidate cells' ledger attempts carry the tok/s effect as their verdict, and the rounds
+it rests on (``environment["ab"]``), so ``ledger list`` gives it the same caveat.
 """
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from workbench.errors import ParamError
 from workbench.expert.session_config import SessionConfig, check_config
-from workbench.records import format_effect
+from workbench.measure.effect import MIN_PAIRED_ROUNDS
+from workbench.records import CLAIM_MIN_RUNS, format_effect, verdict_caveat
 
 if TYPE_CHECKING:
     from workbench.measure.session import SessionResult
@@ -34,11 +40,13 @@ if TYPE_CHECKING:
 CHANGES_READS = frozenset({"cache_mib", "policy", "experts_per_token", "trace", "distribution", "zipf_s", "seed",
                            "turns", "tokens"})
 OUTER_KEYS = ("cache", "device")
+DEFAULT_ROUNDS = max(MIN_PAIRED_ROUNDS, CLAIM_MIN_RUNS)  # fewer are never paired by round (below 5: no claim)
+_tokens = lambda ts: sum(t.tokens for t in ts)  # noqa: E731
 # metric → (per-cell value from the turns after the first, higher is better?)
 METRICS: dict[str, tuple[Callable[[Sequence[Any]], float], bool]] = {
     "tok/s": (lambda ts: sum(t.tokens for t in ts) / max(1e-12, sum(t.seconds for t in ts)), True),
-    "residual s/token": (lambda ts: sum(t.residual_s_per_token * t.tokens for t in ts) / sum(t.tokens for t in ts),
-                         False),
+    "residual s/token": (lambda ts: sum(t.residual_s_per_token * t.tokens for t in ts) / _tokens(ts), False),
+    "bookkeeping s/token": (lambda ts: sum(max(0.0, t.bookkeeping_s) for t in ts) / _tokens(ts), False),
     "staged GB/s": (lambda ts: sum(t.bytes_read for t in ts) / 1e9 / sum(t.read_busy_s for t in ts)
                     if sum(t.read_busy_s for t in ts) > 0 else 0.0, True),
     "unreleased pages": (lambda ts: float(ts[-1].unreleased_pages), False),
@@ -46,6 +54,11 @@ METRICS: dict[str, tuple[Callable[[Sequence[Any]], float], bool]] = {
     "disk MiB/token": (lambda ts: sum(t.disk_bytes_per_token * t.tokens for t in ts) / sum(t.tokens for t in ts)
                        / 2**20, False),
     "refaults/token": (lambda ts: sum(max(0, t.cg_refaults) for t in ts) / sum(t.tokens for t in ts), False),
+}
+# shown beside the metrics in a cell's figures, compared by no verdict (what a placement changes by design)
+SHOWN = {
+    "shift MiB/token": lambda ts: sum(t.shift_copy_bytes for t in ts) / _tokens(ts) / 2**20,
+    "shift ms/token": lambda ts: sum(max(0.0, t.shift_copy_s) for t in ts) / _tokens(ts) * 1e3,
 }
 
 
@@ -72,11 +85,13 @@ class MetricEffect:
     verdict: str  # higher | lower | inconclusive
     judgement: str  # better | worse | "" (inconclusive)
     reason: str
-    n: int
+    n: int  # paired rounds (both cells finished)
+    caveat: str = ""  # "(n=3 < 5: not a claim)" on a higher/lower verdict from fewer than 5 rounds
 
     def line(self) -> str:
         eff = format_effect(self.ratio, self.low, self.high) if self.ratio is not None else "no ratio"
         word = f"{self.verdict} ({self.judgement})" if self.judgement else self.verdict
+        word = " ".join(filter(None, [word, self.caveat]))
         return (f"{self.metric}: {_num(self.baseline_median)} → {_num(self.candidate_median)}, {eff} {word} — "
                 f"{self.reason}, n = {self.n}")
 
@@ -88,6 +103,7 @@ class SessionAbResult:
     effects: tuple[MetricEffect, ...]
     checks: tuple[str, ...]  # one line per check, "ok: …" or "FAILED: …" or "n/a: …"
     skipped_turns: int
+    figures: tuple[dict[str, float] | None, ...] = ()  # per cell: METRICS and SHOWN over the turns compared
 
     @property
     def failed_checks(self) -> list[str]:
@@ -157,8 +173,17 @@ def run_session_ab(file: str, arms: Sequence[Arm], rounds: int, *, run_cell: Cal
     turns = min(a.config.turns for a in arms)
     skip = 1 if turns >= 3 else 0
     checks = _checks(arms, cells)
-    effects = tuple(e for j in range(1, len(arms)) for e in _effects(arms, cells, 0, j, skip))
-    return SessionAbResult(tuple(arms), tuple(cells), effects, checks, skip)
+    figures = tuple(cell_figures(r, skip) for _, _, r in cells)
+    effects = tuple(e for j in range(1, len(arms)) for e in _effects(arms, cells, figures, 0, j))
+    return SessionAbResult(tuple(arms), tuple(cells), effects, checks, skip, figures)
+
+
+def cell_figures(result: Any, skip: int) -> dict[str, float] | None:
+    """A finished cell's figures over the turns the effects compare (None for a cell that failed)."""
+    if result.report is None or result.error:
+        return None
+    turns = _cell_turns(result, skip)
+    return {name: fn(turns) for name, fn in [*((m, f) for m, (f, _) in METRICS.items()), *SHOWN.items()]}
 
 
 def _cell_turns(result: Any, skip: int) -> list[Any]:
@@ -190,13 +215,12 @@ def _checks(arms: Sequence[Arm], cells: Sequence[tuple[int, int, Any]]) -> tuple
     return tuple(out)
 
 
-def _effects(arms: Sequence[Arm], cells: Sequence[tuple[int, int, Any]], base: int, cand: int,
-             skip: int) -> list[MetricEffect]:
+def _effects(arms: Sequence[Arm], cells: Sequence[tuple[int, int, Any]], figures: Sequence[dict[str, float] | None],
+             base: int, cand: int) -> list[MetricEffect]:
     from workbench.measure.effect import ratio_effect
 
     def values(arm: int) -> dict[int, dict[str, float]]:
-        return {rnd: {m: fn(_cell_turns(r, skip)) for m, (fn, _) in METRICS.items()}
-                for i, rnd, r in cells if i == arm and r.report is not None and not r.error}
+        return {rnd: f for (i, rnd, _), f in zip(cells, figures) if i == arm and f is not None}
 
     a, b = values(base), values(cand)
     rounds = sorted(set(a) & set(b))
@@ -216,7 +240,7 @@ def _effects(arms: Sequence[Arm], cells: Sequence[tuple[int, int, Any]], base: i
             ("better" if (verdict == "higher") == higher_better else "worse")
         reason = f"{e.reason} ({e.method})" if e.method else e.reason
         out.append(MetricEffect(arms[cand].label, metric, bm, cm, e.speedup, e.ci_low, e.ci_high, verdict,
-                                judgement, reason, len(rounds)))
+                                judgement, reason, len(rounds), verdict_caveat(verdict, len(rounds))))
     return out
 
 
@@ -241,11 +265,13 @@ def record_verdicts(ledger: Any, result: SessionAbResult) -> None:
     if not base_cells:
         return
     checks = "; ".join(result.checks)
-    for i, _, r in result.cells:
+    for i, rnd, r in result.cells:
         if r.report is None or r.error:
             continue
         effects = [e for e in result.effects if e.arm == result.arms[i].label]
         head = next((e for e in effects if e.metric == "tok/s"), None)
+        ab = {"arm": result.arms[i].label, "round": rnd + 1, "baseline": result.arms[0].label}
+        ledger.describe_attempt(r.attempt_id, environment={"ab": {**ab, "rounds": head.n} if i and head else ab})
         lines = " | ".join(e.line() for e in effects)
         notes = f"{r.notes}; A/B vs {result.arms[0].label!r}: {lines}; checks: {checks}" if i else \
             f"{r.notes}; A/B baseline arm; checks: {checks}"

@@ -26,7 +26,7 @@ class Recorder:
         self.campaign, self.hypothesis, self.label, self.on_turn = campaign, hypothesis, label, on_turn
         self.on_start = on_start
         self.cache, self.resident_before, self.error = "asis", None, None
-        self.memory_limit, self.memory_outcome = "", ""
+        self.memory_limit, self.memory_outcome, self.memory_method = "", "", ""
         self.resident_files: dict[str, float] = {}
         self.records: list[TurnRecord] = []
         self.facts: SessionFacts | None = None
@@ -110,7 +110,8 @@ class Recorder:
     def result(self, cls: type) -> Any:
         memory = f"{self.memory_limit} — {self.memory_outcome}" if self.memory_limit else ""
         return cls(self.attempt_id, self.file, self.device, self.cache, self.resident_before, self.report,
-                   self.verdict, self.notes, self.error, dict(self.resident_files), memory)
+                   self.verdict, self.notes, self.error, dict(self.resident_files), memory, self.memory_method,
+                   self.memory_outcome, self.memory_limit)
 
 
 def session_stats(records: list[TurnRecord], failed: bool = False) -> AttemptStats:

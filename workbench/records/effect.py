@@ -55,19 +55,27 @@ def format_spread(spread_pct: float | None, n: int | None, stable: bool | None =
 
 
 CLAIM_MIN_RUNS = 5  # runs a side a faster/slower verdict needs to be a claim (README, "Measuring honestly")
-CLAIMS = ("faster", "slower")
+# the verdicts that claim a direction: a load's faster/slower, a session A/B metric's higher/lower
+CLAIMS = ("faster", "slower", "higher", "lower")
 
 
-def verdict_n(n: Any, baseline_n: Any) -> int | None:
+def verdict_n(n: Any, baseline_n: Any, environment: Any = None) -> int | None:
     """The runs per side behind a verdict against a baseline: the smaller side's successful runs
-    (None without a baseline to compare with)."""
+    (None without a baseline to compare with). A session A/B cell's verdict rests on the A/B's paired
+    rounds, which its ``environment`` records (``{"ab": {"rounds": R}}``), not on its turns (its ``n``)."""
     if _missing(n) or _missing(baseline_n):
         return None
+    ab = environment.get("ab") if isinstance(environment, dict) else None
+    rounds = ab.get("rounds") if isinstance(ab, dict) else None
+    if isinstance(rounds, int) and not isinstance(rounds, bool):
+        return rounds
     return int(min(n, baseline_n))
 
 
 def verdict_caveat(verdict: str | None, n: Any) -> str:
-    """``(n=3 < 5: not a claim)`` for a faster/slower verdict from fewer than 5 runs a side, else ''."""
+    """``(n=3 < 5: not a claim)`` for a verdict that claims a direction (faster/slower, a session
+    A/B's higher/lower) from fewer than 5 runs (or paired rounds) a side, else ''. The one rule every
+    surface uses."""
     if verdict not in CLAIMS or _missing(n) or n >= CLAIM_MIN_RUNS:
         return ""
     return f"(n={int(n)} < {CLAIM_MIN_RUNS}: not a claim)"

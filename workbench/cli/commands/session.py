@@ -18,6 +18,7 @@ from workbench.cli.exits import EXIT_HELP, finish, tally_run
 
 PLACEMENTS = ("inplace", "bounce", "aligned")  # workbench.expert.PLACEMENTS, spelled out: --help stays light
 READERS = ("auto", "pread", "direct-bounce", "direct-inplace")
+AB_ROUNDS = 6  # measure.session_ab.DEFAULT_ROUNDS, spelled out: the fewest paired by round, and a claim (>= 5)
 
 
 @click.command(epilog=EXIT_HELP.replace("every run", "the session").replace("a run", "the session"))
@@ -65,7 +66,8 @@ READERS = ("auto", "pread", "direct-bounce", "direct-inplace")
               help="After each turn, untimed, check the last layer's uploads; at the end, the cache (on with --ab).")
 @click.option("--ab", "ab", multiple=True,
               help="An arm: 'key=value ...' over these options; the first is the baseline.")
-@click.option("--rounds", type=click.IntRange(1), default=4, show_default=True, help="A/B rounds (ABBA order).")
+@click.option("--rounds", type=click.IntRange(1), default=AB_ROUNDS, show_default=True,
+              help="A/B rounds (ABBA order); paired by round from 6, and fewer than 5 is not a claim.")
 @click.option("--campaign", default="default", show_default=True, help="Ledger campaign.")
 @click.option("--hypothesis", default="", help="What this session is meant to show.")
 @click.option("--label", default="", help="Name of the session in tables.")
@@ -132,28 +134,45 @@ def _ab_json(result: Any) -> dict[str, Any]:
     return {"arms": [{"label": a.label, "cache": a.cache, "device": a.device, "changed": list(a.changed)}
                      for a in result.arms],
             "cells": [{"arm": i, "round": r, "attempt_id": c.attempt_id, "verdict": c.verdict, "error": c.error,
-                       "summary": c.report.summary.to_json() if c.report else None} for i, r, c in result.cells],
+                       "figures": f, "memory": _memory_json(c),
+                       "summary": c.report.summary.to_json() if c.report else None}
+                      for (i, r, c), f in zip(result.cells, result.figures)],
             "effects": [asdict(e) for e in result.effects], "checks": list(result.checks),
             "skipped_turns": result.skipped_turns}
 
 
+def _memory_json(cell: Any) -> dict[str, str] | None:
+    if not cell.memory_method:
+        return None
+    return {"method": cell.memory_method, "enforced": cell.memory_limit, "outcome": cell.memory_kind,
+            "detail": cell.memory_outcome}
+
+
 def _print_ab(result: Any) -> None:
-    skipped = f"; each cell's figures leave out its first {result.skipped_turns} turn (the cache filling)" \
-        if result.skipped_turns else ""
+    skipped = (f"; each cell's figures, like the effects, leave out its first {result.skipped_turns} turn (the "
+               "cache filling)") if result.skipped_turns else "; every turn counts (fewer than 3 a cell)"
     click.echo(f"A/B over {len(result.cells)} cells (ABBA), baseline {result.arms[0].label!r}{skipped}")
-    for i, r, c in result.cells:
-        s = c.report.summary if c.report else None
-        line = (f"tok/s {s.tokens_per_s:.2f}, residual {s.residual_s_per_token * 1e3:.2f} ms/token, staged "
-                f"{s.staged_gbps:.2f} GB/s, unreleased {s.unreleased_pages_last:,}") if s else f"FAILED {c.error}"
+    methods = sorted({c.memory_method for _, _, c in result.cells if c.memory_method})
+    if methods:
+        click.echo(f"memory limit enforced by {' and '.join(methods)}; each cell: how, and its outcome (OOM, "
+                   "reclaim or none)")
+    for (i, r, c), f in zip(result.cells, result.figures):
+        line = (f"tok/s {f['tok/s']:.2f}, residual {f['residual s/token'] * 1e3:.2f} ms/token, bookkeeping "
+                f"{f['bookkeeping s/token'] * 1e3:.2f} ms/token, shift copy {f['shift MiB/token']:.2f} MiB/token "
+                f"{f['shift ms/token']:.2f} ms/token, staged {f['staged GB/s']:.2f} GB/s, unreleased "
+                f"{f['unreleased pages']:,.0f}") if f else f"FAILED {c.error}"
         click.echo(f"  {result.arms[i].label:<28} round {r + 1}: {c.attempt_id[:8]} {line}")
+        if c.memory_method:
+            click.echo(f"    memory {c.memory_kind}: {c.memory}")
     for e in result.effects:
         click.echo(f"{e.arm}: {e.line()}")
     for check in result.checks:
         click.echo(f"check {check}")
 
 
-_TURN_HEADER = (f"{'turn':>4} {'tok/s':>8} {'hit':>5} {'read s':>7} {'upl s':>6} {'comp s':>7} {'resid ms/t':>10} "
-                f"{'disk MiB/t':>10} {'QD':>4} {'majflt':>6} {'unreleased':>10} {'anon-acct MiB':>13}")
+_TURN_HEADER = (f"{'turn':>4} {'tok/s':>8} {'hit':>5} {'read s':>7} {'upl s':>6} {'book s':>6} {'comp s':>7} "
+                f"{'resid ms/t':>10} {'shift MiB/t':>11} {'disk MiB/t':>10} {'QD':>4} {'majflt':>6} {'unreleased':>10} "
+                f"{'anon-acct MiB':>13}")
 
 
 def _print_start(facts: Any) -> None:
@@ -166,7 +185,8 @@ def _print_turn(r: Any) -> None:
         click.echo(_TURN_HEADER, err=True)
     gap = (r.actual_anon_bytes - r.accounted_bytes) / 2**20 if r.actual_anon_bytes >= 0 else float("nan")
     click.echo(f"{r.turn:>4} {r.tokens_per_s:>8.1f} {r.hit_rate:>5.0%} {r.stall_read_s:>7.3f} {r.stall_upload_s:>6.3f} "
-               f"{r.compute_s:>7.3f} {r.residual_s_per_token * 1e3:>10.2f} {r.disk_bytes_per_token / 2**20:>10.2f} "
+               f"{r.bookkeeping_s:>6.3f} {r.compute_s:>7.3f} {r.residual_s_per_token * 1e3:>10.2f} "
+               f"{r.shift_copy_bytes / r.tokens / 2**20:>11.2f} {r.disk_bytes_per_token / 2**20:>10.2f} "
                f"{r.read_queue_depth:>4.1f} {r.majflt:>6} {r.unreleased_pages:>10} {gap:>13.1f}", err=True)
 
 
