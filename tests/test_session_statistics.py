@@ -227,3 +227,28 @@ def test_a_turn_recorded_before_bookkeeping_was_timed_reads_back_as_not_timed():
     s = summarize([record], _facts())
     assert s.bookkeeping_s == -1
     assert "bookkeeping not timed (in the residual)" in summary_line(SessionReport((record,), s))
+
+
+def test_an_ab_without_cgroups_holds_one_balloon_over_every_cell(moe64, tmp_path, monkeypatch):
+    """Where no cgroup can be made (the H200), `session --ab --memory-limit` inflates one balloon before
+    the first cell and holds it over all of them, instead of locking ~120 GB again for every cell."""
+    from workbench.measure import balloon, cgroups, pressure
+    from workbench.measure.balloon import measure_working_set
+
+    def refused(*_a, **_k):
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(cgroups, "make_v2", refused)
+    monkeypatch.setattr(pressure, "_make_v1", refused)
+    inflated = []
+    real = balloon.Balloon.inflate
+    monkeypatch.setattr(balloon.Balloon, "inflate", lambda self: inflated.append(self.size) or real(self))
+    limit = (pressure.meminfo("MemAvailable") - measure_working_set().bytes - (32 << 20)) / (1 << 20)
+    args = ["session", moe64.path, "--turns", "2", "--tokens", "1", "--cache-mib", "1", "--experts-per-token", "4",
+            "--reader", "pread", "--memory-limit", f"{limit:.0f}", "--ab", "placement=bounce",
+            "--ab", "placement=inplace", "--rounds", "1", "--ledger", str(tmp_path / "l.sqlite"), "--json"]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    memory = [c["memory"] for c in json.loads(result.stdout)["cells"]]
+    assert len(memory) == 2 and all(m["method"] == "balloon" for m in memory), memory
+    assert len(inflated) == 1

@@ -135,8 +135,19 @@ class MemoryPressure:
             cgroups.remove_cgroup(self.limit.path)
 
 
+def held_for_cells(limit_mib: float) -> MemoryPressure | None:
+    """The pressure to hold over every cell of an A/B under one limit: None where a cgroup can be made
+    (each cell gets a fresh one, confined to it), else a balloon, to be inflated once before the first
+    cell instead of once per cell (~60 s at 120 GB on the H200)."""
+    try:
+        with MemoryPressure(limit_mib, "cgroup"):
+            return None
+    except ParamError:
+        return MemoryPressure(limit_mib, "balloon")
+
+
 def _make_v1(limit: int) -> cgroups.Cgroup:
     return cgroups.make_v1(limit, swap_total=meminfo("SwapTotal"))
 
 
-__all__ = ["METHODS", "MemoryLimit", "MemoryPressure", "join_cgroup"]
+__all__ = ["METHODS", "MemoryLimit", "MemoryPressure", "held_for_cells", "join_cgroup"]

@@ -104,19 +104,26 @@ def session(file: str, device: str, cache: str, ab: tuple[str, ...], rounds: int
 
 def _run_ab(file: str, config: Any, specs: tuple[str, ...], rounds: int, device: str, cache: str, as_json: bool,
             common: dict[str, Any]) -> None:
+    import contextlib
+
+    from workbench.measure.pressure import held_for_cells
     from workbench.measure.runner import open_ledger
     from workbench.measure.session import measure_session
     from workbench.measure.session_ab import parse_ab, record_verdicts, run_session_ab
 
     arms = [parse_ab(spec, config, cache, device) for spec in specs]
+    limits = {arm.config.memory_limit_mib for arm in arms}
+    # one limit for every arm and no cgroup here: one balloon over all cells, inflated before the first
+    held = held_for_cells(limits.pop()) if len(limits) == 1 and None not in limits else None
     store = open_ledger(common.pop("ledger"))
     try:
-        def cell(arm: Any, label: str) -> Any:
-            return measure_session(file, arm.config, device=arm.device, cache=arm.cache, label=label,
-                                   ledger=store, **common)
+        with held if held is not None else contextlib.nullcontext():
+            def cell(arm: Any, label: str) -> Any:
+                return measure_session(file, arm.config, device=arm.device, cache=arm.cache, label=label,
+                                       ledger=store, pressure=held, **common)
 
-        say = (lambda _m: None) if as_json else (lambda m: click.echo(f"[ab] {m}", err=True))
-        result = run_session_ab(file, arms, rounds, run_cell=cell, say=say)
+            say = (lambda _m: None) if as_json else (lambda m: click.echo(f"[ab] {m}", err=True))
+            result = run_session_ab(file, arms, rounds, run_cell=cell, say=say)
         record_verdicts(store, result)
     finally:
         store.close()
