@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -18,7 +19,6 @@ import numpy as np
 
 from workbench.measure.engine_target import ReadTarget
 
-_MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) \S+ [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) (\d+)\s*(.*)$")
 _PAGEMAP_CHUNK = 1 << 20  # pages read from pagemap at once (8 MiB of entries)
 
 
@@ -124,15 +124,11 @@ def model_mappings(pid: int, model: ReadTarget) -> dict[int, int]:
             maps = fh.read()
     except OSError:
         return {}
-    if not any(f" {key[1]} " in maps for key in model.keys if key) and not any(p in maps for p in model.paths):
-        return {}  # the common case, cheaply: no mapping of the model at all
     spans: list[tuple[int, int, int]] = []
-    for line in maps.splitlines():
-        m = _MAPPING.match(line)
-        if not m:
-            continue
+    for m in _mapping_lines(model).finditer(maps):  # one scan in C: only the model's lines match
         dev = os.makedev(int(m.group(3), 16), int(m.group(4), 16))
-        index = model.file_of((dev, int(m.group(5))), m.group(6).strip())
+        inode, path = (m.group(5), m.group(6)) if m.group(5) else (m.group(7), m.group(8))
+        index = model.file_of((dev, int(inode)), path.strip())
         if index is not None:
             spans.append((index, int(m.group(1), 16), int(m.group(2), 16)))
     out = {index: 0 for index, _, _ in spans}
@@ -148,6 +144,15 @@ def model_mappings(pid: int, model: ReadTarget) -> dict[int, int]:
     finally:
         os.close(fd)
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def _mapping_lines(model: ReadTarget) -> re.Pattern[str]:
+    """A ``/proc/PID/maps`` line whose inode is one of the model's, or whose path is (an overlay's)."""
+    inodes = "|".join(sorted({str(key[1]) for key in model.keys if key is not None})) or "(?!)"
+    paths = "|".join(re.escape(p) for p in model.paths) or "(?!)"
+    return re.compile(r"^([0-9a-f]+)-([0-9a-f]+) \S+ [0-9a-f]+ ([0-9a-f]+):([0-9a-f]+) "
+                      rf"(?:({inodes}) +(.*)|(\d+) +((?:{paths})(?: \(deleted\))?))$", re.M)
 
 
 def _present_pages(fd: int, start: int, end: int) -> int:
