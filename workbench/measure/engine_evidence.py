@@ -22,9 +22,11 @@ A file counts at its best measure, once; the run has evidence when the files' su
 read MODEL``, no GB/s) otherwise. So a shard seen at its fullest in one sample and another in a later
 one both count (a loader that maps, reads and drops shards one by one), and a third of a set is no load
 of the set. What none of these can see: a warm file read with ``pread`` or io_uring (its offset does not
-move, no page is mapped or fetched), and a warm file mapped, read and unmapped between two samples
-(under a few ms: a shard of a few MiB copied out by safetensors' numpy path) — such runs show time only,
-and ``--time-only`` accepts them on purpose.
+move, no page is mapped or fetched), and a warm file opened, read and closed — or mapped, read and
+unmapped — between two samples (under a few ms: a file of a few MiB; a shard copied out by safetensors'
+numpy path) — such runs show time only, and ``--time-only`` accepts them on purpose. The rule does not
+trust a descriptor that only seeks: its offset counts up to what its process's read calls returned,
+so only an engine that seeks to the end of the model *and* reads as much elsewhere would pass.
 """
 from __future__ import annotations
 
