@@ -57,6 +57,8 @@ def test_the_issue_case_a_marker_and_exit_3_without_reading_is_no_gbps(env: Path
     assert out.exit_code == 3, out.output  # non-zero after the marker: a failed run
     assert "exited with code 3 after the marker /loaded/" in out.stderr and "--expect-exit 3" in out.stderr
     out = CliRunner().invoke(main, [*args, "--expect-exit", "3", "--json"], catch_exceptions=False)
+    assert out.exit_code == 4, out.output  # finished, but nothing shows it read the model: time only
+    out = CliRunner().invoke(main, [*args, "--expect-exit", "3", "--json", "--time-only"], catch_exceptions=False)
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["verdict"] == "baseline" and data["n"] == 2 and data["median_s"] > 0  # time only
