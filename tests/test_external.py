@@ -82,13 +82,14 @@ def test_external_attempt_is_recorded_like_any_other(tmp_path: Path, isolated_ca
     model = tmp_path / "model.bin"
     model.write_bytes(os.urandom(64 << 10))
     ledger = Ledger(tmp_path / "l.sqlite")
-    res = measure_external(_py("print('{\"type\":\"loaded\"}')"), r'"type":"loaded"', str(model), runs=2,
+    reads = f"import os; fd = os.open({str(model)!r}, os.O_RDONLY)\nwhile os.read(fd, 1 << 16): pass\n"
+    res = measure_external(_py(reads + "print('{\"type\":\"loaded\"}')"), r'"type":"loaded"', str(model), runs=2,
                            cache="warm", timeout_s=30, ledger=ledger, campaign="ext",
                            lock_dir=tmp_path / "locks", label="engine")
     assert res.config.strategy == "external" and res.config.params["marker"] == '"type":"loaded"'
     assert res.stats.n == 2 and res.verdict == "baseline" and res.label == "engine"
     assert all(r.cache_reached and r.resident_before >= 0.98 for r in res.runs)
-    assert res.runs[0].bytes == 64 << 10 and res.runs[0].pid != res.runs[1].pid
+    assert res.runs[0].bytes == 64 << 10 and res.runs[0].pid != res.runs[1].pid  # it read the model: its bytes
     assert len(ledger.runs(res.attempt_id)) == 2
     assert ledger.attempt(res.attempt_id)["strategy"] == "external"
 

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from workbench.cli import main
 from workbench.ledger import Ledger
-from workbench.measure.engine_evidence import ReadTarget, TreeSampler, judge
+from workbench.measure.engine_evidence import ReadTarget, judge
+from workbench.measure.engine_sampler import Descriptor, TreeSampler
 from workbench.measure.external import time_external
 from workbench.records import ExternalRun, ReadEvidence
 
@@ -56,6 +57,8 @@ def test_the_issue_case_a_marker_and_exit_3_without_reading_is_no_gbps(env: Path
     assert out.exit_code == 3, out.output  # non-zero after the marker: a failed run
     assert "exited with code 3 after the marker /loaded/" in out.stderr and "--expect-exit 3" in out.stderr
     out = CliRunner().invoke(main, [*args, "--expect-exit", "3", "--json"], catch_exceptions=False)
+    assert out.exit_code == 4, out.output  # finished, but nothing shows it read the model: time only
+    out = CliRunner().invoke(main, [*args, "--expect-exit", "3", "--json", "--time-only"], catch_exceptions=False)
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["verdict"] == "baseline" and data["n"] == 2 and data["median_s"] > 0  # time only
@@ -105,7 +108,7 @@ def test_an_engine_that_reads_the_model_shows_gbps_with_its_evidence(env: Path) 
     assert data["gbps"] and data["gbps"] > 0 and "no evidence" not in (data["notes"] or "")
     engine = data["runs"][0]["external"]
     assert engine["returncode"] == 0 and engine["ended"] == "exited"  # it exited on its own after the marker
-    assert "read calls returned" in engine["evidence"]["basis"]
+    assert "read through its descriptors on the model's files" in engine["evidence"]["basis"]
     assert data["runs"][0]["engaged"] == [f"engine read m.gguf: {engine['evidence']['basis']}"]
 
 
@@ -142,9 +145,10 @@ def test_reads_by_children_count_reaped_or_running(env: Path) -> None:
     for cmd, seen in ((reaped, 1), (running, 2)):
         out = time_external(cmd, "loaded", timeout_s=30, nbytes=1, model=_model(env))
         evidence = out.report.external.evidence
-        assert out.error is None and evidence.ok and "read calls returned" in evidence.basis, (cmd, evidence)
-        # the reaped reader may live between two 0.1 s samples: its reads count through its shell
-        assert evidence.processes >= seen
+        assert out.error is None and evidence.ok and "read through its descriptors" in evidence.basis, (cmd, evidence)
+        # the reaped reader is seen: its open of the model wakes the sampler, which then looks every 2 ms
+        # while a process holds it, and a descriptor that went away keeps what it reached
+        assert evidence.processes >= seen and evidence.files_held == 1
 
 
 def test_exit_status_after_the_marker(env: Path) -> None:
@@ -168,14 +172,23 @@ def test_exit_status_after_the_marker(env: Path) -> None:
 
 
 def test_partial_reads_are_no_evidence_and_say_how_much() -> None:
-    model = ReadTarget("m.gguf", ("/nonexistent",), 100 << 20)
-    sampler = TreeSampler(0, model, resident_before=0, io_total=(40 << 20, 0), samples=3)
-    evidence = judge(sampler, resident_after=10 << 20)
-    assert not evidence.ok
-    assert evidence.describe() == ("no evidence the engine read m.gguf (at most 40.00 MiB of its 100.00 MiB "
-                                   "(read calls)): time only")
-    enough = judge(TreeSampler(0, model, io_total=(40 << 20, 95 << 20)), None)
-    assert enough.ok and "fetched 95.00 MiB from storage" in enough.basis
+    model = ReadTarget("m.gguf", ("/nonexistent",), 100 << 20, (100 << 20,), ((1, 2),))
+    # 40 MiB read calls and 95 MiB fetched from storage, none of it through the model: no evidence
+    sampler = TreeSampler(0, model, resident_before=(0,), samples=3)
+    sampler.rchar, sampler.read_bytes = {7: [0, 40 << 20]}, {7: [0, 95 << 20]}
+    evidence = judge(sampler, resident_after=(10 << 20,))
+    assert not evidence.ok and evidence.rchar == 40 << 20
+    assert evidence.describe() == ("no evidence the engine read m.gguf (at most 10.00 MiB of its 100.00 MiB "
+                                   "(page cache gain 10.00 MiB); it never opened or mapped it): time only")
+    # a descriptor on the model that reached 95 MiB, its process's read calls returning as much: evidence
+    sampler.descriptors = {(7, 3, 0): Descriptor(0, 0, 95 << 20)}
+    sampler.rchar, sampler.held = {7: [0, 95 << 20]}, {0}
+    enough = judge(sampler, None)
+    assert enough.ok and enough.basis == "95.00 MiB read through its descriptors on the model's files (100.00 MiB of tensors)"
+    # its offset moved by a seek, its read calls returned 40 MiB: the offset is bounded by rchar
+    sampler.rchar = {7: [0, 40 << 20]}
+    bounded = judge(sampler, None)
+    assert not bounded.ok and bounded.fd_bytes == 40 << 20 and "it held 1/1 of its files" in bounded.describe()
 
 
 def test_evidence_round_trips_through_the_run_record() -> None:

@@ -2,6 +2,8 @@
 ``sweep`` and ``session`` exit 0 only when every run finished and was verified, and ``3`` with one
 summary line on stderr when any run failed, timed out, read back wrong bytes or missed its cache state.
 ``2`` stays "refused": bad input (or an error the command names in one line); ``130`` is Ctrl-C.
+``external`` alone has ``4``: every run finished, but some show no evidence that the engine read the
+model (time only) — ``--time-only`` accepts that on purpose (exit 0).
 """
 from __future__ import annotations
 
@@ -14,11 +16,16 @@ import click
 EXIT_OK = 0
 EXIT_REFUSED = 2
 EXIT_RUNS_FAILED = 3
+EXIT_TIME_ONLY = 4  # external: runs finished without evidence that the engine read the model
 EXIT_INTERRUPTED = 130
 
 EXIT_HELP = ("Exit status: 0 every run finished and verified; 3 a run failed, timed out, read back wrong "
              "bytes or missed its cache state (one summary line on stderr; everything is still recorded); "
              "2 bad input (one line, nothing measured); 130 interrupted.")
+EXIT_HELP_EXTERNAL = EXIT_HELP.replace("every run finished and verified;", "every run finished, backed by evidence "
+                                       "that the engine read the model (or --time-only);").replace(
+    "; 2 bad input", "; 4 every run finished but some show no evidence the engine read the model: time only "
+    "(one line on stderr; --time-only accepts it); 2 bad input")
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,18 @@ def tally_attempts(results: Iterable[Any]) -> RunTally:
     return total
 
 
+def finish_external(tally: RunTally, lacking: int, finished: int, model: str, time_only: bool) -> None:
+    """:func:`finish`, then exit 4 when ``lacking`` of the ``finished`` runs show no evidence that the
+    engine read ``model`` and ``time_only`` does not accept that (failed runs come first: exit 3)."""
+    unbacked = (f"{lacking}/{finished} finished runs show no evidence the engine read {model}: time only, "
+                "no GB/s") if lacking and not time_only else None
+    finish(tally, extra=[unbacked] if unbacked and tally.bad else ())
+    if unbacked:
+        click.secho(f"NO EVIDENCE: {unbacked} (--time-only accepts that) — exit {EXIT_TIME_ONLY}", fg="red",
+                    bold=True, err=True)
+        sys.exit(EXIT_TIME_ONLY)
+
+
 def finish(tally: RunTally, what: str = "runs", extra: Sequence[str] = ()) -> None:
     """Print the one summary line and exit 3 when a run went wrong (or ``extra`` names another failure);
     return (exit 0) otherwise."""
@@ -86,5 +105,5 @@ def finish(tally: RunTally, what: str = "runs", extra: Sequence[str] = ()) -> No
     sys.exit(EXIT_RUNS_FAILED)
 
 
-__all__ = ["EXIT_HELP", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REFUSED", "EXIT_RUNS_FAILED", "RunTally", "finish",
-           "tally_attempts", "tally_run"]
+__all__ = ["EXIT_HELP", "EXIT_HELP_EXTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REFUSED", "EXIT_RUNS_FAILED",
+           "EXIT_TIME_ONLY", "RunTally", "finish", "finish_external", "tally_attempts", "tally_run"]

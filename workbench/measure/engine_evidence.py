@@ -1,241 +1,118 @@
-"""Evidence that an external engine read the model inside its load window.
+"""Evidence that an external engine read the model inside its load window — the model's own bytes.
 
 An engine the workbench times is a black box: a command that prints the marker without touching the
-model would otherwise be reported at the model's size over its window (9 GB/s for ``echo loaded``).
-So while it runs, its process tree is sampled from ``/proc``:
+model would otherwise be reported at the model's size over its window (9 GB/s for ``echo loaded``), and
+one that reads 8 MB of ``/dev/zero`` or another file of the model's size would pass any count of "bytes
+read". So only what is attributable to the model's files — each known by (st_dev, st_ino), whatever
+path reaches it (:mod:`~workbench.measure.engine_target`) — counts. While the engine runs its process
+tree is sampled (:mod:`~workbench.measure.engine_sampler`), and per file of the model the window shows:
 
-- ``/proc/PID/io`` of every process in the tree (``rchar``: bytes its read calls returned, from any
-  file; ``read_bytes``: bytes it made the kernel fetch from storage, page faults on a mapping
-  included). A child's counters reach its parent's only when the parent reaps it, so the tree is
-  walked on every sample (``/proc/PID/task/TID/children``) and the largest total seen is kept;
-- ``/proc/PID/maps`` and ``smaps``: the resident size of the tree's mappings of the model's files
-  (an engine that maps the model reads it without a read call, and with a warm page cache without
-  any storage read either);
-- the model's page-cache residency (mincore) at spawn and at the marker.
+- **descriptors**: the furthest offset any descriptor of a process on the file reached past where it
+  stood at the window's start (``/proc/PID/fdinfo`` ``pos:``; a descriptor that went away keeps what it
+  reached last), the process's files together bounded by what its read calls returned in the window
+  (``rchar`` only bounds: an engine cannot have read more through read calls than that, but ``rchar``
+  counts any file, so it never proves);
+- **mapped**: the most of the file's pages resident in the tree's mappings of it at one sample (their
+  page-table entries, from ``pagemap``), less what was resident at the start marker;
+- **page cache**: the file's pages brought into the page cache between spawn and the end marker
+  (mincore).
 
-A run has evidence when one of them covers at least :data:`EVIDENCE_FRACTION` of the model's bytes;
-otherwise it says ``no evidence the engine read MODEL`` and shows its time only. What none of these
-can see: an engine that reads a warm model through io_uring (no read call, no storage read, no
-mapping) — its runs show time only.
+A file counts at its best measure, once; the run has evidence when the files' sum covers
+:data:`EVIDENCE_FRACTION` of the model's tensor bytes, and shows its time only (``no evidence the engine
+read MODEL``, no GB/s) otherwise. So a shard seen at its fullest in one sample and another in a later
+one both count (a loader that maps, reads and drops shards one by one), and a third of a set is no load
+of the set. What none of these can see: a warm file read with ``pread`` or io_uring (its offset does not
+move, no page is mapped or fetched), and a warm file opened, read and closed — or mapped, read and
+unmapped — between two samples (under a few ms: a file of a few MiB; a shard copied out by safetensors'
+numpy path) — such runs show time only, and ``--time-only`` accepts them on purpose. The rule does not
+trust a descriptor that only seeks: its offset counts up to what its process's read calls returned,
+so only an engine that seeks to the end of the model *and* reads as much elsewhere would pass.
 """
 from __future__ import annotations
 
-import os
-import re
-import time
-from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
+from workbench.measure.engine_target import ReadTarget
 from workbench.records import ReadEvidence, RunRecord
 
 EVIDENCE_FRACTION = 0.9  # the share of the model's bytes a measure must show
-SAMPLE_S = 0.1  # how often the tree is sampled while the engine runs
-_MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ [0-9a-f]+ ([0-9a-f]+:[0-9a-f]+) (\d+)\s*(.*)$")
 
 
-@dataclass(frozen=True)
-class ReadTarget:
-    """What an engine is said to load: the model's data files, their (device, inode), its tensor bytes."""
-
-    name: str
-    paths: tuple[str, ...]
-    nbytes: int
-    ids: frozenset[tuple[str, int]] = frozenset()
-
-    @classmethod
-    def of(cls, path: str, nbytes: int | None = None) -> ReadTarget:
-        """The model at ``path`` (a file, or a set's directory, index file or shard: every data file of
-        it; a file the workbench cannot index: that file). ``nbytes`` defaults to its tensor bytes."""
-        from workbench.io.modelcache import model_files
-
-        files = model_files(path, any_file=True)
-        paths = tuple(os.path.realpath(p) for p in files.paths[:files.n_data_files])
-        if nbytes is None:
-            nbytes = files.index.nbytes if files.index is not None else files.data_bytes
-        ids = set()
-        for p in paths:
-            try:
-                st = os.stat(p)
-            except OSError:
-                continue
-            ids.add((f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino))
-        return cls(os.path.basename(os.fspath(path).rstrip("/")) or os.fspath(path), paths, nbytes, frozenset(ids))
-
-    def resident_bytes(self) -> int | None:
-        """Bytes of the model in the page cache now (None when mincore cannot tell)."""
-        from workbench.errors import WorkbenchError
-        from workbench.io.pagecache import page_size, resident_pages
-
-        total = 0
-        try:
-            for p in self.paths:
-                total += resident_pages(p)[0] * page_size()
-        except (OSError, WorkbenchError):
-            return None
-        return total
-
-
-@dataclass
-class TreeSampler:
-    """Samples an engine's process tree while it runs; :meth:`evidence` judges what it saw."""
-
-    root: int
-    model: ReadTarget
-    resident_before: int | None = None
-    samples: int = 0
-    processes: set[int] = field(default_factory=set)
-    unreadable: str = ""
-    io_total: tuple[int, int] | None = None  # the largest (rchar, read_bytes) sums seen
-    io_start: tuple[int, int] = (0, 0)  # at the start marker (spawn: nothing read yet)
-    mapped: int = 0  # the most model bytes mapped at once
-    mapped_start: int = 0
-    last: float = 0.0
-    final: ReadEvidence | None = None
-
-    def due(self, now: float) -> bool:
-        return self.final is None and now - self.last >= SAMPLE_S
-
-    def sample(self) -> None:
-        """Read every process of the tree once (cheap: a few small /proc files per process)."""
-        if self.final is not None:
-            return
-        self.last = time.perf_counter()
-        self.samples += 1
-        rchar = read_bytes = mapped = 0
-        seen_io = False
-        for pid in tree_of(self.root):
-            self.processes.add(pid)
-            counters = _io(pid)
-            if counters is None:
-                self.unreadable = self.unreadable or f"/proc/{pid}/io unreadable"
-            else:
-                seen_io = True
-                rchar, read_bytes = rchar + counters[0], read_bytes + counters[1]
-            mapped += _mapped(pid, self.model)
-        if seen_io:
-            best = self.io_total or (0, 0)
-            self.io_total = (max(best[0], rchar), max(best[1], read_bytes))
-        self.mapped = max(self.mapped, mapped)
-
-    def mark_start(self) -> None:
-        """The start marker: what was read before it is not the window's."""
-        self.sample()
-        self.io_start, self.mapped_start = self.io_total or (0, 0), self.mapped
-
-    def finish(self) -> ReadEvidence:
-        """The last sample, at the end marker, and the model's residency then; judged once."""
-        if self.final is None:
-            self.sample()
-            self.final = judge(self, self.model.resident_bytes())
-        return self.final
-
-
-def judge(s: TreeSampler, resident_after: int | None) -> ReadEvidence:
-    """The evidence of a sampled run: which measure, if any, covers the model's bytes."""
-    need = EVIDENCE_FRACTION * s.model.nbytes
-    rchar = read = None
-    if s.io_total is not None:
-        rchar, read = s.io_total[0] - s.io_start[0], s.io_total[1] - s.io_start[1]
-    mapped = max(0, s.mapped - s.mapped_start)
-    gain = None if s.resident_before is None or resident_after is None else resident_after - s.resident_before
-    size = _size(s.model.nbytes)
-    checks = [  # file-specific measures first
-        (mapped, f"{_size(mapped)} of its pages mapped ({size} of tensors)"),
-        (gain, f"{_size(gain or 0)} brought into the page cache ({size} of tensors)"),
-        (read, f"its processes fetched {_size(read or 0)} from storage ({size} of tensors)"),
-        (rchar, f"its processes' read calls returned {_size(rchar or 0)} ({size} of tensors)"),
-    ]
-    basis = next((text for value, text in checks if value is not None and s.model.nbytes > 0 and value >= need), "")
+def judge(s: Any, resident_after: Sequence[int] | None) -> ReadEvidence:
+    """The evidence of a sampled run (``s``: a :class:`~workbench.measure.engine_sampler.TreeSampler`)."""
+    model: ReadTarget = s.model
+    n = len(model.paths)
+    sizes = list(model.sizes) or [model.nbytes] * n
+    fd = _through_descriptors(s, n)
+    mapped = [max(0, a - b) for a, b in zip(s.mapped, s.mapped_start)]
+    gain = None
+    if s.resident_before is not None and resident_after is not None:
+        gain = [max(0, a - b) for a, b in zip(resident_after, s.resident_before)]
+    per_file = [min(size, max(fd[i], mapped[i], gain[i] if gain else 0)) for i, size in enumerate(sizes)]
+    totals = {"mapped": sum(min(m, z) for m, z in zip(mapped, sizes)), "fd": sum(min(f, z) for f, z in zip(fd, sizes)),
+              "gain": None if gain is None else sum(min(g, z) for g, z in zip(gain, sizes))}
+    seen = sum(per_file)
+    rchar = sum(v[1] - v[0] for v in s.rchar.values()) if s.rchar else None
+    read = sum(v[1] - v[0] for v in s.read_bytes.values()) if s.read_bytes else None
     return ReadEvidence(
-        model=s.model.name, model_bytes=s.model.nbytes, rchar=rchar, read_bytes=read, mapped_bytes=mapped,
-        resident_before=s.resident_before, resident_after=resident_after, processes=len(s.processes),
-        samples=s.samples, unreadable=s.unreadable, basis=basis)
+        model=model.name, model_bytes=model.nbytes, rchar=rchar, read_bytes=read, mapped_bytes=totals["mapped"],
+        resident_before=None if s.resident_before is None else sum(s.resident_before),
+        resident_after=None if resident_after is None else sum(resident_after), processes=len(s.processes),
+        samples=s.samples, unreadable=s.unreadable, basis=_basis(model.nbytes, seen, totals),
+        fd_bytes=totals["fd"], seen_bytes=seen, files=n, files_held=len(s.held),
+        sampling_s=round(s.busy_s, 6))
 
 
-def tree_of(root: int) -> list[int]:
-    """``root`` and every live descendant (through /proc/PID/task/TID/children; else by session)."""
-    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
-        return _session_members(root)
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                    todo.extend(int(x) for x in fh.read().split())
-            except (OSError, ValueError):
-                continue
+def _through_descriptors(s: Any, n: int) -> list[int]:
+    """Per file: the furthest any process's descriptors on it reached in the window, each process's
+    files together bounded by its ``rchar`` growth (dup'ed or inherited descriptors are counted once)."""
+    reach: dict[int, list[int]] = {}
+    for (pid, _, index), held in s.descriptors.items():
+        row = reach.setdefault(pid, [0] * n)
+        row[index] = max(row[index], held.reach - held.base)
+    out = [0] * n
+    for pid, row in reach.items():
+        total = sum(row)
+        bound = s.rchar.get(pid)
+        room = 0 if bound is None else max(0, bound[1] - bound[0])
+        scale = 1.0 if total <= room else room / total
+        out = [max(o, int(r * scale)) for o, r in zip(out, row)]
     return out
 
 
-def _session_members(sid: int) -> list[int]:
-    """Every process of session ``sid`` (the engine leads its own session): the slower fallback."""
-    members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                fields = fh.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 3 and fields[3] == str(sid):
-            members.append(int(name))
-    return members
+def _basis(nbytes: int, seen: int, totals: dict[str, int | None]) -> str:
+    """What shows the read ('' when nothing covers :data:`EVIDENCE_FRACTION` of ``nbytes``)."""
+    need = EVIDENCE_FRACTION * nbytes
+    if nbytes <= 0 or seen < need:
+        return ""
+    size = _size(nbytes)
+    alone = {"mapped": f"{_size(totals['mapped'] or 0)} of its pages mapped ({size} of tensors)",
+             "gain": f"{_size(totals['gain'] or 0)} brought into the page cache ({size} of tensors)",
+             "fd": f"{_size(totals['fd'] or 0)} read through its descriptors on the model's files ({size} of tensors)"}
+    for name, text in alone.items():
+        if (totals[name] or 0) >= need:
+            return text
+    parts = ", ".join(f"{label} {_size(totals[name] or 0)}" for name, label in
+                      (("mapped", "mapped"), ("fd", "descriptors"), ("gain", "page cache")) if totals[name])
+    return f"{_size(seen)} of its bytes seen, each file at its best ({parts}; {size} of tensors)"
 
 
-def _io(pid: int) -> tuple[int, int] | None:
-    """(rchar, read_bytes) of a process (its reaped children included); (0, 0) when it is gone (what it
-    read is its parent's once reaped); None when it may not be read (another user's, a setuid program)."""
-    try:
-        with open(f"/proc/{pid}/io") as fh:
-            values = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
-        return int(values["rchar"]), int(values["read_bytes"])
-    except (FileNotFoundError, ProcessLookupError):
-        return 0, 0
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-def _mapped(pid: int, model: ReadTarget) -> int:
-    """Resident bytes of ``pid``'s mappings of the model's files (0 when it maps none)."""
-    try:
-        with open(f"/proc/{pid}/maps") as fh:
-            maps = fh.read()
-    except OSError:
-        return 0
-    if not any(p in maps for p in model.paths) and not any(f" {ino} " in maps for _, ino in model.ids):
-        return 0  # the common case, cheaply: no mapping of the model at all
-    total, inside = 0, False
-    try:
-        with open(f"/proc/{pid}/smaps") as fh:
-            for line in fh:
-                m = _MAPPING.match(line)
-                if m:
-                    dev, ino, path = m.group(1), int(m.group(2)), m.group(3).strip()
-                    inside = (dev, ino) in model.ids or path in model.paths
-                elif inside and line.startswith("Rss:"):
-                    total += int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return total
-    return total
+def evidence_tally(runs: Sequence[RunRecord]) -> tuple[int, int, str]:
+    """(finished runs without evidence, finished runs, the model's name) of an external attempt."""
+    finished = [r for r in runs if r.ok and r.report is not None and r.report.external is not None]
+    lacking = [r.report.external.evidence for r in finished
+               if r.report.external.evidence is None or not r.report.external.evidence.ok]
+    name = next((e.model for e in lacking if e is not None), "the model")
+    return len(lacking), len(finished), name
 
 
 def evidence_note(runs: Sequence[RunRecord]) -> str:
     """``no evidence the engine read m.gguf in 2/5 runs: time only, no GB/s`` for an external attempt
     whose finished runs do not all show the read; '' otherwise."""
-    finished = [r for r in runs if r.ok and r.report.external is not None]
-    lacking = [r.report.external.evidence for r in finished
-               if r.report.external.evidence is None or not r.report.external.evidence.ok]
+    lacking, finished, name = evidence_tally(runs)
     if not lacking:
         return ""
-    name = next((e.model for e in lacking if e is not None), "the model")
-    return f"no evidence the engine read {name} in {len(lacking)}/{len(finished)} runs: time only, no GB/s"
+    return f"no evidence the engine read {name} in {lacking}/{finished} runs: time only, no GB/s"
 
 
 def _size(nbytes: int) -> str:
@@ -245,4 +122,4 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-__all__ = ["EVIDENCE_FRACTION", "ReadTarget", "TreeSampler", "evidence_note", "judge", "tree_of"]
+__all__ = ["EVIDENCE_FRACTION", "ReadTarget", "evidence_note", "evidence_tally", "judge"]

@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 from workbench.errors import FormatError, ParamError, WorkbenchError
 from workbench.measure.attempt import AttemptResult
 from workbench.measure.engine_build import within
-from workbench.measure.engine_evidence import ReadTarget, TreeSampler
+from workbench.measure.engine_sampler import TreeSampler
+from workbench.measure.engine_target import ReadTarget
 from workbench.measure.engine_output import (
     LINE_CHARS, MAX_LINE, LineSplitter, Watch as _Watch, read_after_marker, read_until_marker, sum_phases,
 )
@@ -62,7 +63,7 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
     if isinstance(command, str):
         command = EngineCommand(command, marker or "")
     watch = _Watch(compile_patterns(command), 0.0)
-    sampler = TreeSampler(0, model, resident_before=model.resident_bytes()) if model is not None else None
+    sampler = TreeSampler.at_spawn(model) if model is not None else None
     master, slave = pty.openpty()
     began = time.monotonic()  # the timeout covers start-up too: a program that blocks in exec is cut
     try:
@@ -70,6 +71,8 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
                                     stdout=slave, stderr=slave)
     except OSError as exc:
         os.close(master)
+        if sampler is not None:
+            sampler.close()
         return Outcome(pid=None, load_s=None, wall_s=None, error=f"cannot start {command.cmd!r}: {exc}")
     finally:
         os.close(slave)  # the engine holds its copy; EOF (EIO) arrives when every writer is gone
@@ -90,6 +93,8 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
     finally:
         reaper.stop(proc)  # the engine and everything it started, in its group or not
         os.close(master)
+        if sampler is not None:
+            sampler.close()
     gone_s = time.monotonic() - watch.t0 - waited  # the grace it kept running through is not its wall
     engine = started[0]
     ended = "exited" if exited is not None else "killed at the marker" if hit else "killed at the timeout"

@@ -61,11 +61,13 @@ class BinaryFile:
 class ReadEvidence:
     """What shows that an external engine read the model inside its load window (or that nothing does).
 
-    ``rchar``/``read_bytes`` are the growth of the engine's process tree's ``/proc/PID/io`` counters over
-    the window (the bytes its read calls returned, from any file; the bytes it had fetched from storage),
-    sampled while it ran; ``mapped_bytes`` the model's pages the tree had mapped (``/proc/PID/smaps`` Rss
-    of mappings of the model's files); ``resident_before``/``resident_after`` the model's bytes in the
-    page cache at spawn and at the marker. ``basis`` says which of them shows the read ('' = none does:
+    Only what is attributable to the model's files counts (see :mod:`workbench.measure.engine_evidence`):
+    ``fd_bytes`` how far the tree's descriptors on them read (bounded by ``rchar``), ``mapped_bytes`` the
+    most of their pages its mappings had resident, ``resident_before``/``resident_after`` the model's
+    bytes in the page cache at spawn and at the marker; ``seen_bytes`` the files' sum, each at its best
+    measure. ``rchar``/``read_bytes`` are the growth of the tree's ``/proc/PID/io`` counters (any file:
+    a bound, never evidence). ``files_held`` of ``files`` were seen open or mapped by the tree;
+    ``sampling_s`` is the time the sampler spent. ``basis`` says what shows the read ('' = nothing does:
     the run shows its time only, never a GB/s)."""
 
     model: str  # the model's file name, as messages name it
@@ -79,6 +81,11 @@ class ReadEvidence:
     samples: int = 0
     unreadable: str = ""  # why /proc/PID/io or smaps could not be read ('' when they could)
     basis: str = ""
+    fd_bytes: int | None = None  # None: recorded before descriptors were read
+    seen_bytes: int | None = None
+    files: int = 0
+    files_held: int = 0
+    sampling_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -94,22 +101,33 @@ class ReadEvidence:
         """The most any measure shows, against the model's bytes (for a run without evidence)."""
         if self.unreadable and self.rchar is None and self.resident_after is None:
             return self.unreadable
-        seen = {"read calls": self.rchar, "storage reads": self.read_bytes, "mapped": self.mapped_bytes,
-                "page cache gain": _gain(self.resident_before, self.resident_after)}
-        name, most = max(((k, v) for k, v in seen.items() if v is not None), key=lambda kv: kv[1],
-                         default=("nothing measured", 0))
-        return f"at most {_mib(most)} of its {_mib(self.model_bytes)} ({name})"
+        if self.seen_bytes is None:  # a row recorded before evidence was per file
+            seen = {"read calls": self.rchar, "storage reads": self.read_bytes, "mapped": self.mapped_bytes,
+                    "page cache gain": _gain(self.resident_before, self.resident_after)}
+            name, most = max(((k, v) for k, v in seen.items() if v is not None), key=lambda kv: kv[1],
+                             default=("nothing measured", 0))
+            return f"at most {_mib(most)} of its {_mib(self.model_bytes)} ({name})"
+        parts = {"mapped": self.mapped_bytes, "descriptors": self.fd_bytes,
+                 "page cache gain": _gain(self.resident_before, self.resident_after)}
+        shown = ", ".join(f"{k} {_mib(v)}" for k, v in parts.items() if v)
+        held = (f"; it held {self.files_held}/{self.files} of its files" if self.files_held else
+                f"; it never opened or mapped {'them' if self.files > 1 else 'it'}")
+        return f"at most {_mib(self.seen_bytes)} of its {_mib(self.model_bytes)}" + \
+            (f" ({shown})" if shown else "") + held
 
     def to_json(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ReadEvidence:
-        ints = ("rchar", "read_bytes", "mapped_bytes", "resident_before", "resident_after")
+        ints = ("rchar", "read_bytes", "mapped_bytes", "resident_before", "resident_after", "fd_bytes",
+                "seen_bytes")
         return cls(model=str(data.get("model", "")), model_bytes=int(data.get("model_bytes") or 0),
                    **{k: None if data.get(k) is None else int(data[k]) for k in ints},
                    processes=int(data.get("processes") or 0), samples=int(data.get("samples") or 0),
-                   unreadable=str(data.get("unreadable") or ""), basis=str(data.get("basis") or ""))
+                   unreadable=str(data.get("unreadable") or ""), basis=str(data.get("basis") or ""),
+                   files=int(data.get("files") or 0), files_held=int(data.get("files_held") or 0),
+                   sampling_s=None if data.get("sampling_s") is None else float(data["sampling_s"]))
 
 
 def _gain(before: int | None, after: int | None) -> int | None:

@@ -7,11 +7,11 @@ import click
 
 from workbench.cli.commands.measure_options import measure_options
 from workbench.cli.commands.results_out import Progress, report_results, unrecorded_printed
-from workbench.cli.exits import EXIT_HELP, finish, tally_attempts
+from workbench.cli.exits import EXIT_HELP_EXTERNAL, finish_external, tally_attempts
 from workbench.measure.order import DEFAULT_ORDER, ORDERS
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=EXIT_HELP_EXTERNAL)
 @click.option("--cmd", "commands", multiple=True, required=True,
               help="The engine's command line, run as an argument list (shell quoting, no shell unless "
                    "--shell); repeat for an A/B — the first is the baseline.")
@@ -41,20 +41,26 @@ from workbench.measure.order import DEFAULT_ORDER, ORDERS
               help="Order inside each round: abba alternates A B, B A (drift cancels in pairs), abab repeats "
                    "A B, shuffle is seeded by --seed.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --order shuffle.")
+@click.option("--time-only", is_flag=True,
+              help="Accept runs without evidence that the engine read --file (time only, no GB/s): exit 0 "
+                   "instead of 4.")
 @measure_options
 def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[str, ...],
              start_markers: tuple[str, ...], phases: tuple[str, ...], binaries: tuple[str, ...], shell: bool,
              expect_exits: tuple[int, ...],
-             file: str, device: str | None, order: str, seed: int, cache: str, runs: int, campaign: str,
+             file: str, device: str | None, order: str, seed: int, time_only: bool, cache: str, runs: int,
+             campaign: str,
              hypothesis: str, baseline: str | None, ledger_path: str | None, min_effect_pct: float,
              timeout_s: float, as_json: bool) -> None:
     """Time external engines: spawn (or --start-marker) → the first output line matching --marker, then
     kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts.
 
-    GB/s is shown only with evidence that the engine read --file in the window (its processes' /proc
-    I/O counters, its mappings of the model, the model's page-cache residency); otherwise the run says
-    "no evidence the engine read MODEL" and shows its time only."""
+    GB/s is shown only with evidence that the engine read --file's own bytes in the window (how far its
+    descriptors on the model's files read, their pages it had mapped, the pages it brought into the page
+    cache); otherwise the run says "no evidence the engine read MODEL", shows its time only, and the
+    command exits 4 unless --time-only."""
     from workbench.measure.engine_command import check_command, describe_build
+    from workbench.measure.engine_evidence import evidence_tally
     from workbench.measure.external import EngineCommand, measure_engines
     from workbench.untrusted import for_terminal
     from workbench.measure.runner import open_ledger
@@ -85,7 +91,9 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
                                   campaign=campaign, hypothesis=hypothesis, progress=progress,
                                   min_effect=min_effect_pct / 100)
     report_results(results, ledger, as_json, single=n == 1)
-    finish(tally_attempts(results))
+    lacking = [evidence_tally(r.runs) for r in results]
+    finish_external(tally_attempts(results), sum(x[0] for x in lacking), sum(x[1] for x in lacking),
+                    next((x[2] for x in lacking if x[0]), "the model"), time_only)
 
 
 def _per_command(values: Sequence[Any], n: int, option: str) -> list[Any]:
