@@ -120,6 +120,24 @@ def test_prepare_cold_fails_when_pages_are_pinned(data_file):
     assert str(data_file) in str(err.value)
 
 
+def test_prepare_cold_waits_out_a_mapping_whose_process_is_exiting(data_file):
+    """An engine killed just before a cold run may still map the model for a moment: eviction is retried
+    for up to COLD_SETTLE_S before the state is called unreachable (it failed at once, two passes)."""
+    import subprocess
+    import sys
+
+    holder = ("import mmap, sys, time\nfh = open(sys.argv[1], 'rb')\nm = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)\n"
+              "bytes(m)\nprint('mapped', flush=True)\ntime.sleep(0.3)\n")
+    proc = subprocess.Popen([sys.executable, "-c", holder, str(data_file)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "mapped"
+        assert resident_fraction(data_file) > 0.98
+        assert prepare(data_file, "cold") < 0.02
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_prepare_cold_on_tmpfs_says_tmpfs():
     shm = "/dev/shm"
     if not os.path.isdir(shm) or filesystem_type(shm) != "tmpfs":

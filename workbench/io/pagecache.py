@@ -14,6 +14,7 @@ import errno
 import mmap
 import os
 import stat
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
@@ -23,6 +24,7 @@ from workbench.errors import CacheStateError, FormatError
 
 MINCORE_WINDOW = 1 << 30  # bytes mapped per mincore probe; tests shrink it
 WARM_CHUNK = 8 << 20
+COLD_SETTLE_S = 1.0  # how long eviction is retried before a cold state is called unreachable
 # File systems whose file pages *are* the file: fadvise(DONTNEED) cannot drop them.
 MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"})
 STATES = ("cold", "warm", "asis")
@@ -250,11 +252,14 @@ def _make_cold(path: str | os.PathLike, cold_max: float) -> float:
         raise CacheStateError(path, "cold", f"the file lives on {fs}, whose pages are the file itself "
                               "and cannot be dropped; put it on a disk-backed file system",
                               resident_fraction(path))
-    for _ in range(2):  # a second pass catches pages that were under writeback during the first
+    deadline = time.monotonic() + COLD_SETTLE_S  # later passes catch pages under writeback during the
+    while True:  # first, or still mapped by a process that is exiting (an engine killed just before)
         evict_file_pages(path)
-        got = resident_fraction(path)
-        if got <= cold_max:
-            return got
+        if (got := resident_fraction(path)) <= cold_max or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    if got <= cold_max:
+        return got
     raise CacheStateError(path, "cold", f"{got:.1%} of pages stay resident after fadvise(DONTNEED) on "
                           f"{fs} (mapped or locked by a process?); allowed {cold_max:.1%}", got)
 
