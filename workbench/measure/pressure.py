@@ -119,12 +119,15 @@ class MemoryPressure:
             how = (f"cgroup oom_kill +{kills - self._oom_before}" if kills > self._oom_before
                    else "SIGKILL under a balloon")
             return f"OOM-killed ({how})"
-        if refaults > 0 or limit_hits > 0 or model_reread_bytes > 0:
+        if limit_hits > 0 or model_reread_bytes > 0 or (balloon and refaults > 0):
             hits = "" if balloon else f"the limit was hit {max(0, limit_hits):,} times, "
             whose = " (the machine's)" if balloon else ""
             return (f"reclaim and re-reads: {hits}{max(0, refaults):,} refaults{whose}, {majflt:,} major faults "
                     f"(none on the model: a session reads it, never maps it), the model's pages read again "
                     f"{model_reread_bytes / MiB:,.1f} MiB")
+        if refaults > 0:  # a cgroup that was never full: its pages were reclaimed by the machine, not the limit
+            return (f"no pressure seen (the limit was never hit; {refaults:,} refaults of pages the machine "
+                    f"reclaimed, not the limit)")
         return "no pressure seen (the session stayed under the limit)"
 
     def __exit__(self, *exc: object) -> None:
