@@ -149,11 +149,10 @@ def read_st_index(index_path: str) -> ModelSpec:
     directory = os.path.dirname(index_path)
     named: dict[str, list[str]] = {}  # file name as written → the tensors the index puts in it
     for tensor, name in wmap.items():  # strings only: the shape is bounded before any system call
+        if not isinstance(name, str) or not name:
+            raise FormatError(index_path, f"weight_map['{tensor}']", f"must be a file name, got {name!r}")
         if name not in named:
-            where = f"weight_map['{tensor}']"
-            if not isinstance(name, str) or not name:
-                raise FormatError(index_path, where, f"must be a file name, got {name!r}")
-            check_member_name(index_path, name, where)
+            check_member_name(index_path, name, f"weight_map['{tensor}']")
             check_member_count(index_path, "weight_map", len(named) + 1)
             named[name] = []
         named[name].append(tensor)
