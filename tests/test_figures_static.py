@@ -197,3 +197,79 @@ def test_a_batch_notebooks_figures_go_out_with_their_images_or_one_line_why():
     assert "static images not drawn" in note.data and text == "before"
     assert set(bundle._repr_mimebundle_()) == {"application/vnd.plotly.v1+json", "text/plain"}
     assert with_static_images(["only text"]) == ["only text"]  # no figure: no browser started
+
+
+# -- hostile ledger text in static images (issue 24 §5) -----------------------------------------------
+
+HOSTILE_LABELS = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>",
+                  '<a href="javascript:alert(1)">click</a>', "<b>bold</b> &amp; </text></svg><svg onload=alert(1)>",
+                  "\x1b]52;c;cm0=\x07 rtl\u202eevil"]
+_UNSAFE_TAGS = {"script", "foreignObject", "iframe", "object", "embed", "use", "a", "animate", "set"}
+
+
+def _svg_problems(svg: str) -> list[str]:
+    """What in an SVG could run, load or link anything: unsafe elements, event handlers, links (an
+    embedded PNG — how plotly draws a heat map — is neither)."""
+    problems = []
+    for el in ET.fromstring(svg).iter():
+        tag = el.tag.rpartition("}")[2]
+        if tag in _UNSAFE_TAGS:
+            problems.append(f"<{tag}>")
+        for name, value in el.attrib.items():
+            local = name.rpartition("}")[2].lower()
+            linked = local == "href" and not value.startswith(("#", "data:image/png;base64,"))  # a heat map's pixels
+            if local.startswith("on") or linked or "javascript:" in value:
+                problems.append(f"<{tag} {local}={value[:40]!r}>")
+    return problems
+
+
+@pytest.fixture()
+def hostile_figures_ledger(tmp_path: Path) -> Path:
+    """A campaign whose labels, hypotheses, hosts and per-file residency names are hostile."""
+    import json
+    import sqlite3
+
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as led:
+        base = record_attempt(led, "pread", [0.010, 0.011, 0.012, 0.010, 0.011], campaign="figs")
+        record_attempt(led, "mmap", [0.008, 0.009, 0.008, 0.009, 0.008], campaign="figs", baseline=base)
+        record_attempt(led, "lanes", [0.009, 0.009, 0.010, 0.009, 0.008], campaign="figs", baseline=base)
+    conn = sqlite3.connect(path)
+    for i, (row_id,) in enumerate(conn.execute("SELECT id FROM attempts ORDER BY created").fetchall()):
+        bad = HOSTILE_LABELS[i % len(HOSTILE_LABELS)]
+        conn.execute("UPDATE attempts SET label = ?, hypothesis = ?, host = ?, file_path = ? WHERE id = ?",
+                     (bad, bad, bad, f"/m/{bad}.safetensors", row_id))
+    files = {f"{HOSTILE_LABELS[1]}-00001.safetensors": 0.0, f"{HOSTILE_LABELS[3]}-00002.safetensors": 1.0}
+    conn.execute("UPDATE runs SET resident_files = ?", (json.dumps(files),))
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_static_figures_show_hostile_ledger_text_as_text(browser, hostile_figures_ledger, tmp_path):
+    """Every image of a report and of ``export --figures`` on a hostile ledger: a well-formed SVG with
+    no element that runs, loads or links anything, the labels drawn as their characters; the files
+    written are the figures' own names in the directory asked for, and nothing else."""
+    from workbench.ledger.report import write_report
+
+    with Ledger(hostile_figures_ledger) as led:
+        paths = write_report(led, "figs", tmp_path / "r")
+    out = tmp_path / "f"
+    result = CliRunner().invoke(main, ["ledger", "export", "--ledger", str(hostile_figures_ledger), "--campaign",
+                                       "figs", "--figures", str(out)])
+    assert result.exit_code == 0 and paths.images_note == "", (result.output, paths.images_note)
+    assert "resident_files" in paths.figures  # the per-file figure, its file names hostile
+    svgs = sorted((tmp_path / "r" / "figures").glob("*.svg")) + sorted(out.glob("*.svg"))
+    assert len(svgs) == 2 * len(paths.figures)
+    drawn = ""
+    for svg in svgs:
+        text = svg.read_text()
+        assert not _svg_problems(text), (svg.name, _svg_problems(text))
+        drawn += "".join(ET.fromstring(text).itertext())
+    for png in (tmp_path / "r" / "figures").glob("*.png"):
+        assert_png(png.read_bytes())
+    assert HOSTILE_LABELS[1] in drawn and "</text></svg><svg onload=alert(1)>" in drawn  # shown, as text
+    expected = {f"{k}.{ext}" for k in paths.figures for ext in ("png", "svg")}
+    assert {p.name for p in (tmp_path / "r" / "figures").iterdir()} == expected
+    assert {p.name for p in out.iterdir()} == expected | {"figures.html"}
+    assert not list(tmp_path.glob("*.png")) and not list(tmp_path.glob("*.svg"))

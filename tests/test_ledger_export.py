@@ -199,3 +199,45 @@ def test_report_says_few_runs_are_not_a_claim_and_the_history_carries_the_interv
     assert (f"**faster (n=3 \\< 5: not a claim)** {effect}: interval excludes 1 (independent runs)"
             in md.split("## Attempt history")[1])
     assert "not a claim" not in enough.markdown.read_text() and base5
+
+
+INVISIBLE_LEADERS = ["\u200b", "\u2060", "\ufeff", "\u180e", "\u034f", "\u00ad", "\u3164", "\u115f", "\u202e", "\u061c",
+                     "\0"]  # the eleven that passed before issue 24 §5
+
+
+def test_csv_neutralizes_formulas_behind_characters_that_draw_nothing(tmp_path):
+    from workbench.records import RunConfig
+
+    texts = [lead + sign for lead in INVISIBLE_LEADERS for sign in ("=1+1", "+cmd", "-2", "@SUM(A1)")]
+    texts += ["\u200b\u00a0\ufe0f=x", "\u200bplain", "a=1"]
+    with Ledger(tmp_path / "l.sqlite") as led:
+        for text in texts:
+            led.start_attempt(campaign="c", config=RunConfig("/m.gguf", "pread"), cache="cold", label=text)
+        attempts_csv, _ = export_csv(led, tmp_path / "out")
+    back = pd.read_csv(attempts_csv, dtype=str, keep_default_na=False)
+    assert list(back["label"]) == ["'" + t for t in texts[:-2]] + texts[-2:]
+
+
+def test_csv_neutralizing_goes_by_property_over_every_code_point():
+    """Every character of the categories that draw nothing (controls, format characters, spaces and
+    separators, combining marks) and the Hangul fillers, before a formula sign, is neutralized; a
+    letter, digit or symbol before it is not."""
+    import sys
+    import unicodedata
+
+    from workbench.untrusted import for_csv
+
+    unseen = {"Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Me"}
+    missed, wrong = [], []
+    for cp in range(sys.maxunicode + 1):
+        ch = chr(cp)
+        cat = unicodedata.category(ch)
+        if cat == "Cs":
+            continue
+        hidden = cat in unseen or ch in "\u115f\u1160\u3164\uffa0"
+        neutralized = for_csv(ch + "=1+1") == "'" + ch + "=1+1"
+        if hidden and not neutralized:
+            missed.append(f"U+{cp:04X}")
+        if not hidden and neutralized and unicodedata.normalize("NFKC", ch)[:1] not in "=+-@\t\r":
+            wrong.append(f"U+{cp:04X}")
+    assert not missed and not wrong, (missed[:20], wrong[:20])

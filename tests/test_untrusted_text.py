@@ -105,6 +105,26 @@ def test_for_markdown_leaves_nothing_github_would_link_or_mention(text):
     assert not re.search(r"@\w|\w://|(?<!\w)www\.", shown, re.I), shown
 
 
+SHA = "a5c3785ed8d6a35868bc169f07e40e889087fd2e"
+
+
+@pytest.mark.parametrize("text", ["fixes #12", "#1", "see GH-12 and gh-7", "octo-org/octo-repo#1 is broken",
+                                  "org/repo#123456", f"commit {SHA}", f"short {SHA[:7]} and {SHA[:12].upper()}",
+                                  f"org/repo@{SHA}", f"user@{SHA[:9]}", f"({SHA[:8]})", "#12: 4096-byte pages"])
+def test_for_markdown_leaves_no_issue_or_commit_reference(text):
+    """``#12``, ``GH-12``, ``org/repo#1`` (which would put a cross-reference on another repository's
+    issue) and SHAs of 7–40 hex digits pass through as the same characters, no longer references."""
+    shown = html_text(markdown_html(f"{for_markdown(text)}\n"))
+    assert shown.replace("\u200b", "") == text
+    assert not re.search(r"#[0-9]|(?<![A-Za-z0-9])gh-[0-9]|(?<![A-Za-z0-9])[0-9a-f]{7,40}(?![A-Za-z0-9])",
+                         shown, re.I), shown
+
+
+def test_for_markdown_leaves_ordinary_words_and_numbers_alone():
+    text = "layer 12 of 4096 · model-00001-of-00002.safetensors · C# and F# · 3.00 MiB · 2026-12-03 10:20"
+    assert for_markdown(text) == text
+
+
 def html_text(rendered: str) -> str:
     import html
 

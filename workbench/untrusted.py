@@ -11,13 +11,16 @@ of output before showing it; nothing else here is needed to show text safely.
   spaces, and every character that could start Markdown (emphasis, code, links and images, raw HTML,
   entities, table pipes, math, a heading or list at the start) is backslash-escaped, so it reads as
   the same characters and nothing else; what GitHub links without markup (an @mention, which would
-  notify a stranger when the PR is posted, an email, a bare ``https://`` or ``www.`` URL) gets a
-  zero-width space that breaks the link; :func:`for_markdown_code` is text inside a code span.
+  notify a stranger when the PR is posted, an email, a bare ``https://`` or ``www.`` URL, an issue or
+  commit reference: ``#12``, ``GH-12``, ``org/repo#12``, a SHA) gets a zero-width space that breaks
+  it; :func:`for_markdown_code` is text inside a code span;
+- :func:`for_csv` — a CSV cell: a leading ``'`` where a spreadsheet would read a formula.
 """
 from __future__ import annotations
 
 import html
 import re
+import unicodedata
 
 from workbench.errors import printable
 
@@ -31,6 +34,12 @@ _MD_SPECIAL = re.compile(r"([\\`*\[\]<>&|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))
 # they read and breaks the link.
 _AUTOLINKED = re.compile(r"@|(?<=[A-Za-z0-9])(?=://)|(?<![A-Za-z0-9])(?i:www)(?=\.)")
 _ZWSP = "&#8203;"
+# What GitHub turns into a reference to an issue, pull request or commit: ``#12``, ``GH-12``, ``org/repo#12``
+# (which also puts a "mentioned this" event on another repository's issue: the @mention by another route)
+# and a commit SHA of 7 to 40 hex digits. A zero-width space after the ``#`` and the ``GH``, and inside a
+# hex run every 6 characters, keeps the characters and breaks the reference. (A repository's own custom
+# autolink prefixes, ``JIRA-123``, cannot be known here.)
+_REFERENCES = re.compile(r"#(?=[0-9])|(?<![A-Za-z0-9])(?i:gh)(?=-[0-9])|(?<![A-Za-z0-9])[0-9A-Fa-f]{7,}(?![A-Za-z0-9])")
 # What makes a line a heading, list, quote or setext underline when it starts one.
 _MD_LINE_START = re.compile(r"^(\s*)([-+*](?=\s|$)|#{1,6}(?=\s|$)|>|=+(?=\s*$)|\d{1,9}(?=[.)](?:\s|$)))")
 
@@ -56,14 +65,47 @@ def for_markdown(text: object) -> str:
     """``text`` as Markdown that renders as exactly these characters, on one line."""
     one_line = printable(_BREAKS.sub(" ", str(text)))
     escaped = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), one_line)
+    escaped = _REFERENCES.sub(_break_reference, escaped)  # before any entity (``&#8203;``) is inserted
     escaped = _AUTOLINKED.sub(r"\g<0>" + _ZWSP, escaped)
     return _MD_LINE_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}" if not m.group(2)[0].isdigit()
                               else f"{m.group(1)}{m.group(2)}\\", escaped)
 
 
+def _break_reference(m: re.Match) -> str:
+    ref = m.group(0)
+    if ref == "#" or ref.lower() == "gh":
+        return ref + _ZWSP
+    return _ZWSP.join(ref[i : i + 6] for i in range(0, len(ref), 6))
+
+
 def for_markdown_code(text: object) -> str:
     """``text`` for inside a Markdown code span: no backtick (a code span cannot escape one), one line."""
     return printable(_BREAKS.sub(" ", str(text))).replace("`", "'")
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as a formula (OWASP's list)
+# What draws nothing before a cell's first visible character, by property: controls and format characters
+# (zero-width spaces and joiners, BOM, bidi marks and overrides, soft hyphen, Mongolian vowel separator),
+# surrogates, every kind of space and separator, and combining marks (U+034F, variation selectors: with
+# nothing before them to combine with they draw nothing that could be the formula's sign) — and the four
+# Hangul fillers, letters (Lo) that draw as blanks.
+_UNSEEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+
+
+def first_visible(text: str) -> str:
+    """The first character of ``text`` that draws something (see ``_UNSEEN_CATEGORIES``), or ''."""
+    for ch in text:
+        if unicodedata.category(ch) not in _UNSEEN_CATEGORIES and ch not in _BLANK_LETTERS:
+            return ch
+    return ""
+
+
+def for_csv(text: str) -> str:
+    """``text`` as a CSV cell no spreadsheet runs: a leading ``'`` when it starts with a formula sign,
+    or when its first visible character, NFKC-normalized (full-width ``＝`` is ``=``), is one."""
+    first = unicodedata.normalize("NFKC", first_visible(text))
+    return f"'{text}" if text.startswith(FORMULA_STARTS) or first.startswith(FORMULA_STARTS) else text
 
 
 def _visible(text: str) -> str:

@@ -30,6 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
+from workbench.formats.opening import open_regular
 from workbench.io.direct import AlignedBuffer, aligned_window, direct_io_support, open_direct, read_direct
 
 PAGE = 4096
@@ -69,7 +70,7 @@ class BufferedReader:
     name = "pread"
 
     def __init__(self, path: str | os.PathLike):
-        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._fd = open_regular(path)  # never waits on a FIFO or device put in the file's place
 
     def read_into(self, region: memoryview, at: int, offset: int, nbytes: int,
                   allow_in_place: bool = False) -> ReadOutcome:

@@ -14,6 +14,7 @@ import stat
 
 from workbench.errors import FormatError
 from workbench.formats.index import PAGE_SIZE, ExpertBlob, FileIdentity, ModelFile, TensorIndex, TensorInfo
+from workbench.formats.opening import open_regular_file
 from workbench.registry import Registry
 
 FORMATS: Registry = Registry("format", {
@@ -27,7 +28,7 @@ _SNIFF_BYTES = 16
 def detect_format(path: str | os.PathLike[str]) -> str:
     """The registered format name whose ``sniff`` accepts the file's first bytes."""
     path, st = _check_path(path)
-    return _detect(path, st.st_size)
+    return _detect(path, st)
 
 
 def open_index(path: str | os.PathLike[str]) -> TensorIndex:
@@ -61,7 +62,7 @@ def open_index(path: str | os.PathLike[str]) -> TensorIndex:
 def open_file_index(path: str | os.PathLike[str]) -> TensorIndex:
     """Index one model file on its own (no set resolution): what :func:`open_index` does per member."""
     path, st = _check_path(path)
-    index = FORMATS.get(_detect(path, st.st_size)).read_index(path, st.st_size)
+    index = FORMATS.get(_detect(path, st)).read_index(path, st.st_size)
     # stat before the header was read: a change while reading it also shows up as drift later
     return dataclasses.replace(index, mtime_ns=st.st_mtime_ns, inode=st.st_ino, files=())
 
@@ -83,9 +84,10 @@ def _check_path(path: str | os.PathLike[str]) -> tuple[str, os.stat_result]:
     return path, st
 
 
-def _detect(path: str, size: int) -> str:
+def _detect(path: str, st: os.stat_result) -> str:
+    size = st.st_size
     try:
-        with open(path, "rb") as f:
+        with open_regular_file(path, expect=st) as f:  # never blocks on a FIFO swapped in after the stat
             head = f.read(_SNIFF_BYTES)
     except OSError as exc:
         raise FormatError(path, "path", exc.strerror or str(exc)) from None

@@ -20,6 +20,7 @@ from typing import ClassVar
 from workbench.errors import FormatError
 from workbench.formats.index import TensorIndex, TensorInfo
 from workbench.formats.moe import group_gguf_experts
+from workbench.formats.opening import open_regular_file
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -153,7 +154,7 @@ def validate_gguf_header(path: str, size: int) -> GGUFHeader:
     """Walk the GGUF header checking every count, length, dtype and tensor range against ``size``."""
     if size < 24:
         raise FormatError(path, "header", f"truncated: {size} bytes, a GGUF header needs at least 24")
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+    with open_regular_file(path) as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         w = _Walker(path, buf, size)
         version, n_tensors, n_kv = _walk_counts(w)
         kv_start = w.pos

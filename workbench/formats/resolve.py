@@ -23,6 +23,7 @@ import stat
 from dataclasses import dataclass
 
 from workbench.errors import FormatError
+from workbench.formats.bounds import check_index_strings, check_member_count, check_member_name
 
 ST_INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 64 << 20  # a weight_map for 100k tensors is a few MB
@@ -101,6 +102,7 @@ def _resolve_dir(directory: str) -> ModelSpec:
 
 def _many_files(directory: str, found: list[str], ext: str) -> ModelSpec:
     """Several files of one extension: one numbered set, or (safetensors) every file as the set."""
+    check_member_count(directory, "path", len(found))
     matches = [SHARD_RE.match(os.path.basename(f)) for f in found]
     if all(matches) and len({m.group("prefix", "count") for m in matches}) == 1:
         return _numbered_set(found[0], matches[0], named="")
@@ -116,12 +118,12 @@ def _numbered_set(member: str, m: re.Match, named: str) -> ModelSpec:
     directory, count, ext = os.path.dirname(member), int(m.group("count")), m.group("ext")
     if count < 1 or not 1 <= int(m.group("no")) <= count:
         raise FormatError(member, "name", f"shard {int(m.group('no'))} of {count} is not a shard number")
+    check_member_count(member, "name", count)
     files = tuple(os.path.join(directory, f"{m.group('prefix')}-{i:05d}-of-{count:05d}{ext}")
                   for i in range(1, count + 1))
-    for f in files:
+    for i, f in enumerate(files, 1):  # one at a time: the first missing shard stops the work
         if f != named:
             confine(directory, f)
-    for i, f in enumerate(files, 1):
         check_member(f, f"shard {i} of {count} (the set of {os.path.basename(member)})")
     return ModelSpec(files[0], files, kind="gguf-split" if ext == ".gguf" else "safetensors-shards")
 
@@ -145,20 +147,22 @@ def read_st_index(index_path: str) -> ModelSpec:
     if not isinstance(wmap, dict) or not wmap:
         raise FormatError(index_path, "weight_map", "missing, empty or not an object of tensor → file name")
     directory = os.path.dirname(index_path)
-    members: dict[str, str] = {}  # file name as written → its path
-    named_by: dict[str, list[str]] = {}  # member path → the tensors the index puts in it
-    weight_map: dict[str, str] = {}
-    for tensor, name in wmap.items():
-        where = f"weight_map['{tensor}']"
+    named: dict[str, list[str]] = {}  # file name as written → the tensors the index puts in it
+    for tensor, name in wmap.items():  # strings only: the shape is bounded before any system call
         if not isinstance(name, str) or not name:
-            raise FormatError(index_path, where, f"must be a file name, got {name!r}")
-        if name not in members:
-            members[name] = confined_name(index_path, directory, name, where)
-        weight_map[tensor] = members[name]
-        named_by.setdefault(members[name], []).append(tensor)
-    for member, tensors in named_by.items():  # every member confined before any is looked at
+            raise FormatError(index_path, f"weight_map['{tensor}']", f"must be a file name, got {name!r}")
+        if name not in named:
+            check_member_name(index_path, name, f"weight_map['{tensor}']")
+            check_member_count(index_path, "weight_map", len(named) + 1)
+            named[name] = []
+        named[name].append(tensor)
+    members: dict[str, str] = {}  # file name as written → its path
+    for name, tensors in named.items():  # one at a time: the first that fails stops the work
+        members[name] = confined_name(index_path, directory, name, f"weight_map['{tensors[0]}']")
         more = f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else ""
-        check_member(member, f"shard: {os.path.basename(index_path)} puts tensor '{tensors[0]}'{more} in it")
+        check_member(members[name], f"shard: {os.path.basename(index_path)} puts tensor '{tensors[0]}'{more} in it")
+    weight_map = {tensor: members[name] for tensor, name in wmap.items()}
+    named_by = {members[name]: tensors for name, tensors in named.items()}
     files = tuple(sorted(named_by, key=_shard_order))
     return ModelSpec(index_path, files, index_path, weight_map, _total_size(index_path, doc), "safetensors-index")
 
@@ -187,7 +191,9 @@ def _load_index_json(index_path: str) -> dict:
             raise FormatError(index_path, "size", f"{st.st_size} bytes exceeds the {MAX_INDEX_BYTES}-byte "
                                                   "limit for an index")
         try:
-            doc = json.loads(fh.read(st.st_size + 1).decode("utf-8"), object_pairs_hook=_unique_keys)
+            raw = fh.read(st.st_size + 1)
+            check_index_strings(index_path, raw)
+            doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
         except RecursionError:
             raise FormatError(index_path, "json", "nested too deeply") from None
         except _DuplicateKey as dup:
@@ -209,11 +215,13 @@ class _DuplicateKey(Exception):
 
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     """json's object hook: a key twice (``json`` keeps the last silently) is a malformed index."""
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
+    out = dict(pairs)  # at C speed; the loop below only runs to name a key given twice
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
     return out
 
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from workbench.errors import FormatError
 from workbench.formats.index import TensorIndex, TensorInfo
 from workbench.formats.moe import group_safetensors_experts, group_stacked_safetensors_experts
+from workbench.formats.opening import open_regular_file
 
 # Bits per element of every dtype the safetensors spec knows.
 DTYPE_BITS = {
@@ -59,7 +60,7 @@ def read_safetensors_index(path: str, size: int) -> TensorIndex:
 def _read_header(path: str, size: int) -> tuple[dict[str, Any], int]:
     if size < 8:
         raise FormatError(path, "header length", f"truncated: file has {size} bytes, needs at least 8")
-    with open(path, "rb") as f:
+    with open_regular_file(path) as f:
         (n,) = struct.unpack("<Q", f.read(8))
         if n > size - 8:
             raise FormatError(path, "header length", f"{n} bytes runs past the end of the {size}-byte file")

@@ -12,14 +12,16 @@ import mmap
 import os
 import tempfile
 
+from workbench.formats.opening import open_regular
 from workbench.registry import Availability
 
 DEFAULT_ALIGNMENT = 4096
 
 
 def open_direct(path: str | os.PathLike) -> int:
-    """``os.open(path, O_RDONLY | O_DIRECT)``; an OSError (EINVAL where unsupported) is raised as is."""
-    return os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+    """``os.open(path, O_RDONLY | O_DIRECT)`` of a regular file (a FIFO or device in its place is a
+    FormatError, never waited on); an OSError (EINVAL where unsupported) is raised as is."""
+    return open_regular(path, os.O_RDONLY | os.O_DIRECT)
 
 
 class AlignedBuffer:

@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from workbench.errors import CacheStateError, FormatError
+from workbench.formats.opening import open_regular
 
 MINCORE_WINDOW = 1 << 30  # bytes mapped per mincore probe; tests shrink it
 WARM_CHUNK = 8 << 20
@@ -56,11 +57,7 @@ def stat_regular(path: str | os.PathLike) -> os.stat_result:
 
 
 def _open_regular(path: str | os.PathLike) -> tuple[int, os.stat_result]:
-    stat_regular(path)  # before open: opening a FIFO would block until a writer appears
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise FormatError(path, "path", "no such file") from None
+    fd = open_regular(path)  # O_NONBLOCK, then fstat: a FIFO or device in its place is refused, never waited on
     return fd, os.fstat(fd)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 import xxhash
 
 from workbench.errors import FormatError
+from workbench.formats.opening import open_regular
 from workbench.io import pagecache
 from workbench.io.cachestat import cached_pages
 from workbench.io.direct import (
@@ -102,7 +103,7 @@ def _iter_buffered(path, lo: int, hi: int, chunk: int) -> Iterator[tuple[int, me
     # earlier ordinary read) starts readahead even under FADV_RANDOM, and the pages it brings in
     # must not pass for "resident before" when their window comes.
     before = pagecache.resident_map(path, first, min(_size(path), hi + RA_MARGIN) - first)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_regular(path)  # never waits on a FIFO or device put in the file's place
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead of our own
     buf = bytearray(max(ps, chunk - chunk % ps))
     try:

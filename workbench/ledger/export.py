@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import unicodedata
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -38,6 +37,7 @@ from workbench.errors import OutputError
 from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
 from workbench.outputs import ledger_files, refuse_overwrite, write_text
 from workbench.records import COST_FIELDS, format_effect
+from workbench.untrusted import for_csv
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +48,6 @@ __all__ = ["attempts_frame", "csv_text", "export_csv", "export_markdown", "markd
            "strategy_kind", "turns_frame", "write_csv"]
 
 _JSON_COLUMNS = ("params", "device_info", "environment", "engaged", "phases", "result", "detail", "extra")
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campaign: str | None = None,
@@ -141,12 +140,9 @@ def neutralize(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _neutral(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    # Spreadsheets skip leading blanks before a formula and read full-width signs (＝, ＋, －, ＠) as
-    # theirs: the first visible character, NFKC-normalized, decides.
-    first = unicodedata.normalize("NFKC", value.lstrip()[:1])
-    return f"'{value}" if value.startswith(FORMULA_STARTS) or first.startswith(FORMULA_STARTS) else value
+    # Spreadsheets skip what draws nothing before a formula and read full-width signs (＝, ＋, －, ＠) as
+    # theirs: the first visible character, by Unicode property, NFKC-normalized, decides.
+    return for_csv(value) if isinstance(value, str) else value
 
 
 def _effect(a: dict[str, Any]) -> str:

@@ -21,12 +21,15 @@ def read_all(path: str, size: int, threads: int, direct: bool, chunk: int = CHUN
 def read_files(files: Sequence[tuple[str, int]], threads: int, direct: bool, chunk: int = CHUNK) -> float:
     """Seconds for ``threads`` threads to pread every file: the files' bytes laid end to end, each
     thread its own contiguous share (which may run on into the next file), one descriptor per file."""
+    from workbench.formats.opening import open_regular
+    from workbench.io.descriptors import check_descriptors
     from workbench.io.direct import open_direct
 
+    check_descriptors(files[0][0] if files else "", len(files))  # every file open at once: room, or one line
     fds: list[int] = []
     try:
         for path, _ in files:
-            fds.append(open_direct(path) if direct else os.open(path, os.O_RDONLY))
+            fds.append(open_direct(path) if direct else open_regular(path))
         plans = [[(fds[k], lo, hi) for k, lo, hi in share] for share in _shares([n for _, n in files], threads, chunk)]
         workers = [threading.Thread(target=_read_segments, args=(plan, direct, chunk)) for plan in plans]
         t0 = time.perf_counter()

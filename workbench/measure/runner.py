@@ -140,12 +140,14 @@ def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[in
 def preflight(configs: Sequence[RunConfig]) -> dict[str, TensorIndex]:
     """Fail in one line, before any attempt is opened, on what no run could survive: a strategy or
     parameter that does not parse, a backend that is not here, a model that is missing or malformed
-    (any file of a set). Returns the index of each model.
+    (any file of a set) or has more files than the descriptor limit lets a load hold open. Returns the
+    index of each model.
 
     Errors that only a run can reveal (a crash, wrong bytes, a timeout) stay failed runs in the ledger.
     """
     from workbench.errors import BackendUnavailable, StrategyUnavailable
     from workbench.formats import open_index
+    from workbench.io.descriptors import check_descriptors
     from workbench.strategies import get_strategy
     from workbench.upload import DEVICES, device_availability
 
@@ -162,6 +164,7 @@ def preflight(configs: Sequence[RunConfig]) -> dict[str, TensorIndex]:
             raise BackendUnavailable(name, avail.reason, DEVICES.entries[name].hint)
         if config.file not in indexes:
             indexes[config.file] = open_index(config.file)
+            check_descriptors(indexes[config.file].path, len(indexes[config.file].files))  # a load holds one each
         fits = strategy.fits(indexes[config.file], name)  # format, dtypes, device (a GPU-only peer)
         if not fits:
             raise StrategyUnavailable(config.strategy, f"{config.file}: {fits.reason}")

@@ -16,8 +16,8 @@ from contextlib import ExitStack
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from workbench.errors import StrategyUnavailable
-from workbench.formats.drift import check_unchanged
 from workbench.formats.index import ModelFile, TensorIndex, TensorInfo
+from workbench.io.descriptors import check_descriptors, open_checked
 from workbench.registry import Availability
 from workbench.strategies.params import BaseParams, check_param, parse_params
 from workbench.strategies.result import (
@@ -74,15 +74,15 @@ class LoadContext:
 
     def fd(self, file: str | ModelFile | TensorInfo | None = None, flags: int = os.O_RDONLY) -> int:
         """A descriptor of one of the model's files (``None``: the only one), opened once per load and
-        flags, refused if the file changed since indexing, closed when the load ends; thread-safe."""
+        flags, refused if changed since indexing or not a regular file, closed at the load's end; thread-safe."""
         path = self.path_of(file)
         with self._lock:
             fd = self._fds.get((path, flags))
             if fd is None:
-                fd = os.open(path, flags | os.O_CLOEXEC)
+                if not self._fds:  # the load's first: room for one per file, or one line saying why not
+                    check_descriptors(self.index.path, len(self.files))
+                fd = self._fds[(path, flags)] = open_checked(self.index, path, flags)
                 self.stack.callback(os.close, fd)
-                self._fds[(path, flags)] = fd
-                check_unchanged(self.index.file(path), fd)
         return fd
 
     def path_of(self, file: str | ModelFile | TensorInfo | None) -> str:

@@ -24,19 +24,18 @@ the loading thread's phases only see the readers' wall (``read``).
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
-from workbench.formats.drift import check_unchanged
 from workbench.formats.index import PAGE_SIZE, TensorInfo
+from workbench.io.descriptors import ReaderFiles
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
 from workbench.strategies.toolkit import (
     Evictor, MiB, StagingRing, ThreadGuard, engage_write_combined, files_note, pread_into, probe_resident,
-    settle_staged,
+    reader_opener, settle_staged,
 )
 from workbench.upload.base import DeviceBuffer
 from workbench.upload.staged_read import SharedQueue
@@ -178,26 +177,19 @@ class _Readers:
         self.ctx, self.ring, self.bufs, self.evictor = ctx, ring, bufs, evictor
 
     def run(self, windows: Any, stop: threading.Event) -> None:
-        fds: dict[str, int] = {}  # this reader's own descriptor of each file it reads: its own readahead
+        fds = ReaderFiles(reader_opener(self.ctx))  # this reader's own descriptors (its own readahead), a few at once
         ns = dict.fromkeys(self.TALLIES, 0)
         moved = 0
         try:
             for w in windows:
-                if not self._one(self._fd(fds, w.file), w, stop, ns):
+                if not self._one(fds.fd(w.file), w, stop, ns):
                     return
                 moved += w.nbytes
         finally:
-            for fd in fds.values():
-                os.close(fd)
+            fds.close()
             self.ctx.count("bytes", moved)
             for key, value in ns.items():
                 self.ctx.count(key, value // 1000)
-
-    def _fd(self, fds: dict[str, int], path: str) -> int:
-        if path not in fds:
-            fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            check_unchanged(self.ctx.index.file(path), fds[path])
-        return fds[path]
 
     def _one(self, fd: int, w: Window, stop: threading.Event, ns: dict[str, int]) -> bool:
         clock = time.perf_counter_ns

@@ -16,8 +16,8 @@ from typing import Any, Callable
 import numpy as np
 
 from workbench.errors import FormatError
-from workbench.formats.drift import check_unchanged
 from workbench.formats.index import ModelFile, TensorInfo
+from workbench.io.descriptors import check_descriptors, open_checked
 from workbench.io.pagecache import resident_fraction, sampled_resident_fraction
 from workbench.records import MiB
 from workbench.strategies.base import LoadContext
@@ -129,13 +129,7 @@ def reader_opener(ctx: LoadContext) -> Callable[[str], int]:
     readahead), refused like :meth:`LoadContext.fd` if the file changed since indexing."""
 
     def open_file(path: str) -> int:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            check_unchanged(ctx.index.file(path), fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return open_checked(ctx.index, path)
 
     return open_file
 
@@ -216,7 +210,12 @@ def open_mapping(ctx: LoadContext, file: str | ModelFile | TensorInfo | None = N
     path = ctx.path_of(file)
 
     def make() -> FileMapping:
-        m = FileMapping(ctx.fd(path), path)
+        ctx.once("mapping room", lambda: check_descriptors(ctx.index.path, len(ctx.files)))  # mmap keeps a dup
+        fd = open_checked(ctx.index, path)
+        try:
+            m = FileMapping(fd, path)
+        finally:
+            os.close(fd)  # the mapping holds its own duplicate: one descriptor per mapped file, not two
         ctx.cleanup(m.close)
         return m
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from workbench.errors import FormatError
+from workbench.formats.opening import open_regular
+from workbench.io.descriptors import ReaderFiles
 from workbench.upload.base import Device, DeviceBuffer
 from workbench.upload.staging import StagingRing
 
@@ -197,21 +199,18 @@ class StagedReader:
         return total
 
     def _run(self, windows: Iterable[Window], stop: threading.Event) -> StagedTally:
-        fds: dict[str, int] = {}  # this reader's own descriptor per file: its own readahead state
+        fds = ReaderFiles(self.open_file)  # this reader's own descriptors (its own readahead), a few at once
         tally = StagedTally()
         try:
             for w in windows:
                 if stop.is_set():  # another reader failed: stop at a window boundary
                     break
-                if w.file not in fds:
-                    fds[w.file] = self.open_file(w.file)
-                one = self.read_window(fds[w.file], w, stop)
+                one = self.read_window(fds.fd(w.file), w, stop)
                 if one is None:
                     break
                 tally = tally + one
         finally:
-            for fd in fds.values():
-                os.close(fd)
+            fds.close()
         return tally
 
     def read_window(self, fd: int, w: Window, stop: threading.Event | None = None) -> StagedTally | None:
@@ -242,7 +241,7 @@ class StagedReader:
 
 
 def _open_read_only(path: str) -> int:
-    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    return open_regular(path)  # never waits on a FIFO or device put in the file's place
 
 
 def _pread_full(fd: int, view: Any, offset: int, path: str) -> None:
