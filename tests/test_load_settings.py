@@ -123,6 +123,21 @@ def test_settings_differences_name_settings_not_states():
     assert text == "k0 0 → 1, k1 1 → 2, k2 2 → 3 (+5 more)"
 
 
+def test_memory_amounts_that_a_vm_moves_by_a_little_are_not_a_difference():
+    """A VM's balloon moved node0's MemTotal from 10.0 to 10.1 GiB between two attempts of one test run
+    (2-core VM, 2026-12-03): a baseline then 'differed'. Within 5 % it is the same machine; a real change
+    of memory or of the node count still differs."""
+    def env(numa, ram):
+        return {"settings": {"numa_memory": numa, "read_ahead_kb": 128}, "ram_bytes": ram}
+
+    assert settings_differences(env("node0 10.0 GiB", 24_000_000_000), env("node0 10.1 GiB", 24_300_000_000)) == []
+    assert settings_differences(env("node0 10.0 GiB", 24 << 30), env("node0 16.0 GiB", 24 << 30)) == [
+        ("numa_memory", "node0 10.0 GiB", "node0 16.0 GiB")]
+    assert [d[0] for d in settings_differences(env("node0 10.0 GiB", 24 << 30),
+                                               env("node0 5.0 GiB, node1 5.0 GiB", 48 << 30))] == [
+        "numa_memory", "ram_bytes"]
+
+
 def test_the_pr_table_lists_the_settings_that_differ_from_the_baseline(tmp_path):
     path = tmp_path / "l.sqlite"
     with Ledger(path) as led:

@@ -9,11 +9,17 @@ minute to the next — the CPU's current frequency, swap in use, a GPU link's cu
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 VOLATILE_SUFFIXES = ("cpu_mhz", "swap_used_bytes", ".pcie_current")
 TOP_LEVEL = ("kernel", "python", "workbench_version", "git_commit", "cpu_model", "cores_usable", "ram_bytes")
 DEVICE_KEYS = ("name", "driver", "binding")
+# amounts of memory a VM's balloon or page reporting moves by a little from one minute to the next
+# ("node0 10.0 GiB" → "node0 10.1 GiB"): the same setting while every figure is within AMOUNT_TOLERANCE
+AMOUNTS = ("numa_memory", "ram_bytes")
+AMOUNT_TOLERANCE = 0.05
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 def comparable_settings(environment: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -39,7 +45,17 @@ def settings_differences(a: Mapping[str, Any] | None, b: Mapping[str, Any] | Non
     if left is None or right is None:
         return None
     return [(k, left.get(k, "absent"), right.get(k, "absent")) for k in sorted(set(left) | set(right))
-            if left.get(k, "absent") != right.get(k, "absent")]
+            if not _same(k, left.get(k, "absent"), right.get(k, "absent"))]
+
+
+def _same(key: str, a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    if key not in AMOUNTS:
+        return False
+    x, y = _NUMBER.findall(str(a)), _NUMBER.findall(str(b))
+    return (_NUMBER.sub("#", str(a)) == _NUMBER.sub("#", str(b)) and len(x) == len(y)
+            and all(abs(float(i) - float(j)) <= AMOUNT_TOLERANCE * max(float(i), float(j)) for i, j in zip(x, y)))
 
 
 def format_differences(diffs: list[tuple[str, Any, Any]], limit: int = 6, width: int = 40) -> str:
