@@ -14,7 +14,6 @@ to ``<repo>/blobs/<sha>`` (``<repo>`` named ``models--<org>--<name>`` and the li
 """
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -23,8 +22,8 @@ import stat
 from dataclasses import dataclass
 
 from workbench.errors import FormatError
+from workbench.formats.directory import ST_INDEX, choose_model, set_index_names
 
-ST_INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 64 << 20  # a weight_map for 100k tensors is a few MB
 HUB_REPO_PREFIXES = ("models--", "datasets--", "spaces--")  # the hub cache's repo folders
 SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.[A-Za-z0-9]+)$")
@@ -44,7 +43,7 @@ class ModelSpec:
     index_file: str = ""
     weight_map: dict[str, str] | None = None
     total_size: int | None = None
-    kind: str = "file"  # file | safetensors-index | safetensors-shards | safetensors-dir | gguf-split
+    kind: str = "file"  # file | safetensors-index | safetensors-shards | gguf-split
 
 
 def resolve_model(path: str | os.PathLike[str]) -> ModelSpec:
@@ -59,11 +58,12 @@ def resolve_model(path: str | os.PathLike[str]) -> ModelSpec:
         return read_st_index(path)
     m = SHARD_RE.match(os.path.basename(path))
     if m and m.group("ext") == ".safetensors":
-        sibling_index = os.path.join(os.path.dirname(path), ST_INDEX)
-        if os.path.isfile(sibling_index):
-            spec = read_st_index(confine(os.path.dirname(path), sibling_index))
-            if path in spec.files or os.path.realpath(path) in map(os.path.realpath, spec.files):
-                return spec
+        for name in set_index_names(m.group("prefix")):
+            sibling_index = os.path.join(os.path.dirname(path), name)
+            if os.path.isfile(sibling_index):
+                spec = read_st_index(confine(os.path.dirname(path), sibling_index))
+                if path in spec.files or os.path.realpath(path) in map(os.path.realpath, spec.files):
+                    return spec
     if m and m.group("ext") in (".safetensors", ".gguf") and int(m.group("count")) > 1:
         return _numbered_set(path, m, named=path)
     return ModelSpec(path, (path,))  # a GGUF split not named as one is found by its keys (sets.py)
@@ -79,35 +79,20 @@ def _stat(path: str) -> os.stat_result:
 
 
 def _resolve_dir(directory: str) -> ModelSpec:
-    """A directory: its safetensors index, else every ``*.safetensors``, else its GGUF (split) files."""
-    index = os.path.join(directory, ST_INDEX)
-    if os.path.isfile(index):
-        return read_st_index(confine(directory, index))
-    others = sorted(glob.glob(os.path.join(glob.escape(directory), "*.safetensors.index.json")))
-    if len(others) == 1:
-        return read_st_index(confine(directory, others[0]))
-    if others:
-        raise FormatError(directory, "path", f"{len(others)} safetensors index files "
-                          f"({', '.join(os.path.basename(o) for o in others[:3])}): name one of them")
-    for ext in (".safetensors", ".gguf"):
-        found = sorted(f for f in glob.glob(os.path.join(glob.escape(directory), "*" + ext)) if os.path.isfile(f))
-        if len(found) == 1:
-            return ModelSpec(found[0], (confine(directory, found[0]),))
-        if found:
-            return _many_files(directory, found, ext)
-    raise FormatError(directory, "path", "is a directory with no model in it (no model.safetensors.index.json, "
-                                         "*.safetensors or *.gguf)")
-
-
-def _many_files(directory: str, found: list[str], ext: str) -> ModelSpec:
-    """Several files of one extension: one numbered set, or (safetensors) every file as the set."""
-    matches = [SHARD_RE.match(os.path.basename(f)) for f in found]
-    if all(matches) and len({m.group("prefix", "count") for m in matches}) == 1:
-        return _numbered_set(found[0], matches[0], named="")
-    if ext == ".gguf":
-        raise FormatError(directory, "path", f"{len(found)} GGUF files that are not one split set "
-                          f"({', '.join(os.path.basename(f) for f in found[:3])}…): name the model file")
-    return ModelSpec(found[0], tuple(confine(directory, f) for f in found), kind="safetensors-dir")
+    """A directory: the model the Hub's loaders would take from it (directory.py decides by names)."""
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries if not e.is_dir()]
+    except OSError as exc:
+        raise FormatError(directory, "path", exc.strerror or str(exc)) from None
+    choice = choose_model(directory, names)
+    member = os.path.join(directory, choice.name)
+    if choice.kind == "index":
+        return read_st_index(confine(directory, member))
+    if choice.kind == "set":
+        return _numbered_set(member, SHARD_RE.match(choice.name), named="")
+    check_member(confine(directory, member), "the directory's model file")
+    return ModelSpec(member, (member,))
 
 
 def _numbered_set(member: str, m: re.Match, named: str) -> ModelSpec:
