@@ -52,13 +52,14 @@ def tensor_bytes(tensor) -> bytes:
 
 
 def write_hub_checkpoint(directory: str | os.PathLike[str], seed: int = 0, max_shard_size: int = 2000,
-                         n: int = 23) -> dict[str, bytes]:
-    """``save_torch_state_dict`` into ``directory``; the tensors' bytes as given to it."""
+                         n: int = 23, **options) -> dict[str, bytes]:
+    """``save_torch_state_dict`` into ``directory`` (``options``: its ``filename_pattern``,
+    ``safe_serialization``); the tensors' bytes as given to it."""
     from huggingface_hub import save_torch_state_dict
 
     state = hub_state_dict(seed, n)
     Path(directory).mkdir(parents=True, exist_ok=True)
-    save_torch_state_dict(state, str(directory), max_shard_size=max_shard_size)
+    save_torch_state_dict(state, str(directory), max_shard_size=max_shard_size, **options)
     return {name: tensor_bytes(t) for name, t in state.items()}
 
 
