@@ -19,6 +19,7 @@ from workbench.io.envinfo import eviction_support
 from workbench.io.identity import model_identity
 from workbench.ledger import Ledger
 from workbench.ledger.file_figures import file_residency_table
+from workbench.untrusted import for_markdown
 
 REV = "3c1e0a4f9b6d2e8a7c5b4a3928171605f4e3d2c1"
 
@@ -30,12 +31,12 @@ def private(tmp_path, monkeypatch):
         monkeypatch.setenv(var, str(tmp_path / name))
 
 
-@pytest.fixture
-def checkpoint(tmp_path) -> Path:
-    """A sharded checkpoint written by huggingface_hub, and the same files in its cache's layout."""
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A sharded checkpoint written by huggingface_hub (read only by the tests)."""
     pytest.importorskip("torch")
     pytest.importorskip("huggingface_hub")
-    plain = tmp_path / "tiny"
+    plain = tmp_path_factory.mktemp("plain") / "tiny"
     write_hub_checkpoint(plain, seed=4)
     return plain
 
@@ -87,7 +88,7 @@ def test_the_ledger_keeps_names_and_paths_read_and_the_snapshot_is_the_copys_bas
     snapshot = snapshot_of(tmp_path, checkpoint)
 
     def run(model: Path, *more: str) -> None:
-        out = CliRunner().invoke(main, ["run", str(model), "--strategy", "pread", "--runs", "2", "--cache", "cold",
+        out = CliRunner().invoke(main, ["run", str(model), "--strategy", "pread", "--runs", "1", "--cache", "cold",
                                         "--campaign", "hub", *more])
         assert out.exit_code == 0, out.output
 
@@ -107,6 +108,27 @@ def test_the_ledger_keeps_names_and_paths_read_and_the_snapshot_is_the_copys_bas
         blobs = str(tmp_path / "hub" / "models--org--tiny" / "blobs")
         reads = {os.path.dirname(m["read"]) for m in members}
         assert reads == ({blobs} if where == snapshot else {str(checkpoint)})
+        assert attempt["file_path"] == str(where / "model.safetensors.index.json")  # the path as named
     table = file_residency_table(attempts[attempts["id"] == first["id"]], runs)  # notebook 01's per-file table
     assert table is not None and table["MiB"].notna().all(), table
     assert sorted(table["file"]) == names
+    assert_named_by_the_model(tmp_path, "org/tiny@3c1e0a4", "tiny")
+
+
+def assert_named_by_the_model(tmp_path: Path, *names: str) -> None:
+    """``ledger list``, the labels, the CSV and the PR Markdown call each model by its name: not
+    ``model.safetensors.index.json``, not a revision hash."""
+    import csv
+
+    listed = CliRunner().invoke(main, ["ledger", "list"]).output.splitlines()
+    rows = [line.split() for line in listed[1:]]
+    assert listed[0].split()[3] == "model" and [r[3] for r in rows] == list(names), listed
+    assert all(f"pread · {name}" in line for name, line in zip(names, listed[1:])), listed  # the labels
+    out = CliRunner().invoke(main, ["ledger", "export", "--csv", str(tmp_path / "csv"), "--markdown",
+                                    str(tmp_path / "table.md")])
+    assert out.exit_code == 0, out.output
+    with open(tmp_path / "csv" / "attempts.csv", newline="", encoding="utf-8") as fh:
+        assert [row["model"] for row in csv.DictReader(fh)] == list(names)
+    header = (tmp_path / "table.md").read_text().splitlines()[0]
+    shown = [for_markdown(name) for name in names]  # as every Markdown cell is: a mention broken
+    assert all(f"{name}, " in header for name in shown) and ".index.json" not in header and REV not in header, header

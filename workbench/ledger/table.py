@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.formats.names import model_display_name
 from workbench.ledger.sessions import session_facts, session_lines
 from workbench.ledger.settings_diff import settings_lines
 from workbench.records import failure_reason, format_effect, format_spread, format_verdict
@@ -206,7 +207,7 @@ def _device(a: dict[str, Any]) -> str:
 
 
 def _file(a: dict[str, Any]) -> str:
-    name = Path(str(a["file_path"] or "")).name
+    name = model_display_name(str(a["file_path"] or ""))
     if not name:
         return ""
     parts = [name]

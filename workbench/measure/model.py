@@ -114,9 +114,12 @@ def model_directory(model: Model) -> str:
 
 
 def model_name(path: str) -> str:
-    """What labels call a model: a file's stem, a set's directory name."""
+    """What labels call a model (:func:`workbench.formats.names.model_display_name`): of the path it
+    resolves to (a directory's index, set or file), else of the path itself."""
+    from workbench.formats.names import model_display_name
+
     model = resolve_model(path)
-    return model.name if not isinstance(model, str) else os.path.splitext(os.path.basename(os.path.normpath(path)))[0]
+    return model.name if not isinstance(model, str) else model_display_name(path)
 
 
 def describe_sets(paths: list[str]) -> list[str]:

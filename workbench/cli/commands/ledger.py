@@ -14,6 +14,7 @@ import click
 
 from workbench.cli.options import RefuseRepeats
 from workbench.errors import LedgerError, ParamError
+from workbench.formats.names import model_display_name
 from workbench.records import USER_VERDICTS, format_effect, format_spread, plural
 from workbench.untrusted import for_terminal
 
@@ -69,12 +70,13 @@ def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> N
         click.echo(for_terminal(f"no attempts{f' in campaign {campaign!r}' if campaign else ''} (campaigns: {known})"))
         return
     rows = [
-        (a["id"][:8], a["campaign"], a["host"], _file(a["file_path"]), a["label"], a["cache"] or "",
+        (a["id"][:8], a["campaign"], a["host"],
+         model_display_name(str(a["file_path"])) if _num(a["file_path"]) else "—", a["label"], a["cache"] or "",
          _ms(a["median_s"]), format_spread(_num(a["spread_pct"]), _num(a["n"]), _num(a["stable"])),
          _int(a["n"]), _effect(a), a["verdict_text"])
         for a in frame.to_dict("records")
     ]
-    _echo_table(("id", "campaign", "host", "file", "change", "cache", "median", "spread", "n", "vs baseline",
+    _echo_table(("id", "campaign", "host", "model", "change", "cache", "median", "spread", "n", "vs baseline",
                  "verdict"), rows)
 
 
@@ -301,10 +303,6 @@ def _effect(a: dict[str, Any]) -> str:
     if a.get("auto_verdict") == "baseline":
         return "baseline"
     return format_effect(_num(a.get("speedup")), _num(a.get("ci_low")), _num(a.get("ci_high")))
-
-
-def _file(path: Any) -> str:
-    return "—" if _missing(path) or not path else Path(str(path)).name
 
 
 def _ms(seconds: Any) -> str:
