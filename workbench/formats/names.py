@@ -45,12 +45,21 @@ def model_display_name(path: str | os.PathLike[str]) -> str:
     return folder_name if stem == "model" else f"{folder_name}/{stem}"
 
 
-def _snapshot(path: str) -> tuple[str, list[str]] | None:
-    """(``org/name@rev``, the folders below the snapshot) when ``path`` lies in a hub cache snapshot."""
+def hub_snapshot_of(path: str) -> tuple[str, str, list[str]] | None:
+    """(the repo folder ``…/models--org--name``, the revision, the names below the revision) when
+    ``path`` — as written, links not resolved — lies in a hub cache snapshot; else None."""
     parts = path.split(os.sep)
     for i in range(len(parts) - 2, 0, -1):
         if parts[i] == "snapshots" and parts[i - 1].startswith(HUB_REPO_PREFIXES):
-            repo_id = parts[i - 1].split("--", 1)[1].replace("--", "/")
-            rev = parts[i + 1]
-            return f"{repo_id}@{rev[:7] if _COMMIT.match(rev) else rev}", parts[i + 2:]
+            return os.sep.join(parts[:i]), parts[i + 1], parts[i + 2:]
     return None
+
+
+def _snapshot(path: str) -> tuple[str, list[str]] | None:
+    """(``org/name@rev``, the folders below the snapshot) when ``path`` lies in a hub cache snapshot."""
+    found = hub_snapshot_of(path)
+    if found is None:
+        return None
+    repo, rev, inner = found
+    repo_id = os.path.basename(repo).split("--", 1)[1].replace("--", "/")
+    return f"{repo_id}@{rev[:7] if _COMMIT.match(rev) else rev}", inner

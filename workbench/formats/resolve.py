@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from workbench.errors import FormatError
 from workbench.formats.directory import choose_model, set_index_names
-from workbench.formats.names import HUB_REPO_PREFIXES
+from workbench.formats.names import HUB_REPO_PREFIXES, hub_snapshot_of
 
 MAX_INDEX_BYTES = 64 << 20  # a weight_map for 100k tensors is a few MB
 SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.[A-Za-z0-9]+)$")
@@ -50,6 +50,7 @@ def resolve_model(path: str | os.PathLike[str]) -> ModelSpec:
     """Resolve ``path`` to a :class:`ModelSpec`; FormatError (one line) for anything that is not a model."""
     path = os.path.abspath(os.fspath(path))
     st = _stat(path)
+    _check_snapshot_entry(path)
     if stat.S_ISDIR(st.st_mode):
         return _resolve_dir(path)
     if not stat.S_ISREG(st.st_mode):
@@ -210,16 +211,34 @@ def confined_name(index_path: str, directory: str, name: str, where: str) -> str
     joined = os.path.normpath(os.path.join(directory, name))
     if not _leaves(directory, joined):
         return joined
-    raise FormatError(index_path, where, f"{name!r} leaves the model's directory "
-                                         f"({os.path.realpath(joined)}): refused")
+    raise FormatError(index_path, where, f"{name!r} {_leaving(directory, joined)}")
 
 
 def confine(directory: str, member: str) -> str:
     """``member``, refused when it (or a link it is) leaves ``directory``."""
     if _leaves(directory, member):
-        raise FormatError(member, "path", f"a link that leaves the model's directory "
-                                          f"({os.path.realpath(member)}): refused")
+        raise FormatError(member, "path", f"a link that {_leaving(directory, member)}")
     return member
+
+
+def _leaving(directory: str, member: str) -> str:
+    if _snapshot_repo(directory) is not None:
+        return f"points outside its repo's blobs/ ({os.path.realpath(member)}): refused (a hub snapshot's links " \
+               "lead only into its repo's blobs/)"
+    return f"leaves the model's directory ({os.path.realpath(member)}): refused"
+
+
+def _check_snapshot_entry(path: str) -> None:
+    """The path the user named may point anywhere, except a hub snapshot's entry: one that is (or lies
+    under) a link must lead into its repo's ``blobs/`` — else the bytes are not the snapshot's."""
+    found = hub_snapshot_of(path)
+    if found is None:
+        return
+    repo, real = os.path.realpath(found[0]), os.path.realpath(path)
+    unlinked = os.path.join(repo, "snapshots", found[1], *found[2])  # where it lies with no link followed
+    if real != unlinked and not _inside(real, os.path.join(repo, "blobs")):
+        raise FormatError(path, "path", f"a hub snapshot's entry that points outside its repo's blobs/ "
+                                        f"({real}): refused")
 
 
 def _leaves(directory: str, member: str) -> bool:
@@ -236,17 +255,21 @@ def _inside(path: str, directory: str) -> bool:
 
 def _hub_blob(directory: str, member: str) -> bool:
     """The hub cache's layout: ``<repo>/snapshots/<rev>/[<sub>/]<file>`` → ``<repo>/blobs/<sha>``."""
+    repo = _snapshot_repo(directory)
+    return repo is not None and os.path.islink(member) and _inside(os.path.realpath(member),
+                                                                    os.path.join(repo, "blobs"))
+
+
+def _snapshot_repo(directory: str) -> str | None:
+    """The hub repo folder (``…/models--org--name``) whose snapshot ``directory`` (links resolved) is in."""
     here = os.path.realpath(directory)
     while os.path.dirname(here) != here:
         parent = os.path.dirname(here)
         if os.path.basename(parent) == "snapshots":
             repo = os.path.dirname(parent)
-            if not os.path.basename(repo).startswith(HUB_REPO_PREFIXES):
-                return False
-            blobs = os.path.join(repo, "blobs")
-            return os.path.islink(member) and _inside(os.path.realpath(member), blobs)
+            return repo if os.path.basename(repo).startswith(HUB_REPO_PREFIXES) else None
         here = parent
-    return False
+    return None
 
 
 def _shard_order(path: str) -> tuple[int, str]:
