@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from workbench.errors import FormatError
 from workbench.formats.directory import choose_model, set_index_names
-from workbench.formats.names import HUB_REPO_PREFIXES, hub_snapshot_of
+from workbench.records.model_names import HUB_REPO_PREFIXES, hub_snapshot_of
 
 MAX_INDEX_BYTES = 64 << 20  # a weight_map for 100k tensors is a few MB
 SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.[A-Za-z0-9]+)$")

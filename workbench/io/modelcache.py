@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from workbench.errors import CacheStateError, FormatError
 from workbench.formats.index import TensorIndex
-from workbench.formats.names import model_display_name
+from workbench.records import model_display_name
 from workbench.io.pagecache import STATES, page_size, prepare, resident_fraction
 
 
@@ -50,7 +50,7 @@ class ModelFiles:
 
     @property
     def name(self) -> str:
-        """What a label calls the model (:func:`workbench.formats.names.model_display_name`)."""
+        """What a label calls the model (:func:`workbench.records.model_display_name`)."""
         return model_display_name(self.path)
 
     def describe(self, shown: str | None = None) -> str:

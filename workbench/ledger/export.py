@@ -35,10 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from workbench.errors import OutputError
-from workbench.formats.names import model_display_name
 from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
 from workbench.outputs import ledger_files, refuse_overwrite, write_text
-from workbench.records import COST_FIELDS, format_effect
+from workbench.records import COST_FIELDS, format_effect, model_display_name
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -14,10 +14,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.formats.names import model_display_name
 from workbench.ledger.sessions import session_facts, session_lines
 from workbench.ledger.settings_diff import settings_lines
-from workbench.records import failure_reason, format_effect, format_spread, format_verdict
+from workbench.records import failure_reason, format_effect, format_spread, format_verdict, model_display_name
 from workbench.untrusted import for_markdown, for_markdown_code
 
 if TYPE_CHECKING:

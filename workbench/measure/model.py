@@ -114,9 +114,9 @@ def model_directory(model: Model) -> str:
 
 
 def model_name(path: str) -> str:
-    """What labels call a model (:func:`workbench.formats.names.model_display_name`): of the path it
+    """What labels call a model (:func:`workbench.records.model_display_name`): of the path it
     resolves to (a directory's index, set or file), else of the path itself."""
-    from workbench.formats.names import model_display_name
+    from workbench.records import model_display_name
 
     model = resolve_model(path)
     return model.name if not isinstance(model, str) else model_display_name(path)

@@ -14,8 +14,7 @@ import click
 
 from workbench.cli.options import RefuseRepeats
 from workbench.errors import LedgerError, ParamError
-from workbench.formats.names import model_display_name
-from workbench.records import USER_VERDICTS, format_effect, format_spread, plural
+from workbench.records import USER_VERDICTS, format_effect, format_spread, model_display_name, plural
 from workbench.untrusted import for_terminal
 
 _LEDGER_HELP = "Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."

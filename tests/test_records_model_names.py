@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.formats.names import model_display_name
+from workbench.records import model_display_name
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 HUB = f"/cache/hub/models--meta-llama--Llama-3-8B/snapshots/{REV}"

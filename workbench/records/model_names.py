@@ -1,5 +1,5 @@
 """What tables, labels and exports call a model — one function, from the model's path alone (a ledger
-read on another machine has only the path it recorded).
+read on another machine has only the path it recorded; the data model, so every layer shares it).
 
 - A model in a Hugging Face cache snapshot (``…/models--org--name/snapshots/<rev>/[<sub>/]<file>``) is
   ``org/name@<rev>`` — the revision shortened to 7 characters when it is a commit hash — with the
