@@ -196,7 +196,7 @@ def _header(attempts: pd.DataFrame, campaign: str | None) -> str:
 
 def _most_specific(known: dict[str, str], records: list[dict[str, Any]], key: str) -> str:
     described = {**{str(a[key]): (_device(a) if key == "device" else _file(a)) for a in records}, **known}
-    return ", ".join(sorted(v for v in described.values() if v))
+    return ", ".join(sorted({v for v in described.values() if v}))  # one model named by two paths: once
 
 
 def _device(a: dict[str, Any]) -> str:
