@@ -1,8 +1,9 @@
 """Which files a model path names: one file, a sharded safetensors set, or a gguf-split set.
 
 A path may be a model file, a shard of a set (``model-00002-of-00004.safetensors``,
-``…-00001-of-00003.gguf``), a safetensors index (``model.safetensors.index.json``) or a directory.
-Resolution only reads the index's JSON and stat results; no model file is opened here, so a set that
+``…-00001-of-00003.gguf``), a safetensors index (``model.safetensors.index.json``) or a directory,
+which means the one model the Hub's loaders would take from it (directory.py, by names alone: files
+beside that model are never looked at again). Resolution only reads the index's JSON and stat results; no model file is opened here, so a set that
 reaches outside the model's directory is refused before anything of it is read, and a member that
 is missing, or not a regular file (a FIFO, a device), is refused by its stat, before it is opened.
 
@@ -10,7 +11,8 @@ The confinement rule: every member that resolution *finds* (a sibling shard, a `
 a file of a named directory, the directory's index) lies in the model's directory, after resolving
 ``..`` and links; the path the user named is theirs to point anywhere. One kind of link may leave
 the directory: the Hugging Face hub cache's, where ``<repo>/snapshots/<rev>/[<sub>/]<file>`` links
-to ``<repo>/blobs/<sha>`` (``<repo>`` named ``models--<org>--<name>`` and the like).
+to ``<repo>/blobs/<sha>`` (``<repo>`` named ``models--<org>--<name>`` and the like). A snapshot's
+entry leads nowhere else, whether resolution finds it or the user names it.
 """
 from __future__ import annotations
 
