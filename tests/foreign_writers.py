@@ -52,13 +52,14 @@ def tensor_bytes(tensor) -> bytes:
 
 
 def write_hub_checkpoint(directory: str | os.PathLike[str], seed: int = 0, max_shard_size: int = 2000,
-                         n: int = 23) -> dict[str, bytes]:
-    """``save_torch_state_dict`` into ``directory``; the tensors' bytes as given to it."""
+                         n: int = 23, **options) -> dict[str, bytes]:
+    """``save_torch_state_dict`` into ``directory`` (``options``: its ``filename_pattern``,
+    ``safe_serialization``); the tensors' bytes as given to it."""
     from huggingface_hub import save_torch_state_dict
 
     state = hub_state_dict(seed, n)
     Path(directory).mkdir(parents=True, exist_ok=True)
-    save_torch_state_dict(state, str(directory), max_shard_size=max_shard_size)
+    save_torch_state_dict(state, str(directory), max_shard_size=max_shard_size, **options)
     return {name: tensor_bytes(t) for name, t in state.items()}
 
 
@@ -101,3 +102,27 @@ def read_via_index(index) -> dict[str, bytes]:
             fh.seek(t.offset)
             out[t.name] = fh.read(t.nbytes)
     return out
+
+
+def hub_cache_snapshot(cache_dir: str | os.PathLike[str], repo_id: str, checkpoint: str | os.PathLike[str],
+                       revision: str, sub: str = "") -> Path:
+    """``checkpoint``'s files laid out as huggingface_hub's download cache lays out a repo:
+    ``models--org--name/blobs/<sha256>`` (an LFS file's etag), ``refs/main`` holding the revision, and
+    ``snapshots/<revision>/[<sub>/]<file>`` a relative link to its blob (``_create_symlink``'s). The
+    caller can check the layout with huggingface_hub's own ``scan_cache_dir``/``try_to_load_from_cache``.
+    Returns the snapshot folder the files are in."""
+    import hashlib
+    import shutil
+
+    from huggingface_hub.file_download import repo_folder_name
+
+    repo = Path(cache_dir) / repo_folder_name(repo_id=repo_id, repo_type="model")
+    snapshot = repo / "snapshots" / revision / sub
+    for folder in (repo / "blobs", repo / "refs", snapshot):
+        folder.mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    for f in sorted(Path(checkpoint).iterdir()):
+        blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copyfile(f, blob)
+        (snapshot / f.name).symlink_to(os.path.relpath(blob, snapshot))
+    return snapshot

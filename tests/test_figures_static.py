@@ -83,7 +83,7 @@ def test_heat_map_draws_one_panel_per_file_never_an_average():
         "file_hash": ["xxh3_128:aaaa11111111"] * 2 + ["xxh3_128:bbbb22222222"] * 2})
     fig = threads_chunk_heatmap(attempts)
     titles = [a.text for a in fig.layout.annotations]
-    assert titles == ["small.gguf · lanes · warm", "big.gguf · lanes · warm"]
+    assert titles == ["small · lanes · warm", "big · lanes · warm"]  # the model names every table uses
     assert [list(t.z[:, 0]) for t in fig.data] == [[1.0, 2.0], [10.0, 20.0]]  # nothing averaged across files
     assert fig.layout.xaxis.title.text == "chunk (MiB)" and fig.layout.yaxis2.title.text == "threads"
     # The same configuration twice on one file: its latest attempt, and the title says so.
@@ -93,7 +93,7 @@ def test_heat_map_draws_one_panel_per_file_never_an_average():
     # Two files with one name are told apart by their hash.
     clash = attempts.assign(file_path="/other/m.gguf")
     assert {a.text for a in threads_chunk_heatmap(clash).layout.annotations} == {
-        "m.gguf [11111111] · lanes · warm", "m.gguf [22222222] · lanes · warm"}
+        "m [11111111] · lanes · warm", "m [22222222] · lanes · warm"}
 
 
 # -- static images ----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""File identity: the hash is right, cached by (realpath, size, mtime), and renewed when the file changes."""
+"""File identity: the hash is right, cached by (realpath, size, mtime), and renewed when the file changes;
+it names the file as it was named and the file that was read."""
 from __future__ import annotations
 
 import os
@@ -40,7 +41,7 @@ def test_identity_fields_and_hash(tmp_path, cache_dir):
     link.symlink_to(path)
     ident = file_identity(link)
     st = os.stat(path)
-    assert ident.path == str(path.resolve())
+    assert ident.path == str(link) and ident.read_path == str(path.resolve())  # as named; what was read
     assert (ident.size, ident.mtime_ns) == (len(data), st.st_mtime_ns)
     assert ident.hash == "xxh3_128:" + xxhash.xxh3_128(data).hexdigest()
     assert (cache_dir / "identity.sqlite").exists()

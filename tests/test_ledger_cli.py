@@ -90,15 +90,15 @@ def test_ledger_option_after_the_subcommand_too(tmp_path):
     assert both.exit_code == 2 and "given twice with different paths" in both.output
 
 
-def test_list_has_a_file_column_and_the_interval(tmp_path):
+def test_list_has_a_model_column_and_the_interval(tmp_path):
     path = str(tmp_path / "l.sqlite")
     _, fast, _ = fill_ledger(tmp_path / "l.sqlite")
     lines = invoke("--ledger", path, "list").output.splitlines()
-    assert lines[0].split()[:5] == ["id", "campaign", "host", "file", "change"]
+    assert lines[0].split()[:5] == ["id", "campaign", "host", "model", "change"]
     with Ledger(path) as led:
         a = led.attempt(fast)
     row = next(line for line in lines if line.startswith(fast[:8]))
-    assert "tiny.gguf" in row and f"{a['speedup']:.2f}× [{a['ci_low']:.2f}–{a['ci_high']:.2f}]" in row
+    assert row.split()[3] == "tiny" and f"{a['speedup']:.2f}× [{a['ci_low']:.2f}–{a['ci_high']:.2f}]" in row
 
 
 def test_export_dash_is_standard_output(tmp_path, monkeypatch):

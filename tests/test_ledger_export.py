@@ -50,7 +50,7 @@ def test_markdown_header_and_one_row_per_attempt(tmp_path):
         stored = led.attempt(fast)
     lines = text.splitlines()
     assert lines[0].startswith("**Machine** rig-a") and "host memory (host)" in lines[0]
-    assert "tiny.gguf, 3.00 MiB, xxh3_128:" in lines[0]
+    assert "**file** tiny, 3.00 MiB, xxh3_128:" in lines[0]  # the model's name (the file's stem), size, hash
     header = [c.strip() for c in lines[2].strip("|").split("|")]
     assert header == ["attempt", "change", "cache", "median", "spread", "n", "GB/s", "vs baseline", "verdict", "engaged"]
     rows = {line.split("|")[1].strip(" `"): [c.strip() for c in line.strip("|").split("|")] for line in lines[4:]}
@@ -145,7 +145,7 @@ def test_a_failed_sweep_point_does_not_blank_the_header(tmp_path):
                            speedup=None, verdict="failed")
         header = markdown_table(led, all_attempts=True).splitlines()[0]
         row = markdown_table(led, all_attempts=True).splitlines()[-1]
-    assert "**device** host memory (host) ·" in header and "**file** tiny.gguf, 3.00 MiB" in header
+    assert "**device** host memory (host) ·" in header and "**file** tiny, 3.00 MiB" in header
     assert ", ·" not in header and "**file** ," not in header
     assert "| warm |" in row and "not reached" not in row  # a point that never ran reached nothing
 

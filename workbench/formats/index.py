@@ -215,8 +215,10 @@ def _span(tensors: tuple[TensorInfo, ...], data_offset: int) -> tuple[int, int]:
 class FileIdentity:
     """Which file — or set of files — a result is about: path, size, mtime and a fast hash.
 
-    For a set, ``path`` is the model's path, ``size`` the bytes of every file, ``mtime_ns`` the newest,
-    ``hash`` one digest over each member's identity (``"set:xxh3_128:<hex>"``), and ``files`` the members
+    ``path`` is the file as it was named (its logical name: a hub snapshot's entry, not the blob it
+    links to) and ``read_path`` the file its bytes were read from (links resolved). For a set, ``path``
+    is the model's path, ``size`` the bytes of every file, ``mtime_ns`` the newest, ``hash`` one digest
+    over each member's logical name and content (``"set:xxh3_128:<hex>"``), and ``files`` the members
     (each file, then the index file if there is one).
     """
 
@@ -225,3 +227,4 @@ class FileIdentity:
     mtime_ns: int
     hash: str  # "xxh3_128:<hex>", or "set:xxh3_128:<hex>" for a set
     files: tuple["FileIdentity", ...] = ()
+    read_path: str = ""

@@ -1,8 +1,9 @@
 """Which files a model path names: one file, a sharded safetensors set, or a gguf-split set.
 
 A path may be a model file, a shard of a set (``model-00002-of-00004.safetensors``,
-``…-00001-of-00003.gguf``), a safetensors index (``model.safetensors.index.json``) or a directory.
-Resolution only reads the index's JSON and stat results; no model file is opened here, so a set that
+``…-00001-of-00003.gguf``), a safetensors index (``model.safetensors.index.json``) or a directory,
+which means the one model the Hub's loaders would take from it (directory.py, by names alone: files
+beside that model are never looked at again). Resolution only reads the index's JSON and stat results; no model file is opened here, so a set that
 reaches outside the model's directory is refused before anything of it is read, and a member that
 is missing, or not a regular file (a FIFO, a device), is refused by its stat, before it is opened.
 
@@ -10,11 +11,11 @@ The confinement rule: every member that resolution *finds* (a sibling shard, a `
 a file of a named directory, the directory's index) lies in the model's directory, after resolving
 ``..`` and links; the path the user named is theirs to point anywhere. One kind of link may leave
 the directory: the Hugging Face hub cache's, where ``<repo>/snapshots/<rev>/[<sub>/]<file>`` links
-to ``<repo>/blobs/<sha>`` (``<repo>`` named ``models--<org>--<name>`` and the like).
+to ``<repo>/blobs/<sha>`` (``<repo>`` named ``models--<org>--<name>`` and the like). A snapshot's
+entry leads nowhere else, whether resolution finds it or the user names it.
 """
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -24,10 +25,10 @@ from dataclasses import dataclass
 
 from workbench.errors import FormatError
 from workbench.formats.bounds import check_index_strings, check_member_count, check_member_name
+from workbench.formats.directory import choose_model, set_index_names
+from workbench.records.model_names import HUB_REPO_PREFIXES, hub_snapshot_of
 
-ST_INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 64 << 20  # a weight_map for 100k tensors is a few MB
-HUB_REPO_PREFIXES = ("models--", "datasets--", "spaces--")  # the hub cache's repo folders
 SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.[A-Za-z0-9]+)$")
 
 
@@ -45,13 +46,14 @@ class ModelSpec:
     index_file: str = ""
     weight_map: dict[str, str] | None = None
     total_size: int | None = None
-    kind: str = "file"  # file | safetensors-index | safetensors-shards | safetensors-dir | gguf-split
+    kind: str = "file"  # file | safetensors-index | safetensors-shards | gguf-split
 
 
 def resolve_model(path: str | os.PathLike[str]) -> ModelSpec:
     """Resolve ``path`` to a :class:`ModelSpec`; FormatError (one line) for anything that is not a model."""
     path = os.path.abspath(os.fspath(path))
     st = _stat(path)
+    _check_snapshot_entry(path)
     if stat.S_ISDIR(st.st_mode):
         return _resolve_dir(path)
     if not stat.S_ISREG(st.st_mode):
@@ -60,11 +62,12 @@ def resolve_model(path: str | os.PathLike[str]) -> ModelSpec:
         return read_st_index(path)
     m = SHARD_RE.match(os.path.basename(path))
     if m and m.group("ext") == ".safetensors":
-        sibling_index = os.path.join(os.path.dirname(path), ST_INDEX)
-        if os.path.isfile(sibling_index):
-            spec = read_st_index(confine(os.path.dirname(path), sibling_index))
-            if path in spec.files or os.path.realpath(path) in map(os.path.realpath, spec.files):
-                return spec
+        for name in set_index_names(m.group("prefix")):
+            sibling_index = os.path.join(os.path.dirname(path), name)
+            if os.path.isfile(sibling_index):
+                spec = read_st_index(confine(os.path.dirname(path), sibling_index))
+                if path in spec.files or os.path.realpath(path) in map(os.path.realpath, spec.files):
+                    return spec
     if m and m.group("ext") in (".safetensors", ".gguf") and int(m.group("count")) > 1:
         return _numbered_set(path, m, named=path)
     return ModelSpec(path, (path,))  # a GGUF split not named as one is found by its keys (sets.py)
@@ -80,36 +83,20 @@ def _stat(path: str) -> os.stat_result:
 
 
 def _resolve_dir(directory: str) -> ModelSpec:
-    """A directory: its safetensors index, else every ``*.safetensors``, else its GGUF (split) files."""
-    index = os.path.join(directory, ST_INDEX)
-    if os.path.isfile(index):
-        return read_st_index(confine(directory, index))
-    others = sorted(glob.glob(os.path.join(glob.escape(directory), "*.safetensors.index.json")))
-    if len(others) == 1:
-        return read_st_index(confine(directory, others[0]))
-    if others:
-        raise FormatError(directory, "path", f"{len(others)} safetensors index files "
-                          f"({', '.join(os.path.basename(o) for o in others[:3])}): name one of them")
-    for ext in (".safetensors", ".gguf"):
-        found = sorted(f for f in glob.glob(os.path.join(glob.escape(directory), "*" + ext)) if os.path.isfile(f))
-        if len(found) == 1:
-            return ModelSpec(found[0], (confine(directory, found[0]),))
-        if found:
-            return _many_files(directory, found, ext)
-    raise FormatError(directory, "path", "is a directory with no model in it (no model.safetensors.index.json, "
-                                         "*.safetensors or *.gguf)")
-
-
-def _many_files(directory: str, found: list[str], ext: str) -> ModelSpec:
-    """Several files of one extension: one numbered set, or (safetensors) every file as the set."""
-    check_member_count(directory, "path", len(found))
-    matches = [SHARD_RE.match(os.path.basename(f)) for f in found]
-    if all(matches) and len({m.group("prefix", "count") for m in matches}) == 1:
-        return _numbered_set(found[0], matches[0], named="")
-    if ext == ".gguf":
-        raise FormatError(directory, "path", f"{len(found)} GGUF files that are not one split set "
-                          f"({', '.join(os.path.basename(f) for f in found[:3])}…): name the model file")
-    return ModelSpec(found[0], tuple(confine(directory, f) for f in found), kind="safetensors-dir")
+    """A directory: the model the Hub's loaders would take from it (directory.py decides by names)."""
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries if not e.is_dir()]
+    except OSError as exc:
+        raise FormatError(directory, "path", exc.strerror or str(exc)) from None
+    choice = choose_model(directory, names)
+    member = os.path.join(directory, choice.name)
+    if choice.kind == "index":
+        return read_st_index(confine(directory, member))
+    if choice.kind == "set":
+        return _numbered_set(member, SHARD_RE.match(choice.name), named="")
+    check_member(confine(directory, member), "the directory's model file")
+    return ModelSpec(member, (member,))
 
 
 def _numbered_set(member: str, m: re.Match, named: str) -> ModelSpec:
@@ -233,16 +220,34 @@ def confined_name(index_path: str, directory: str, name: str, where: str) -> str
     joined = os.path.normpath(os.path.join(directory, name))
     if not _leaves(directory, joined):
         return joined
-    raise FormatError(index_path, where, f"{name!r} leaves the model's directory "
-                                         f"({os.path.realpath(joined)}): refused")
+    raise FormatError(index_path, where, f"{name!r} {_leaving(directory, joined)}")
 
 
 def confine(directory: str, member: str) -> str:
     """``member``, refused when it (or a link it is) leaves ``directory``."""
     if _leaves(directory, member):
-        raise FormatError(member, "path", f"a link that leaves the model's directory "
-                                          f"({os.path.realpath(member)}): refused")
+        raise FormatError(member, "path", f"a link that {_leaving(directory, member)}")
     return member
+
+
+def _leaving(directory: str, member: str) -> str:
+    if _snapshot_repo(directory) is not None:
+        return f"points outside its repo's blobs/ ({os.path.realpath(member)}): refused (a hub snapshot's links " \
+               "lead only into its repo's blobs/)"
+    return f"leaves the model's directory ({os.path.realpath(member)}): refused"
+
+
+def _check_snapshot_entry(path: str) -> None:
+    """The path the user named may point anywhere, except a hub snapshot's entry: one that is (or lies
+    under) a link must lead into its repo's ``blobs/`` — else the bytes are not the snapshot's."""
+    found = hub_snapshot_of(path)
+    if found is None:
+        return
+    repo, real = os.path.realpath(found[0]), os.path.realpath(path)
+    unlinked = os.path.join(repo, "snapshots", found[1], *found[2])  # where it lies with no link followed
+    if real != unlinked and not _inside(real, os.path.join(repo, "blobs")):
+        raise FormatError(path, "path", f"a hub snapshot's entry that points outside its repo's blobs/ "
+                                        f"({real}): refused")
 
 
 def _leaves(directory: str, member: str) -> bool:
@@ -259,17 +264,21 @@ def _inside(path: str, directory: str) -> bool:
 
 def _hub_blob(directory: str, member: str) -> bool:
     """The hub cache's layout: ``<repo>/snapshots/<rev>/[<sub>/]<file>`` → ``<repo>/blobs/<sha>``."""
+    repo = _snapshot_repo(directory)
+    return repo is not None and os.path.islink(member) and _inside(os.path.realpath(member),
+                                                                    os.path.join(repo, "blobs"))
+
+
+def _snapshot_repo(directory: str) -> str | None:
+    """The hub repo folder (``…/models--org--name``) whose snapshot ``directory`` (links resolved) is in."""
     here = os.path.realpath(directory)
     while os.path.dirname(here) != here:
         parent = os.path.dirname(here)
         if os.path.basename(parent) == "snapshots":
             repo = os.path.dirname(parent)
-            if not os.path.basename(repo).startswith(HUB_REPO_PREFIXES):
-                return False
-            blobs = os.path.join(repo, "blobs")
-            return os.path.islink(member) and _inside(os.path.realpath(member), blobs)
+            return repo if os.path.basename(repo).startswith(HUB_REPO_PREFIXES) else None
         here = parent
-    return False
+    return None
 
 
 def _shard_order(path: str) -> tuple[int, str]:

@@ -58,8 +58,9 @@ def hash_file(path: str | os.PathLike) -> str:
 
 
 def file_identity(path: str | os.PathLike) -> FileIdentity:
-    """The file's identity, its hash from the cache when realpath, size, mtime and inode match."""
-    real = os.path.realpath(path)
+    """The file's identity, its hash from the cache when realpath, size, mtime and inode match; ``path``
+    is the file as named, ``read_path`` the file read (a link's target)."""
+    named, real = os.path.abspath(path), os.path.realpath(path)
     st = _stat(real)
     key = (real, st.st_size, st.st_mtime_ns, st.st_ino)
     conn = _connect()
@@ -67,7 +68,7 @@ def file_identity(path: str | os.PathLike) -> FileIdentity:
         row = conn.execute("SELECT hash FROM identity WHERE realpath=? AND size=? AND mtime_ns=? "
                            "AND inode=?", key).fetchone() if conn else None
         if row:
-            return FileIdentity(real, st.st_size, st.st_mtime_ns, row[0])
+            return FileIdentity(named, st.st_size, st.st_mtime_ns, row[0], read_path=real)
         digest = hash_file(real)
         after = _stat(real)
         if (after.st_size, after.st_mtime_ns, after.st_ino) != key[1:]:
@@ -75,7 +76,7 @@ def file_identity(path: str | os.PathLike) -> FileIdentity:
         if conn:
             with conn:
                 conn.execute("INSERT OR REPLACE INTO identity VALUES (?, ?, ?, ?, ?)", (*key, digest))
-        return FileIdentity(real, st.st_size, st.st_mtime_ns, digest)
+        return FileIdentity(named, st.st_size, st.st_mtime_ns, digest, read_path=real)
     finally:
         if conn:
             conn.close()
@@ -83,7 +84,9 @@ def file_identity(path: str | os.PathLike) -> FileIdentity:
 
 def model_identity(model: "str | os.PathLike | TensorIndex") -> FileIdentity:
     """The identity of a model: of its one file, or of the set — each member's identity (and the index
-    file's), hashed together by name (not directory: a copied set keeps its identity).
+    file's), hashed together by its logical name, the name the index or the directory gives it (not its
+    directory, nor a link's target: a hub cache snapshot, whose files link to blobs named by hash, and a
+    plain copy of it are the same model).
 
     ``model`` is a model path (resolved as :func:`workbench.formats.open_index` resolves it) or an index.
     """
@@ -100,7 +103,7 @@ def model_identity(model: "str | os.PathLike | TensorIndex") -> FileIdentity:
         h.update(f"{os.path.basename(m.path)}\0{m.size}\0{m.hash}\n".encode())
     data = members[: len(index.files)]
     return FileIdentity(index.path, sum(m.size for m in data), max(m.mtime_ns for m in members),
-                        f"set:xxh3_128:{h.hexdigest()}", tuple(members))
+                        f"set:xxh3_128:{h.hexdigest()}", tuple(members), os.path.realpath(index.path))
 
 
 def cached_json(kind: str, key: Any, compute: Callable[[], Any]) -> Any:

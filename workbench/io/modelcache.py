@@ -15,6 +15,7 @@ from typing import Any, Union
 
 from workbench.errors import CacheStateError, FormatError
 from workbench.formats.index import TensorIndex
+from workbench.records import model_display_name
 from workbench.io.pagecache import STATES, page_size, prepare, resident_fraction
 
 
@@ -49,10 +50,8 @@ class ModelFiles:
 
     @property
     def name(self) -> str:
-        """What a label calls the model: the file's stem, or the directory's name for a set."""
-        if self.index is not None and (self.index.sharded or self.index.index_file):
-            return os.path.basename(self.directory) or self.directory
-        return os.path.splitext(os.path.basename(self.paths[0]))[0]
+        """What a label calls the model (:func:`workbench.records.model_display_name`)."""
+        return model_display_name(self.path)
 
     def describe(self, shown: str | None = None) -> str:
         """``DIR (4 files, 16.06 GB)``: the model (as ``shown``, else its path) and its set."""

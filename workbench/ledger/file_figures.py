@@ -10,11 +10,11 @@ into one long frame, a table (one row per file, a min–max range per cache stat
 from __future__ import annotations
 
 import math
-import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 import plotly.graph_objects as go
 
+from workbench.records import model_display_name
 from workbench.untrusted import for_plotly
 
 if TYPE_CHECKING:
@@ -139,8 +139,4 @@ def _range(values: Any) -> str:
 
 
 def _model_name(path: str) -> str:
-    """A model's short name: a directory's own name, a file's (an index or a shard: its directory's)."""
-    path = os.path.normpath(str(path))
-    if os.path.basename(path).endswith(".json") or "-of-" in os.path.basename(path):
-        return os.path.basename(os.path.dirname(path))
-    return os.path.basename(path)
+    return model_display_name(str(path))

@@ -7,11 +7,11 @@ title says so). Axis titles are the parameters in words with their units (``chun
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import plotly.graph_objects as go
 
+from workbench.records import model_display_name
 from workbench.untrusted import for_plotly
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def _file_names(attempts: pd.DataFrame) -> dict[str, str]:
     if "file_path" not in attempts:
         return {}
     hashes = attempts["file_hash"] if "file_hash" in attempts else [""] * len(attempts)
-    names = {i: (Path(str(p)).name if isinstance(p, str) and p else "", str(h or "")[-8:])
+    names = {i: (model_display_name(p) if isinstance(p, str) and p else "", str(h or "")[-8:])
              for i, p, h in zip(attempts["id"], attempts["file_path"], hashes)}
     clash: dict[str, set[str]] = {}
     for name, digest in names.values():

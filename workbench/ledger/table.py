@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.ledger.sessions import session_facts, session_lines
 from workbench.ledger.settings_diff import settings_lines
-from workbench.records import failure_reason, format_effect, format_spread, format_verdict
+from workbench.records import failure_reason, format_effect, format_spread, format_verdict, model_display_name
 from workbench.untrusted import for_markdown, for_markdown_code
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ def _header(attempts: pd.DataFrame, campaign: str | None) -> str:
 
 def _most_specific(known: dict[str, str], records: list[dict[str, Any]], key: str) -> str:
     described = {**{str(a[key]): (_device(a) if key == "device" else _file(a)) for a in records}, **known}
-    return ", ".join(sorted(v for v in described.values() if v))
+    return ", ".join(sorted({v for v in described.values() if v}))  # one model named by two paths: once
 
 
 def _device(a: dict[str, Any]) -> str:
@@ -206,7 +206,7 @@ def _device(a: dict[str, Any]) -> str:
 
 
 def _file(a: dict[str, Any]) -> str:
-    name = Path(str(a["file_path"] or "")).name
+    name = model_display_name(str(a["file_path"] or ""))
     if not name:
         return ""
     parts = [name]

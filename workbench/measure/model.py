@@ -97,9 +97,12 @@ def recorded_identity(model: Model) -> dict[str, Any]:
 
 
 def identity_members(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A set's members as an attempt's environment keeps them (name, size, hash); [] for one file."""
-    return [{"name": os.path.basename(str(m.get("path", ""))), "size": m.get("size"), "hash": m.get("hash")}
-            for m in identity.get("files") or ()]
+    """The model's files as an attempt's environment keeps them: each one's logical name (as the index or
+    the directory names it), the path its bytes were read from (a hub snapshot's blob), size and hash;
+    a one-file model's file itself; [] for an identity that could not be read."""
+    members = identity.get("files") or ([identity] if identity.get("hash") else [])
+    return [{"name": os.path.basename(str(m.get("path", ""))), "read": m.get("read_path") or m.get("path"),
+             "size": m.get("size"), "hash": m.get("hash")} for m in members]
 
 
 def model_directory(model: Model) -> str:
@@ -111,9 +114,12 @@ def model_directory(model: Model) -> str:
 
 
 def model_name(path: str) -> str:
-    """What labels call a model: a file's stem, a set's directory name."""
+    """What labels call a model (:func:`workbench.records.model_display_name`): of the path it
+    resolves to (a directory's index, set or file), else of the path itself."""
+    from workbench.records import model_display_name
+
     model = resolve_model(path)
-    return model.name if not isinstance(model, str) else os.path.splitext(os.path.basename(os.path.normpath(path)))[0]
+    return model.name if not isinstance(model, str) else model_display_name(path)
 
 
 def describe_sets(paths: list[str]) -> list[str]:

@@ -92,7 +92,7 @@ class Session:
         device_info = {"backend": config.device}
         identity = self.models.identity(config.file)
         environment = {**self._environment(config.file), "device": device_info, **_strategy_kind(config)}
-        if identity.get("files"):  # a set: which members (and index file) its hash covers
+        if identity.get("hash"):  # which files (and index file) its hash covers: names and paths read
             environment["model_files"] = identity_members(identity)
         kind = "external" if config.strategy == "external" else "strategy"
         self.ids[i] = self.ledger.start_attempt(

@@ -71,7 +71,7 @@ class Recorder:
             env = {**collect_environment(model_directory(model)), "device": device_info,
                    "session": self.facts.to_json() if self.facts is not None else {},
                    "resident_before": {"model": self.resident_before, "files": self.resident_files}}
-            if ident.get("files"):
+            if ident.get("hash"):  # each file: its logical name and the path read
                 env["model_files"] = identity_members(ident)
             self.attempt_id = self.ledger.start_attempt(
                 campaign=self.campaign, config=RunConfig(self.file, "session", params, self.device),

@@ -19,6 +19,7 @@ from workbench.records.effect import (
 )
 from workbench.records.engaged import Engaged
 from workbench.records.external import BinaryFile, EnginePhase, ExternalRun, ReadEvidence
+from workbench.records.model_names import model_display_name
 from workbench.records.names import campaign_name_problem
 from workbench.records.run import (
     AUTO_VERDICTS,
@@ -45,5 +46,5 @@ __all__ = [
     "AttemptStats", "BinaryFile", "Effect", "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB",
     "ReadEvidence", "RunConfig", "RunRecord", "Timings", "VerifySummary", "WorkerReport", "campaign_name_problem",
     "failure_reason", "format_effect", "format_spread", "format_verdict", "keeping_needs_a_note", "verdict_caveat",
-    "verdict_n", "comparable_settings", "format_differences", "plural", "settings_differences",
+    "verdict_n", "comparable_settings", "format_differences", "model_display_name", "plural", "settings_differences",
 ]

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import click
 
-from workbench.cli.commands.ledger_cells import echo_table, effect, file_name, integer, ms, records
+from workbench.cli.commands.ledger_cells import echo_table, effect, integer, model_name, ms, records
 from workbench.cli.options import RefuseRepeats
 from workbench.errors import LedgerError, ParamError
 from workbench.records import USER_VERDICTS, format_spread, plural
@@ -70,12 +70,12 @@ def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> N
         click.echo(for_terminal(f"no attempts{f' in campaign {campaign!r}' if campaign else ''} (campaigns: {known})"))
         return
     rows = [
-        (a["id"][:8], a["campaign"], a["host"], file_name(a["file_path"]), a["label"], a["cache"] or "",
+        (a["id"][:8], a["campaign"], a["host"], model_name(a["file_path"]), a["label"], a["cache"] or "",
          ms(a["median_s"]), format_spread(a["spread_pct"], a["n"], a["stable"]), integer(a["n"]), effect(a),
          a["verdict_text"])
         for a in records(frame)
     ]
-    echo_table(("id", "campaign", "host", "file", "change", "cache", "median", "spread", "n", "vs baseline",
+    echo_table(("id", "campaign", "host", "model", "change", "cache", "median", "spread", "n", "vs baseline",
                  "verdict"), rows)
 
 

@@ -3,12 +3,11 @@ terminal cell, a missing one (None, or pandas' NaN in a column where other rows 
 or empty — never read as the type the other rows have."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
-from workbench.records import format_effect
+from workbench.records import format_effect, model_display_name
 from workbench.untrusted import for_terminal
 
 
@@ -53,8 +52,9 @@ def effect(a: dict[str, Any]) -> str:
     return format_effect(num(a.get("speedup")), num(a.get("ci_low")), num(a.get("ci_high")))
 
 
-def file_name(path: Any) -> str:
-    return "—" if _missing(path) or not path else Path(str(path)).name
+def model_name(path: Any) -> str:
+    """The model as tables name it (``Llama-3-8B``, ``org/name@rev``), not its file's name."""
+    return "—" if _missing(path) or not path else model_display_name(str(path))
 
 
 def ms(seconds: Any) -> str:
