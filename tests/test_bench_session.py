@@ -13,7 +13,7 @@ import bench_session  # noqa: E402
 from bench_session_report import pressure_verdict  # noqa: E402
 
 from workbench.errors import ParamError  # noqa: E402
-from workbench.measure.pressure import MemoryPressure  # noqa: E402
+from workbench.measure.session.pressure import MemoryPressure  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -48,7 +48,7 @@ def test_run_and_compare_that_finish_and_verify_exit_0(env: Path) -> None:
 
 
 def test_compare_json_with_a_failed_config_exits_3(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import workbench.measure.runner as runner
+    import workbench.measure.run.runner as runner
 
     real = runner.run_worker
 
@@ -67,9 +67,9 @@ def test_compare_json_with_a_failed_config_exits_3(env: Path, monkeypatch: pytes
 
 
 def test_a_cache_state_not_reached_exits_3(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import workbench.measure.runner as runner
+    import workbench.measure.run.runner as runner
 
-    from workbench.measure.model import CachePrepared
+    from workbench.measure.run.model import CachePrepared
 
     monkeypatch.setattr(runner, "prepare_cache", lambda model, state: CachePrepared(1.0, False, "tmpfs: cannot evict"))
     out = _invoke("run", str(env / "m.gguf"), "--strategy", "pread", "--runs", "2", "--cache", "cold")

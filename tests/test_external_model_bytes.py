@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from workbench.cli import main
-from workbench.measure.engine_target import ReadTarget
-from workbench.measure.external import time_external
+from workbench.measure.engine.target import ReadTarget
+from workbench.measure.engine.external import time_external
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 MODEL_BYTES = 4 << 20
@@ -136,8 +136,8 @@ def test_shards_mapped_read_and_dropped_one_by_one_count_each_at_its_best_sample
     # most a quarter of the set is mapped at any sample: the set shows only file by file.
     import subprocess
 
-    from workbench.measure.engine_evidence import judge
-    from workbench.measure.engine_sampler import TreeSampler
+    from workbench.measure.engine.evidence import judge
+    from workbench.measure.engine.sampler import TreeSampler
 
     directory = _hub_set(env / "hub")
     target = ReadTarget.of(str(directory))

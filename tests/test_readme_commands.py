@@ -226,7 +226,7 @@ def _seed_ledgers(ws: Path, env: dict[str, str]) -> None:
         subprocess.run(args, cwd=ws, env={k: v for k, v in sub.items() if v}, check=True, capture_output=True)
     from workbench.ledger import Ledger
     from workbench.measure import RunConfig, measure
-    from workbench.measure.unrecorded import save_unrecorded, unrecorded_payload
+    from workbench.measure.run.unrecorded import save_unrecorded, unrecorded_payload
 
     with Ledger(ws / "scratch.sqlite") as scratch:
         results = measure([RunConfig(str(ws / "m.gguf"), "mmap")], runs=1, cache="asis", ledger=scratch,

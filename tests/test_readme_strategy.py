@@ -70,7 +70,7 @@ def test_the_shared_suite_passes_on_the_readme_template(template: str) -> None:
 
 
 def test_the_template_loads_a_sharded_model_byte_exact(template: str, sharded_model) -> None:
-    from workbench.measure.verify import verify_placements
+    from workbench.measure.run.verify import verify_placements
     from workbench.strategies import get_strategy
     from workbench.upload import open_device
 

@@ -25,7 +25,7 @@ WORKBENCH_CEILINGS_MAX_AGE_DAYS :func:`ceilings_max_age_days` 30: older ceilings
 
 ``WORKBENCH_TEST_DEVICE`` is the test suite's own (which backend the shared strategy suite loads on).
 ``WORKBENCH_TEST_FAULT`` is the tests' too: a worker crashes, hangs or goes silent on purpose when it
-is set (see ``workbench/measure/faults.py``); nothing the workbench ships sets it.
+is set (see ``workbench/measure/run/faults.py``); nothing the workbench ships sets it.
 """
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ def set_ledger_busy_timeout(seconds: float | None) -> Iterator[None]:
 
 def injected_fault() -> str:
     """``$WORKBENCH_TEST_FAULT``: the fault a test asks workers to inject ('' when unset; see
-    ``workbench.measure.faults``). Only tests set it."""
+    ``workbench.measure.run.faults``). Only tests set it."""
     return _env(TEST_FAULT)
 
 
