@@ -27,7 +27,7 @@ DEMO_COMMANDS = ("{python} {demo_engine} {file} --read heap", "{python} {demo_en
 
 def demo_engine_path() -> Path:
     """The stand-alone demo engine shipped with the package (``workbench/cli/data/demo_engine.py``)."""
-    return Path(__file__).resolve().parent / "data" / "demo_engine.py"
+    return Path(__file__).resolve().parents[1] / "data" / "demo_engine.py"
 
 
 def expand_command(text: str, file: str | os.PathLike[str]) -> str:

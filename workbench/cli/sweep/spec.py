@@ -51,9 +51,9 @@ class SweepPoint:
 
 def notebooks_dir() -> Path:
     """The notebooks shipped with the workbench: the checkout's ``notebooks/``, else the package copy."""
-    here = Path(__file__).resolve().parent  # workbench/cli
-    checkout = here.parent.parent / "notebooks"
-    return checkout if checkout.is_dir() else here / "notebooks"
+    package = Path(__file__).resolve().parents[1] / "notebooks"  # workbench/cli/notebooks
+    checkout = package.parents[2] / "notebooks"
+    return checkout if checkout.is_dir() else package
 
 
 def find_notebook(name: str, sweep_file: Path) -> Path:
