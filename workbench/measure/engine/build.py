@@ -30,7 +30,7 @@ from workbench.errors import FormatError, ParamError
 from workbench.records import BinaryFile
 
 if TYPE_CHECKING:
-    from workbench.measure.engine.command import EngineCommand
+    from workbench.measure.engine.spec import EngineCommand
 
 T = TypeVar("T")
 _INTERPRETER = re.compile(r"^(?:(?:python|pypy)[\d.]*|bash|sh|dash|zsh|node|perl|ruby|julia|Rscript)$")

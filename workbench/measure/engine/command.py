@@ -3,77 +3,17 @@ phase patterns, and the files that identify the build it runs (:mod:`workbench.m
 """
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from workbench.errors import ParamError
 from workbench.measure.engine.build import build_files, check_build, describe_build, identify
+from workbench.measure.engine.spec import EngineCommand
 
 __all__ = ["EngineCommand", "Patterns", "build_files", "check_command", "compile_pattern", "compile_patterns",
            "default_labels", "describe_build", "identify", "short_hash"]
-
-LABEL_WIDTH = 60
-
-
-@dataclass(frozen=True)
-class EngineCommand:
-    """One engine to time: ``cmd`` run as an argument list (or by ``/bin/sh`` when ``shell``), the clock
-    stopped at the first output line matching ``marker``; ``start_marker`` starts it (else: spawn);
-    ``phases`` are patterns of the engine's own phase lines; ``binary`` overrides what identifies it;
-    ``expect_exit`` is the exit status that is no failure when it exits on its own after the marker."""
-
-    cmd: str
-    marker: str
-    start_marker: str | None = None
-    phases: tuple[str, ...] = ()
-    shell: bool = False
-    binary: str | None = None
-    label: str = ""
-    expect_exit: int | None = None  # the exit status accepted when it exits after the marker (None: 0)
-
-    def argv(self) -> list[str]:
-        """The argument list (shell quoting rules); a quoting error is a one-line ParamError."""
-        try:
-            words = shlex.split(self.cmd)
-        except ValueError as exc:
-            raise ParamError("--cmd", self.cmd, f"not a valid argument list ({exc}); "
-                             "quote it as a shell would, or pass --shell") from None
-        if not words:
-            raise ParamError("--cmd", self.cmd, "empty command")
-        return words
-
-    def params(self) -> dict[str, Any]:
-        """What the attempt records as its parameters (only what was set)."""
-        out: dict[str, Any] = {"cmd": self.cmd, "marker": self.marker}
-        if self.start_marker:
-            out["start_marker"] = self.start_marker
-        if self.phases:
-            out["phases"] = list(self.phases)
-        if self.shell:
-            out["shell"] = True
-        if self.binary:
-            out["binary"] = self.binary
-        if self.expect_exit is not None:
-            out["expect_exit"] = self.expect_exit
-        return out
-
-    def display(self) -> str:
-        """The label, else the command with paths shortened to their file names."""
-        if self.label:
-            return self.label
-        try:
-            words = [os.path.basename(w) if os.path.isabs(w) else w for w in shlex.split(self.cmd)]
-        except ValueError:
-            words = [self.cmd]
-        text = " ".join(words)
-        if len(text) <= LABEL_WIDTH:
-            return text
-        half = (LABEL_WIDTH - 1) // 2
-        return f"{text[:half]}…{text[-half:]}"
-
 
 @dataclass(frozen=True)
 class Patterns:

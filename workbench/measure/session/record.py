@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.expert.session_config import SessionConfig
 from workbench.expert.session_records import SessionFacts, TurnRecord
-from workbench.expert.session_summary import SessionReport, summarize
+from workbench.expert.session_summary import SessionReport, growth_line, steady_line, summarize
 from workbench.records import AttemptStats, RunConfig
 
 if TYPE_CHECKING:
@@ -95,7 +95,6 @@ class Recorder:
                 slope_pct=c.steady_slope_pct))
         ended = self.report is not None and self.error is None and len(self.records) == self.config.turns
         self.verdict = "baseline" if ended else "failed"
-        from workbench.measure.session.runner import summary_line
 
         memory = f"memory limit: {self.memory_limit} — {self.memory_outcome}" if self.memory_limit else ""
         warnings = "; ".join(facts.warnings) if facts is not None else ""
@@ -127,3 +126,26 @@ def session_stats(records: list[TurnRecord], failed: bool = False) -> AttemptSta
     gbps = sum(r.bytes_read for r in records) / total / 1e9 if total > 0 else None
     return AttemptStats(len(seconds), int(failed), median, low, high, spread, gbps,
                         spread is not None and spread <= STABLE_SPREAD_PCT)
+
+
+def summary_line(report: SessionReport) -> str:
+    """What the attempt's notes say of a session: the leak against its bound, tok/s, where the time
+    went (the residual without the stalls and the cache's bookkeeping), the shift copy, bytes per
+    token by source, steady state."""
+    s = report.summary
+    f = s.facts or SessionFacts("", "", "", "", "", "", "", 0, 0, 0, "", "", "", False)
+    mib = 2**20
+    wall = f" = {s.staged_of_wall:.0%} of {s.wall_name} ({s.wall_gbps:.2f})" if s.staged_of_wall else ""
+    book = (f"bookkeeping {s.bookkeeping_s:.3f} s ({s.bookkeeping_s / s.tokens * 1e3:.2f} ms/token)"
+            if s.bookkeeping_s >= 0 else "bookkeeping not timed (in the residual)")
+    return (f"{s.turns} turns × {report.turns[0].tokens} tokens; {growth_line(s)}; tok/s {s.tokens_per_s:.2f} "
+            f"(median {s.tokens_per_s_median:.2f}, {s.tokens_per_s_min:.2f}–{s.tokens_per_s_max:.2f}); residual "
+            f"{s.residual_s_per_token * 1e3:.2f} ms/token (the turn less stalls and bookkeeping); stalls read "
+            f"{s.stall_read_s:.2f} s, upload {s.stall_upload_s:.2f} s, route {s.stall_route_s:.3f} s; {book}; "
+            f"compute {s.compute_s:.2f} s; shift copy {s.shift_copy_bytes_per_token / mib:.2f} MiB/token, "
+            f"{s.shift_copy_s / s.tokens * 1e3:.2f} ms/token of the reads; hit rate "
+            f"{s.hit_rate:.0%}; MiB/token hit {s.hit_bytes_per_token / mib:.2f}, page cache "
+            f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
+            f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
+            f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
+            f"compute {f.compute}")

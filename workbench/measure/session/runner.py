@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from workbench.errors import MeasurementInterrupted, ParamError
 from workbench.expert.session_config import SessionConfig, check_config
 from workbench.expert.session_records import SessionFacts, TurnRecord
-from workbench.expert.session_summary import SessionReport, growth_line, steady_line, summarize
+from workbench.expert.session_summary import SessionReport, summarize
 from workbench.measure.lock.device import DeviceLock
 from workbench.measure.lock.reaper import die_with_me
-from workbench.measure.session.record import Recorder
+from workbench.measure.session.record import Recorder, summary_line
 
 if TYPE_CHECKING:
     from workbench.ledger import Ledger
@@ -244,29 +244,6 @@ def session_label(file: str, config: SessionConfig) -> str:
     cache = f"{config.cache_mib:g}MiB" if config.cache_mib else "default"
     return (f"session {config.placement} release={config.boundary_release}{extra} {config.turns}×{config.tokens} "
             f"cache={cache} · {model_name(file)}")
-
-
-def summary_line(report: SessionReport) -> str:
-    """What the attempt's notes say of a session: the leak against its bound, tok/s, where the time
-    went (the residual without the stalls and the cache's bookkeeping), the shift copy, bytes per
-    token by source, steady state."""
-    s = report.summary
-    f = s.facts or SessionFacts("", "", "", "", "", "", "", 0, 0, 0, "", "", "", False)
-    mib = 2**20
-    wall = f" = {s.staged_of_wall:.0%} of {s.wall_name} ({s.wall_gbps:.2f})" if s.staged_of_wall else ""
-    book = (f"bookkeeping {s.bookkeeping_s:.3f} s ({s.bookkeeping_s / s.tokens * 1e3:.2f} ms/token)"
-            if s.bookkeeping_s >= 0 else "bookkeeping not timed (in the residual)")
-    return (f"{s.turns} turns × {report.turns[0].tokens} tokens; {growth_line(s)}; tok/s {s.tokens_per_s:.2f} "
-            f"(median {s.tokens_per_s_median:.2f}, {s.tokens_per_s_min:.2f}–{s.tokens_per_s_max:.2f}); residual "
-            f"{s.residual_s_per_token * 1e3:.2f} ms/token (the turn less stalls and bookkeeping); stalls read "
-            f"{s.stall_read_s:.2f} s, upload {s.stall_upload_s:.2f} s, route {s.stall_route_s:.3f} s; {book}; "
-            f"compute {s.compute_s:.2f} s; shift copy {s.shift_copy_bytes_per_token / mib:.2f} MiB/token, "
-            f"{s.shift_copy_s / s.tokens * 1e3:.2f} ms/token of the reads; hit rate "
-            f"{s.hit_rate:.0%}; MiB/token hit {s.hit_bytes_per_token / mib:.2f}, page cache "
-            f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
-            f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
-            f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
-            f"compute {f.compute}")
 
 
 __all__ = ["SessionResult", "measure_session", "preflight_session", "session_label", "summary_line", "summarize"]
