@@ -14,47 +14,22 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from workbench.errors import CacheStateError, WorkbenchError
 from workbench.measure.ceilings.bounds import backend_of as _backend
 from workbench.measure.ceilings.reads import CHUNK, read_all as _read_all, read_files as _read_files
+from workbench.measure.ceilings.results import Ceiling, CeilingsReport
 from workbench.measure.lock.scratch import make_scratch
 from workbench.records import MiB
 
 if TYPE_CHECKING:
     from workbench.measure.run.runner import LedgerArg
     from workbench.upload.base import Device, DeviceBuffer
+
 FILE_CHUNK = 16 * MiB  # whole-file reads: the read size the H200's disk served best
 COPY_MAX = 256 * MiB  # memcpy / host→device size cap: the rate is flat long before this
 REPEATS = 3
-
-
-@dataclass(frozen=True)
-class Ceiling:
-    """One measured wall: ``name`` (e.g. ``page_cache_read_2t``), GB/s, and how it was measured."""
-
-    name: str
-    gbps: float
-    detail: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CeilingsReport:
-    """Every wall measured in one ``workbench ceilings`` run, and what could not be measured, why."""
-
-    host: str
-    directory: str
-    size: int
-    ceilings: tuple[Ceiling, ...]
-    skipped: tuple[tuple[str, str], ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "directory": self.directory, "size": self.size,
-                "ceilings": [{"name": c.name, "gbps": c.gbps, "detail": dict(c.detail)}
-                             for c in self.ceilings],
-                "skipped": [{"name": n, "reason": r} for n, r in self.skipped]}
 
 
 def thread_counts(limit: int | None = None) -> list[int]:
