@@ -1,3 +1,5 @@
+# Over 300 lines: one module on purpose (CONVENTIONS 13): every WORKBENCH_* variable and the data root
+# resolved in one place, each a getter and its set_* context manager of a few lines.
 """Every ``WORKBENCH_*`` environment variable and the data root, resolved in one place.
 
 Explicit arguments always win; what is here are the defaults behind them. Each getter reads the
