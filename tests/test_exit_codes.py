@@ -106,9 +106,10 @@ def test_help_documents_the_exit_statuses(command: str) -> None:
     assert "Exit status: 0" in text and "; 3 " in text and "2 bad input" in text, text
 
 
-def test_readme_documents_the_exit_statuses() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Exit status"):]
+def test_the_manual_documents_the_exit_statuses() -> None:
+    from guides import section as guide_section
+
+    _, section = guide_section("Exit status")
     for code in ("`0`", "`2`", "`3`", "`130`"):
         assert code in section[:2000]
     for command in ("run", "compare", "external", "sweep", "session"):

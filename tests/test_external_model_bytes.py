@@ -201,6 +201,7 @@ def test_transformers_from_pretrained_is_credited_cold_and_warm(env: Path) -> No
 def test_exit_4_is_documented_in_the_help_and_the_readme() -> None:
     text = " ".join(CliRunner().invoke(main, ["external", "--help"], terminal_width=200).output.split())
     assert "4 every run finished but some show no evidence the engine read the model" in text and "--time-only" in text
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme[readme.index("### Exit status"):readme.index("### Engine A/B")]
+    from guides import section as guide_section
+
+    _, table = guide_section("Exit status")
     assert "| `4` | `external` only" in table and "--time-only" in table
