@@ -114,8 +114,10 @@ def set_cache(path, state):
 
 
 def load(index, device=None, **params):
+    """A verified load; the staged path as asked (``direct=off``, ``fit=0``) unless ``params`` say
+    otherwise: these tests are about the ring's plans and staging, which host memory would skip."""
     dev = device or HostDevice()
-    result = get_strategy("ring")(**params).load(index, dev)
+    result = get_strategy("ring")(**{"direct": "off", "fit": False, **params}).load(index, dev)
     report = verify_placements(index, dev, result.placements)
     assert report.ok, f"{report.first_mismatch}: {report.detail}"
     return result
@@ -156,7 +158,7 @@ def test_staging_from_alloc_pinned_when_asked(raw_model):
 
 
 def test_a_failing_reader_stops_the_load_and_releases_everything(raw_model, monkeypatch):
-    import workbench.strategies.ring as ring
+    import workbench.strategies.ring_readers as ring
 
     index = raw_model([(4 << 20) + 1, 7, (3 << 20) + 5])
     calls = []
@@ -261,7 +263,7 @@ def test_cold_a_set_one_reader_pool_shares_across_files_a_descriptor_per_file_pe
 
 
 def test_warm_a_set_one_queue_of_windows_in_model_order(raw_set, monkeypatch):
-    import workbench.strategies.ring as ring
+    import workbench.strategies.ring_readers as ring
 
     index = raw_set(SET)
     order, real = [], ring.pread_into
