@@ -18,6 +18,7 @@ from workbench.records.effect import (
     verdict_n,
 )
 from workbench.records.engaged import Engaged
+from workbench.records.fixed import FIXED_PARTS, fixed_parts, split_load
 from workbench.records.external import BinaryFile, EnginePhase, ExternalRun, ReadEvidence
 from workbench.records.names import campaign_name_problem
 from workbench.records.run import (
@@ -46,4 +47,5 @@ __all__ = [
     "ReadEvidence", "RunConfig", "RunRecord", "Timings", "VerifySummary", "WorkerReport", "campaign_name_problem",
     "failure_reason", "format_effect", "format_spread", "format_verdict", "keeping_needs_a_note", "verdict_caveat",
     "verdict_n", "comparable_settings", "format_differences", "plural", "settings_differences",
+    "FIXED_PARTS", "fixed_parts", "split_load",
 ]
