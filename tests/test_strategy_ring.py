@@ -294,3 +294,35 @@ def test_a_small_model_gets_a_ring_no_larger_than_it(raw_model):
     result = load(index)
     fact = result.engaged_by("pinned_staging")
     assert fact.total == 1 and fact.note.startswith("1 x 1.00") and fact.state == "ON", str(fact)
+
+
+ODD = dict(first=1231, gap=29, tail=17)  # tensors off page boundaries, strides no page multiple
+SIZES = [1, 5, (3 << 20) + 333, 4097, 0, 12289, (2 << 20) + 77, 3]  # tiny, empty and large tensors
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_on_host_memory_the_ring_reads_straight_into_the_buffers(cache, raw_model):
+    index = raw_model(SIZES, **ODD)
+    set_cache(index.path, cache)
+    dev = HostDevice()
+    result = get_strategy("ring")(threads=3, cold_threads=2, slot_mib=1, cold_mib=1).load(index, dev)
+    assert dev.locked.peak == {"pinned": 0, "registered": 0}  # no staging memory at all
+    report = verify_placements(index, dev, result.placements)
+    assert report.ok, f"{report.first_mismatch}: {report.detail}"
+    fact = result.engaged_by("direct_to_device")
+    assert fact.state == "ON" and "no staging hop" in fact.note, str(fact)
+    assert result.engaged_by("pinned_staging") is None and result.path["copy_from"] == "none"
+    assert result.phases["staging"] == 0 and result.counters["read_us"] > 0
+
+
+def test_the_ring_fitted_to_the_load_with_slots_made_by_its_readers_lands_every_byte(raw_model):
+    index = raw_model(SIZES, **ODD)
+    set_cache(index.path, "warm")
+    dev = DeferredCopyDevice()  # copies run only when a fence waits: a slot refilled too early shows
+    result = load(index, dev, fit=True, provision="readers", threads=16, slot_mib=8, min_share_mib=2)
+    readers = result.engaged_by("ring_readers")
+    assert "fitted to the load" in readers.note and readers.done <= 3  # 5.2 MiB at >= 2 MiB a reader
+    staging = result.engaged_by("pinned_staging")
+    assert "made by the reader that first took it" in staging.note and staging.total <= readers.done + 4
+    assert dev.in_flight == 0 and dev.usage().registered == 0 and dev.usage().pinned == 0
+    assert {"provision_us", "first_read_us", "unstage_us"} <= set(result.counters)

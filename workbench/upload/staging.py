@@ -98,9 +98,9 @@ class StagingRing:
         self.slots: list[Slot] = []  # background, readers: grows as slots are ready; final once closed
         self.reader_provision_s = 0.0
         self._made = threading.Lock()
-        if provision == "readers":  # placeholders: the first acquire of each makes its memory
-            for i in range(slots):
-                self._free.put(Slot(i, None, None))  # type: ignore[arg-type]
+        self._unmade: list[Slot] = []  # readers: placeholders, made by the first acquire that needs one
+        if provision == "readers":
+            self._unmade = [Slot(i, None, None) for i in reversed(range(slots))]  # type: ignore[arg-type]
             self.provision_s = time.perf_counter() - t0
             self._t0 = t0
         elif provision == "upfront":
@@ -170,6 +170,10 @@ class StagingRing:
         background provisioning's error once it has failed."""
         if self.error is not None:
             raise self.error
+        if self._unmade:  # readers: a free made slot first, else make one, else wait for one
+            slot = self._made_or_unmade()
+            if slot is not None:
+                return slot
         if stop is None:
             slot = self._free.get()
         else:
@@ -185,18 +189,32 @@ class StagingRing:
                     self._failed(None)
         if slot is None or self.error is not None:
             self._failed(slot)
-        if slot.view is None:
-            self._make(slot)
+        self.device.wait_fence(slot.fence)
+        return slot
+
+    def _made_or_unmade(self) -> Slot | None:
+        """``readers``: a made slot that is free now, else an unmade one made now (None: neither)."""
+        try:
+            slot = self._free.get_nowait()
+        except queue.Empty:
+            with self._made:
+                slot = self._unmade.pop() if self._unmade else None
+            if slot is not None:
+                self._make(slot)
+                return slot
+            return None
         self.device.wait_fence(slot.fence)
         return slot
 
     def _make(self, slot: Slot) -> None:
-        """``readers``: provision ``slot`` in the calling thread (a slot that fails goes back unmade)."""
+        """``readers``: provision ``slot`` in the calling thread (a slot that fails goes back unmade):
+        slots are made only while every made one is busy, so a load makes as many as it keeps in use."""
         t0 = time.perf_counter()
         try:
             block = PinnedBlock(self.device, self.slot_bytes, self.source)
         except BaseException:
-            self._free.put(slot)
+            with self._made:
+                self._unmade.append(slot)
             raise
         with self._made:
             self._blocks.append(block)
@@ -244,28 +262,10 @@ class StagingRing:
                 raise first
 
     def describe(self) -> str:
-        """``20 x 4 MiB registered (mmap + huge pages), 12.3 ms to provision, 1.1 ms to release``;
-        background: ``20 x 8 MiB registered (mmap + huge pages) one by one in the background (first slot
-        after 1.9 ms, all after 36.0 ms), 0.1 ms to provision, 2.0 ms to release``."""
-        source = {"registered": "registered (mmap + huge pages)", "pinned": "alloc_pinned",
-                  "write-combined": "alloc_pinned write-combined",
-                  "unlocked": "alloc_pinned, NOT page-locked", "none": "nothing provisioned"}[self.how]
-        if self.provision == "readers":
-            made = f"{len(self.slots)}" if len(self.slots) == self.wanted else f"{len(self.slots)} of {self.wanted}"
-            return (f"{made} x {self.slot_bytes / 2**20:g} MiB {source}, each made by the reader that first took "
-                    f"it ({self.reader_provision_s * 1e3:.1f} ms in readers, first slot after "
-                    f"{(self.first_slot_s or 0) * 1e3:.1f} ms), {self.release_s * 1e3:.1f} ms to release")
-        if self.provision == "upfront":
-            return (f"{len(self.slots)} x {self.slot_bytes / 2**20:g} MiB {source}, "
-                    f"{self.provision_s * 1e3:.1f} ms to provision, {self.release_s * 1e3:.1f} ms to release")
-        count = f"{len(self.slots)}" if len(self.slots) == self.wanted else f"{len(self.slots)} of {self.wanted}"
-        first = "never" if self.first_slot_s is None else f"after {self.first_slot_s * 1e3:.1f} ms"
-        every = (f"all after {self.provisioned_s * 1e3:.1f} ms" if self.provisioned_s is not None else
-                 f"failed: {_one_line(self.error)}" if self.error is not None else "stopped at close")
-        return (f"{count} x {self.slot_bytes / 2**20:g} MiB {source} one by one in the background "
-                f"(first slot {first}, {every}), {self.provision_s * 1e3:.1f} ms to provision, "
-                f"{self.release_s * 1e3:.1f} ms to release")
+        """How the slots were provisioned and what it cost (:func:`~workbench.upload.staging_facts.describe_ring`)."""
+        from workbench.upload.staging_facts import describe_ring
 
+        return describe_ring(self)
 
     def write_combined_fact(self, backend: str = "") -> Engaged | None:
         """``write_combined: 20/20 slots ON`` when source ``wc`` was asked for (None otherwise); INERT,
@@ -277,11 +277,6 @@ class StagingRing:
         note = "" if done == len(self.slots) else (f"unsupported on {backend or 'this backend'}: ordinary "
                                                    "page-locked slots")
         return Engaged("write_combined", done, len(self.slots), "slots", note)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:120] if text else ''}"
 
 
 class _Held:

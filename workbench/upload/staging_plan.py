@@ -69,7 +69,8 @@ def fit_warm(total: int, threads: int, window: int, *, spare: int, min_share: in
     """Readers and window for a warm load of ``total`` bytes, at most ``threads`` readers and
     ``window``-byte windows (see the module docstring): readers ≤ usable cores and ≤ total/min_share;
     the window about total/(readers × per_reader), a whole number of huge pages, at most ``window``;
-    (readers + spare) windows of staging ≤ 1/8 of the available memory (fewer readers first)."""
+    (readers + spare) windows of staging ≤ 1/8 of the available memory (smaller windows first, down to
+    a huge page, then fewer readers)."""
     cores = usable_cores() if cores is None else cores
     why = []
     readers = max(1, min(threads, cores, -(-total // max(min_share, 1))))
@@ -84,10 +85,12 @@ def fit_warm(total: int, threads: int, window: int, *, spare: int, min_share: in
     memory = available_memory() if memory is None else memory
     if memory:
         room = memory // MEMORY_SHARE
+        before = (readers, size)
+        while size > HUGE and (readers + spare) * size > room:  # smaller windows first, then fewer readers
+            size = max(HUGE, size // 2 // HUGE * HUGE)
         while readers > 1 and (readers + spare) * size > room:
             readers -= 1
-        while size > HUGE and (readers + spare) * size > room:
-            size = max(HUGE, size // 2 // HUGE * HUGE)
-        if (readers + spare) * size > room:
-            why.append(f"staging above 1/{MEMORY_SHARE} of the {memory / MiB:.0f} MiB available")
+        if (readers, size) != before:
+            why.append(f"{readers} readers of {size / MiB:g} MiB: staging within 1/{MEMORY_SHARE} of the "
+                       f"{memory / MiB:.0f} MiB available")
     return WarmFit(readers, size, "; ".join(why))
