@@ -1,7 +1,7 @@
 """Issue 25's benchmark: every size at the wall — a load's fixed part and streaming part, warm, from
 64 MiB to the full 16 GB checkpoint, against this run's walls and the peers' buffered modes.
 
-    python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes 64MiB,256MiB,1GiB,2GiB,16GB \\
+    python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes 64MiB,256MiB,1GiB,2GiB,full \\
         --moe 2GiB --runs 6 --out OUT
     python3 benchmarks/bench_sizes.py --device host --dir /tmp/bench --sizes 64MiB,256MiB --runs 6 \\
         --spec ring --spec pread --spec mmap      # the 2-core VM: ring against the simple strategies
@@ -41,15 +41,15 @@ MOE = ("ring", "experts", "ring fit=0 provision=upfront")
 MiB = 1 << 20
 
 
-def make(directory: Path, size: int, moe: bool) -> Path:
+def make(directory: Path, size: int | None, moe: bool) -> Path:
     """The model (kept when already there), fsynced."""
     if moe:
         path = directory / f"bench-a3b-moe-{size >> 20}MiB.gguf"
         kw: dict[str, Any] = dict(format="gguf", layout="moe", experts=64, alignment=64)
-    else:
-        shape = "llama3-8b" if size >= 8 << 30 else None
-        path = directory / f"bench-dense-bf16-{size >> 20}MiB.safetensors"
-        kw = dict(format="safetensors", layout="dense", dtype="bf16", shape=shape)
+    else:  # size None: the full Llama-3-8B-shaped checkpoint (16.06 GB, 291 tensors)
+        tag = "llama3-8b-full" if size is None else f"{size >> 20}MiB"
+        path = directory / f"bench-dense-bf16-{tag}.safetensors"
+        kw = dict(format="safetensors", layout="dense", dtype="bf16", shape="llama3-8b" if size is None else None)
     if not path.exists():
         write_synthetic(path, size=size, seed=11, **kw)
     fd = os.open(path, os.O_RDONLY)
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dir", default="data/models/bench")
-    ap.add_argument("--sizes", default="64MiB,256MiB,1GiB,2GiB")
+    ap.add_argument("--sizes", default="64MiB,256MiB,1GiB,2GiB", help="dense sizes; 'full': the 16.06 GB checkpoint")
     ap.add_argument("--moe", default="", help="size of the MoE GGUF (empty: none)")
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--spec", action="append", default=[], help="a config (default: ring, the old ring, peers)")
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     out = Path(args.out or directory / f"sizes-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    models = [(parse_size(s), False) for s in args.sizes.split(",") if s]
+    models = [(None if s == "full" else parse_size(s), False) for s in args.sizes.split(",") if s]
     models += [(parse_size(args.moe), True)] if args.moe else []
     lines = [f"# bench_sizes — {args.device}, {time.strftime('%Y-%m-%d %H:%M %Z')}, n = {args.runs} a config, warm, "
              f"fresh process per run, interleaved", "", f"load average before: {os.getloadavg()}", ""]
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = args.spec or list(MOE if moe else DENSE)
         w = walls(path, args.device.partition(":")[0])
         say(f"walls {w}")
-        runs = args.big_runs if args.big_runs and size >= 8 << 30 else args.runs
+        runs = args.big_runs if args.big_runs and path.stat().st_size >= 8 << 30 else args.runs
         results = measure_model(path, specs, args.device, runs, say)
         rows = [row(r, min(w.values()) if w else None) for r in results]
         lines += table(path.name, path.stat().st_size, w, rows)
