@@ -243,6 +243,8 @@ class RingStrategy(Strategy):
         ctx.engage("direct_to_device", len(bufs), len(bufs), unit="tensors",
                    note=f"{ctx.device.info().backend}: the device's memory is host memory, read straight into "
                         f"it: no staging hop{files_note(ctx)}")
+        if self.params.staging == "wc":  # asked for, and nothing to apply it to: said, not dropped
+            ctx.engage("write_combined", 0, 1, unit="rings", note="no staging ring: read straight into host memory")
 
     def _spawn(self, ctx: LoadContext, readers: Readers, sources: Sequence[Any]) -> None:
         with ThreadGuard("ring") as guard, ctx.phase("read"):  # readers start working as they spawn
