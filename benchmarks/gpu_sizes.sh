@@ -4,12 +4,13 @@
 #     bash benchmarks/gpu_sizes.sh OUT [DEADLINE_S]
 #
 # Steps, each cut by `timeout` at its limit or at what is left of DEADLINE_S (default 540), so a slow
-# step cannot take the next ones with it; the output is always written:
+# step cannot take the next ones with it (a step with < 20 s left is skipped, and said so); the output
+# is always written:
 #   probe  — benchmarks/probe_staging.py on a 256 MiB scratch file (first touch by 1/4/16 threads, ...)
 #   dense  — bench_sizes: ring (readers-made slots, fitted) / ring fitted with upfront slots / the ring
 #            before issue 25 (fit=0 provision=upfront) at 64 MiB, 256 MiB, 1 GiB, 2 GiB, n=6
 #   moe    — the 2 GiB A3B-like MoE GGUF: ring, experts, the old ring, n=6
-#   peers  — ring against InstantTensor's buffered mode (the best peer warm) at 256 MiB, 1 GiB, 2 GiB, n=6
+#   peers  — ring against InstantTensor's buffered mode (the best peer warm) at 256 MiB, 2 GiB, 1 GiB, n=6
 #   big    — the full 16 GB Llama-3-8B-shaped checkpoint: ring against the old ring, n=3
 # Files in OUT: machine.txt, probe.json, summary.md (every step's bench.md), results.tgz (their
 # bench.json), all.log. Run from a checkout with PYTHONPATH holding it and the wheels (gpu_session.sh).
@@ -39,7 +40,7 @@ step dense 200 python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench 
   --runs 6 --spec "$R" --spec "$U" --spec "$O" --out /tmp/sizes/dense
 step moe 80 python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes "" --moe 2GiB --runs 6 \
   --spec "$R" --spec experts --spec "$O" --out /tmp/sizes/moe
-step peers 110 python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes 256MiB,1GiB,2GiB --runs 6 \
+step peers 110 python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes ${PEER_SIZES:-256MiB,2GiB,1GiB} --runs 6 \
   --spec "$R" --spec "peer-instanttensor direct=0" --out /tmp/sizes/peers
 step big 200 python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes full --runs 3 \
   --spec "$R" --spec "$O" --out /tmp/sizes/big
