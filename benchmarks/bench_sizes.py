@@ -61,17 +61,34 @@ def make(directory: Path, size: int | None, moe: bool) -> Path:
 
 
 def walls(path: Path, device: str) -> dict[str, float]:
-    """This run's walls for ``path``: page cache read whole (cores readers, best of 3), pinned H2D."""
+    """This run's walls for ``path``: page cache read whole (cores readers, best of 3), and the copy
+    engine: page-locked host memory → device, 256 MiB, best of 5 (the DMA alone: measure_h2d's
+    ``pinned_staging`` path preads on one thread first, ~7 GB/s on the H200 — not the copy engine)."""
     from workbench.io.pagecache import prepare
-    from workbench.measure.h2d import measure_h2d
 
     prepare(str(path), "warm")
     size, cores = path.stat().st_size, len(os.sched_getaffinity(0))
     out = {f"page_cache_read_file_{cores}t": size / min(read_all(str(path), size, cores, False) for _ in range(3)) / 1e9}
-    for r in measure_h2d(device, sizes=(min(size, 256 * MiB),), paths=("pinned_staging",), repeats=5):
-        if r.gbps:
-            out[f"h2d_{r.path}"] = r.gbps
+    out[f"h2d_{device}_pinned_dma"] = _dma_gbps(device, min(size, 256 * MiB))
     return out
+
+
+def _dma_gbps(device: str, nbytes: int) -> float:
+    from workbench.upload import open_device
+
+    with open_device(device) as dev:
+        staging, dst = dev.alloc_pinned(nbytes), dev.alloc(nbytes)
+        staging.view[:] = os.urandom(1 << 20) * (nbytes >> 20) + b"\0" * (nbytes & ((1 << 20) - 1))
+        best = float("inf")
+        for _ in range(5):
+            dev.synchronize()
+            t0 = time.perf_counter()
+            dev.copy_h2d(dst, 0, staging.view, asynchronous=True)
+            dev.synchronize()
+            best = min(best, time.perf_counter() - t0)
+        dev.free(dst)
+        dev.free_pinned(staging)
+    return nbytes / best / 1e9
 
 
 def runnable(path: Path, specs: list[str], device: str, say: Any) -> list[tuple[str, RunConfig]]:
@@ -122,6 +139,9 @@ def row(r: Any, wall: float | None) -> dict[str, Any]:
             "fixed_ms": statistics.median(s[0] for s in splits) * 1e3 if splits else None,
             "streaming_ms": statistics.median(s[1] for s in splits) * 1e3 if splits else None,
             "parts_ms": parts, "vs_first": r.effect, "verdict": r.verdict_text,
+            "counters": {k: statistics.median(run.report.load.counters.get(k, 0) for run in ok) for k in
+                         ("wait_us", "read_us", "issue_us", "release_us", "reader_provision_us", "settle_us")}
+            if ok and all(run.report.load for run in ok) else {},
             "engaged": next((list(run.engaged) for run in ok), []), "settings": dict(r.settings)}
 
 

@@ -114,10 +114,11 @@ def set_cache(path, state):
 
 
 def load(index, device=None, **params):
-    """A verified load; the staged path as asked (``direct=off``, ``fit=0``) unless ``params`` say
-    otherwise: these tests are about the ring's plans and staging, which host memory would skip."""
+    """A verified load; the staged path as asked (``direct=off``, ``fit=0``, the whole ring upfront)
+    unless ``params`` say otherwise: these tests are about the ring's plans and its sized staging, which
+    host memory would skip (and reader-made slots would make only as many as host copies keep busy)."""
     dev = device or HostDevice()
-    result = get_strategy("ring")(**{"direct": "off", "fit": False, **params}).load(index, dev)
+    result = get_strategy("ring")(**{"direct": "off", "fit": False, "provision": "upfront", **params}).load(index, dev)
     report = verify_placements(index, dev, result.placements)
     assert report.ok, f"{report.first_mismatch}: {report.detail}"
     return result

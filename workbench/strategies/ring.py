@@ -85,9 +85,11 @@ class RingParams(BaseParams):
     gate: float = 0.9
     arena: bool = True
     staging: str = "auto"
-    # upfront, measured: on the H200 (2026-12-01, 8.21 GB bf16, warm, n=5) provisioning 20 x 8 MiB cost
-    # 37 ms of a 221 ms load before any reader started; background overlaps it with the reads.
-    provision: str = "upfront"
+    # readers, measured on the H200 (2026-12-03, bf16 safetensors, warm, n=6 interleaved, all verified;
+    # docs/benchmarks/sizes-h200.md): against the same fitted ring provisioned upfront 1.07x faster at
+    # 1 GiB (upfront 0.93x [0.86-0.95]), level at 64 MiB, 256 MiB and 2 GiB (0.91-1.03x, inconclusive);
+    # upfront cost 29-35 ms of staging inside every window from 1 GiB up.
+    provision: str = "readers"
     fit: bool = True
     min_share_mib: int = 16
     direct: str = "auto"
