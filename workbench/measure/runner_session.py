@@ -225,7 +225,7 @@ class Session:
             verdict_reason=d.reason, ceiling_name=name, ceiling_gbps=gbps,
             ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note,
             recorded="all" if i in self.finished else ("part" if self.ids[i] is not None else "none"),
-            verdict_n=d.n)
+            verdict_n=d.n, settings=dict(self._environment(config.file).get("settings") or {}))
 
 
 def _strategy_kind(config: RunConfig) -> dict[str, str]:

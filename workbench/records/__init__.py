@@ -18,6 +18,7 @@ from workbench.records.effect import (
     verdict_n,
 )
 from workbench.records.engaged import Engaged
+from workbench.records.fixed import FIXED_PARTS, fixed_parts, split_load
 from workbench.records.external import BinaryFile, EnginePhase, ExternalRun, ReadEvidence
 from workbench.records.model_names import model_display_name
 from workbench.records.names import campaign_name_problem
@@ -47,4 +48,5 @@ __all__ = [
     "ReadEvidence", "RunConfig", "RunRecord", "Timings", "VerifySummary", "WorkerReport", "campaign_name_problem",
     "failure_reason", "format_effect", "format_spread", "format_verdict", "keeping_needs_a_note", "verdict_caveat",
     "verdict_n", "comparable_settings", "format_differences", "model_display_name", "plural", "settings_differences",
+    "FIXED_PARTS", "fixed_parts", "split_load",
 ]
