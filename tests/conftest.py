@@ -25,6 +25,7 @@ from workbench.formats.index import TensorIndex, TensorInfo
 
 
 _DREW_NONE = False  # whether this suite, not the user, turned static figures off
+_SUITE_SET_BROWSER = "WORKBENCH_TESTS_SET_BROWSER"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -36,7 +37,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if defaults.BROWSER not in os.environ:
         os.environ[defaults.BROWSER] = "none"
-        _DREW_NONE = True
+        os.environ[_SUITE_SET_BROWSER] = "1"  # xdist workers inherit the "none": this says it was ours
+    _DREW_NONE = os.environ.get(_SUITE_SET_BROWSER) == "1"
 
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")  # gw0, gw1 … under pytest-xdist
