@@ -24,7 +24,7 @@ import pytest
 
 from workbench.ledger import Ledger
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("jupyterlab")]  # one server per run
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -38,13 +38,13 @@ if not os.access(CHROMIUM, os.X_OK):
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the [dev] extra) is not installed")
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory):
-    """One JupyterLab for the module, on 127.0.0.1 with a token, over a copy of notebooks/, writing only
-    under its own temp dir; each test drives its own notebook into its own campaign of the one ledger.
-    The server picks its port (``port=0``: the kernel hands out a free one, so parallel runs never
-    collide) and says which in its runtime file."""
-    tmp = tmp_path_factory.mktemp("lab")
+@pytest.fixture()
+def lab(tmp_path: Path):
+    """JupyterLab on 127.0.0.1 with a token, over a copy of notebooks/, writing only under tmp_path (one
+    per test: a server shared by the module reopened the last test's notebook beside the next one, and
+    its hidden widgets matched the next test's locators). The server picks its port (``port=0``: the
+    kernel hands out a free one, so parallel runs never collide) and says which in its runtime file."""
+    tmp = tmp_path
     root = tmp / "lab"
     shutil.copytree(ROOT / "notebooks", root)
     token = secrets.token_hex(16)

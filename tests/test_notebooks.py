@@ -18,7 +18,6 @@ from workbench.cli.notebook_actions import ParamGrid, ensure_model, expand_confi
 from workbench.cli.notebook_ui import Panel, in_batch, ledger_path, parse_list
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-pytestmark = pytest.mark.xdist_group("notebooks")  # on one worker: the module's sweep01 runs once
 MiB = 1 << 20
 
 

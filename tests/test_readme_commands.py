@@ -271,7 +271,6 @@ def _shell(command: str, ws: Path, env: dict[str, str]) -> subprocess.CompletedP
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.xdist_group("readme")  # the README's commands are one walk-through in one workspace, in order
 @pytest.mark.parametrize("command", [c for c, (how, _) in COMMANDS.items() if how in (RUN, REFUSED, HELP, USAGE)])
 def test_readme_command_runs(command: str, workspace: tuple[Path, dict[str, str]]) -> None:
     ws, env = workspace
