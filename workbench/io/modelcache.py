@@ -16,8 +16,8 @@ from typing import Any, Union
 from workbench.errors import CacheStateError, FormatError
 from workbench.formats.index import TensorIndex
 from workbench.io.cache_recheck import fill_missing_pages
-from workbench.records import model_display_name
 from workbench.io.pagecache import STATES, page_size, prepare, resident_fraction
+from workbench.records import model_display_name
 
 
 @dataclass(frozen=True)
