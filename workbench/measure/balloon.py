@@ -19,7 +19,7 @@ libraries (``compute_s`` 2.7–8.3 s against 0.05–0.4 s). So a balloon leaves 
   and the detail says which. Libraries both processes map are counted twice: an overestimate of at
   most this runner's ``RssFile``, which leaves the machine more room, never less.
 
-The worker's part is also what it may lock: after its warm-up turn it ``mlock``\ s its own resident
+The worker's part is also what it may lock: after its warm-up turn it locks (``mlock``) its own resident
 file pages, at most that many bytes (:mod:`workbench.io.own_pages`), so the squeeze cannot take its
 libraries the way a cgroup's limit would not. Locking adds no memory (the pages are already resident
 and already counted in the room left), it only takes them off the reclaim lists.
