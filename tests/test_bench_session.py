@@ -91,3 +91,16 @@ def test_the_pressure_report_shows_each_cells_locked_bytes_and_kind_and_no_findi
     assert "| 327.0 |" in rows[0] and "| none |" in rows[0]
     assert "| — |" in rows[1] and "| own-files |" in rows[1]
     assert pressure_verdict(result).startswith("**Not a finding**: in 1 of 2 cells")
+
+
+def test_the_h200_pressure_run_recomputes_from_its_export():
+    """docs/benchmarks/session-pressure-h200.md's figures, from the committed ledger export (2026-12-03)."""
+    from session_pressure_table import cells, ratios
+
+    table = cells(Path(__file__).resolve().parents[1] / "docs/benchmarks/h200-2026-12-03/session-pressure/session-pressure")
+    pairs, effect = ratios(table)
+    assert [round(a / b, 2) for _, a, b in pairs] == [1.10, 0.90, 0.94, 0.09, 0.60]
+    assert effect.startswith("0.88× [0.08–1.84] (inconclusive")
+    squeezed = table[table["turns after turn 0"] >= 3]
+    assert len(squeezed) == 10 and set(squeezed["kind (the balloon rule)"]) == {"own-files"}
+    assert squeezed["majflt after turn 0"].between(2088, 4778).all()

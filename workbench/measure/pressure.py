@@ -40,7 +40,7 @@ METHODS = ("auto", "cgroup", "balloon")
 # GGUF, cuda) the probe had 11 in turn 0 and 0 in turns 1–2, and balloon cells 0–1 in turn 1 before
 # the squeeze began; a code path first used later (a stray lazy import) costs a few. Above this many
 # a turn on average after turn 0 the squeeze is evicting the session's own pages: the cell's turns
-# carry the cost of the method (the H200 cells: 290–1,000 a turn, compute_s 3.5–30 s against 0.06).
+# carry the cost of the method (the H200 cells: 400–1,160 a turn, compute_s 3.5–30 s a cell against 0.06 s a turn).
 OWN_FAULTS_PER_TURN = 4
 OWN_FILES = "pressure reached the session's own files"
 
@@ -183,4 +183,5 @@ def _make_v1(limit: int) -> cgroups.Cgroup:
     return cgroups.make_v1(limit, swap_total=meminfo("SwapTotal"))
 
 
-__all__ = ["METHODS", "OWN_FAULTS_PER_TURN", "OWN_FILES", "MemoryLimit", "MemoryPressure", "held_for_cells", "join_cgroup"]
+__all__ = ["METHODS", "OWN_FAULTS_PER_TURN", "OWN_FILES", "MemoryLimit", "MemoryPressure", "held_for_cells",
+           "join_cgroup"]
