@@ -130,7 +130,9 @@ def test_a_session_under_a_balloon_locks_its_own_file_pages_after_turn_0(synth_m
     assert facts.pinned_file_bytes > 0 and facts.pinned_vmlck_bytes >= facts.pinned_file_bytes
     assert 0 <= facts.pinned_s < 5 and facts.pinned_resident_bytes >= facts.pinned_file_bytes
     assert "the worker locks its own resident file pages after turn 0" in result.memory_limit
-    assert "the worker locked" in result.memory_outcome and outcome_kind(result.memory_outcome) == "none"
+    # the lock is what this test is about; whether the machine reclaimed something meanwhile (a busy
+    # machine: 'reclaim', the machine's refaults) is not, but the cell must not have hit its own files
+    assert "the worker locked" in result.memory_outcome and outcome_kind(result.memory_outcome) != "own-files"
     assert json.loads(json.dumps(result.report.to_json()))["summary"]["facts"]["pinned_file_bytes"] > 0
 
 
