@@ -20,9 +20,13 @@
    before the first cell), leaving the limit plus the machine's own working set: ``Mapped`` at
    inflation plus the worker's mapped file pages as the unlimited probe measured them after its
    warm-up turn (:mod:`workbench.measure.session.balloon`). Which method ran, the working set and the
-   inflation time are in the report. Per cell: what the pressure hit — the model's pages lost and read
-   again against major faults (none of which can hit the model: a session reads it, never maps it),
-   other storage reads, swap. ``--swap-mib N`` runs the part with an N MiB swap file on (turned off and
+   inflation time are in the report. Under a balloon each cell's worker locks its own resident file
+   pages after its warm-up turn, inside the room left for them (:mod:`workbench.io.own_pages`). Per
+   cell: what the pressure hit — the model's pages lost and read again against major faults (none of
+   which can hit the model: a session reads it, never maps it), storage reads the model's residency does
+   not explain, swap —, the bytes it locked, and the outcome's kind: ``own-files`` when its own major
+   faults after turn 0 still run above a few a turn (the cell measures the method, not the session; the
+   A/B then fails that check and the verdict says it is not a finding). ``--swap-mib N`` runs the part with an N MiB swap file on (turned off and
    deleted after, even if the run is killed: :mod:`workbench.measure.session.swap`), recording swap growth
    per turn; where swap cannot be turned on the report says why and runs without.
    Whether the write-up's symptom direction (more major faults, lower tok/s with the leak) is
@@ -147,7 +151,8 @@ def _pressure_part(args, model: Path, ledger: Ledger, base: SessionConfig) -> li
     how = ("each cell in a memory cgroup of its own (pressure confined to the session)" if method == "cgroup" else
            "one locked balloon per limit, held over all its cells and inflated before the first; it leaves the "
            "limit plus the machine's working set (Mapped at inflation + the worker's mapped file pages, "
-           f"{files / MiB:,.1f} MiB as the probe measured them after its warm-up turn)")
+           f"{files / MiB:,.1f} MiB as the probe measured them after its warm-up turn, which each cell's worker "
+           "locks, as much of them as are resident, after its turn 0)")
     lines = [f"Method: **{method}** (asked: `{args.pressure_method}`) — {how}.",
              f"The model can leak {bound / MiB:.1f} MiB (its boundary pages). The release-on session's anonymous "
              f"peak, unlimited: {anon / MiB:.1f} MiB; its mapped file pages after the warm-up turn "

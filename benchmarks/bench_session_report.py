@@ -66,15 +66,20 @@ def _cell_row(n: int, arm: str, rnd: int, c, figures=None) -> str:
 
 def pressure_cells(result) -> list[str]:
     """Per cell, what the pressure hit: the model's pages (lost, read again) against everything else
-    (major faults — none on the model, which a session never maps —, other storage reads, the machine's
-    swap-ins), the process's mapped file pages, swap, compute time. Medians per turn, turn 0 left out."""
+    (major faults — none on the model, which a session never maps —, storage reads the model's residency
+    does not explain, the machine's swap-ins), the process's mapped file pages and what of them it locked
+    after turn 0 (under a balloon), swap, compute time, and the outcome's kind (``own-files``: the
+    squeeze reached the session's own files, so the cell measures the method). Medians per turn, turn 0
+    left out."""
     lines = ["", "| cell | arm | tok/s | compute s/turn | major faults/turn (not the model) | model lost · read again "
-             "MiB/turn | other storage reads MiB/turn (upper bound) | machine swap-ins/turn | file RSS MiB (min) | process swap "
-             "MiB first→last | machine swap MiB first→last | outcome |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "MiB/turn | storage reads unexplained by the model's residency MiB/turn (upper bound, the model's "
+             "in-turn churn included) | machine swap-ins/turn | file RSS MiB (min) | own file pages locked MiB | "
+             "process swap MiB first→last | machine swap MiB first→last | kind | outcome |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n, (i, _rnd, c) in enumerate(result.cells):
         arm = result.arms[i].label
         if c.report is None:
-            lines.append(f"| {n + 1} | {arm} | failed: {c.error} |" + " |" * 9)
+            lines.append(f"| {n + 1} | {arm} | failed: {c.error} |" + " |" * 11)
             continue
         turns = c.report.turns[1:] or c.report.turns
         med = lambda key, scale=1.0: _median([getattr(t, key) / scale for t in turns if getattr(t, key) >= 0])  # noqa: E731
@@ -85,10 +90,19 @@ def pressure_cells(result) -> list[str]:
             f"| {n + 1} `{c.attempt_id[:8]}` | {arm} | {c.report.summary.tokens_per_s:.2f} | {med('compute_s'):.3g} | "
             f"{med('majflt'):,.0f} | {med('model_lost_bytes', MiB):.1f} · {med('model_reread_bytes', MiB):.1f} | "
             f"{med('other_fetched_bytes', MiB):.1f} | {med('vm_swapin'):,.0f} | "
-            f"{min(rss) / MiB if rss else float('nan'):,.1f} | {swap(first, 'swap_bytes')}→{swap(last, 'swap_bytes')} | "
-            f"{swap(first, 'swap_used_bytes')}→{swap(last, 'swap_used_bytes')} | "
+            f"{min(rss) / MiB if rss else float('nan'):,.1f} | {_locked(c.report.summary.facts)} | "
+            f"{swap(first, 'swap_bytes')}→{swap(last, 'swap_bytes')} | "
+            f"{swap(first, 'swap_used_bytes')}→{swap(last, 'swap_used_bytes')} | {c.memory_kind or '—'} | "
             f"{c.memory.split(' — ')[-1] if c.memory else '—'}{' **' + c.error + '**' if c.error else ''} |")
     return lines
+
+
+def _locked(facts) -> str:
+    """What the worker locked of its own file pages after turn 0 ("—": nothing pinned, e.g. a cgroup)."""
+    if facts is None or facts.pinned_file_bytes < 0:
+        return "—"
+    note = " (not all: " + facts.pinned_note + ")" if facts.pinned_note else ""
+    return f"{facts.pinned_file_bytes / MiB:,.1f}{note}"
 
 
 def _median(values: list[float]) -> float:
@@ -103,6 +117,9 @@ def pressure_verdict(result, min_effect: float = 0.02) -> str:
     faults, tps = effects.get("major faults/token"), effects.get("tok/s")
     oom = [c for i, _, c in result.cells if i == 1 and "OOM" in (c.memory or "")]
     oom_fixed = [c for i, _, c in result.cells if i == 0 and "OOM" in (c.memory or "")]
+    from workbench.measure.session.runner import OWN_FILES_KIND
+
+    squeezed = [c for _, _, c in result.cells if getattr(c, "memory_kind", "") == OWN_FILES_KIND]
     parts = [f"{len(oom)} of {sum(1 for i, _, _ in result.cells if i == 1)} leaking cells and {len(oom_fixed)} "
              "fixed ones met the OOM killer"] if oom or oom_fixed else []
     no_faults = faults is not None and faults.baseline_median == 0 and faults.candidate_median == 0
@@ -116,7 +133,11 @@ def pressure_verdict(result, min_effect: float = 0.02) -> str:
     slower = tps is not None and tps.verdict == "lower"
     leans = tps is not None and tps.ratio is not None and tps.ratio < 1 - min_effect
     more = no_faults or (faults is not None and faults.verdict == "higher")
-    if oom and not oom_fixed:
+    if squeezed:
+        head = (f"**Not a finding**: in {len(squeezed)} of {len(result.cells)} cells the pressure reached the "
+                "session's own files (kind `own-files`: its major faults after turn 0 above a few a turn), so "
+                "those cells measure the method, not the session; nothing below is a result about the leak.")
+    elif oom and not oom_fixed:
         head = "**Reproduced, to the end**: only the leaking build met the OOM killer."
     elif slower and more and not no_faults:
         head = "**Reproduced**: the leaking build faults more and decodes slower, both intervals clear of 1."

@@ -27,7 +27,10 @@
 # lanes, overlap, device compute, cold before every cell, PRESSURE_ROUNDS (6) cells a side interleaved
 # ABBA. --pressure-method auto: a cgroup per cell where one can be made, else (the H200) ONE balloon
 # held over all 12 cells, inflated once before the first, leaving the limit + the machine's measured
-# working set (Mapped + the worker's mapped file pages measured by the unlimited probe). The budget of
+# working set (Mapped + the worker's mapped file pages measured by the unlimited probe); each cell's
+# worker locks its own resident file pages after turn 0 inside that room, and a cell whose own major
+# faults still run above 4 a turn after turn 0 is `own-files` (it measured the method: the A/B fails that
+# check). The first run (2026-12-03, before the lock) is docs/benchmarks/session-pressure-h200.md. The budget of
 # its one call (540 s, machine start not included):
 #     model write (4 GiB; skipped when session-ab wrote it in this lease)   ≤  40 s
 #     unlimited probe: 3 turns × 4 tokens, cold, one worker start           ≈  20 s

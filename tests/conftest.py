@@ -1,6 +1,19 @@
-"""Shared fixtures. Add new ones additively; keep files small (KiB to a few MiB)."""
+"""Shared fixtures. Add new ones additively; keep files small (KiB to a few MiB).
+
+The suite runs in parallel (``pytest -n 2``, pytest-xdist; .ci/run does) as well as serially, and this
+file is where the workers are kept apart — nowhere else:
+
+* each worker process gets its own world (:func:`_worker_world`): data root (so the default ledger and
+  models), device-lock directory (the real one, /tmp/workbench-locks, is machine-wide: two workers
+  taking it would wait on each other's runs), identity cache, IPython and Jupyter runtime dirs; a test
+  that sets its own with ``monkeypatch.setenv`` still wins. ``synth_model`` and the other session
+  fixtures are per worker already (each worker has its own basetemp);
+* a test marked ``machine_wide`` (it squeezes the whole machine: an mlock balloon of everything
+  available) runs while no other test of the run does (:func:`_machine_wide_alone`), whatever ``-n``.
+"""
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 from typing import Callable, Sequence
@@ -12,6 +25,7 @@ from workbench.formats.index import TensorIndex, TensorInfo
 
 
 _DREW_NONE = False  # whether this suite, not the user, turned static figures off
+_SUITE_SET_BROWSER = "WORKBENCH_TESTS_SET_BROWSER"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,7 +37,52 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if defaults.BROWSER not in os.environ:
         os.environ[defaults.BROWSER] = "none"
-        _DREW_NONE = True
+        os.environ[_SUITE_SET_BROWSER] = "1"  # xdist workers inherit the "none": this says it was ours
+    _DREW_NONE = os.environ.get(_SUITE_SET_BROWSER) == "1"
+
+
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")  # gw0, gw1 … under pytest-xdist
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This worker's own data root, device-lock directory, cache dir and IPython/Jupyter dirs (see the top)."""
+    root = tmp_path_factory.mktemp(f"world-{WORKER}")
+    patch = pytest.MonkeyPatch()
+    for name, sub in (("WORKBENCH_DATA", "data"), ("WORKBENCH_LOCK_DIR", "locks"), ("WORKBENCH_CACHE_DIR", "cache"),
+                      ("IPYTHONDIR", "ipython"), ("JUPYTER_RUNTIME_DIR", "jupyter-runtime")):
+        patch.setenv(name, str(root / sub))
+    patch.delenv("WORKBENCH_LEDGER", raising=False)  # the default ledger: <data root>/ledger.sqlite
+    yield root
+    patch.undo()
+
+
+@pytest.fixture(scope="session")
+def _run_locks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(gate, main) lock files shared by every worker of this run (the run's basetemp holds the workers')."""
+    base = tmp_path_factory.getbasetemp()
+    run_root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return run_root / "machine-wide.gate", run_root / "machine-wide.lock"
+
+
+@pytest.fixture(autouse=True)
+def _machine_wide_alone(request: pytest.FixtureRequest, _run_locks: tuple[Path, Path]):
+    """Every test holds the run's lock shared; a ``machine_wide`` one holds it alone. The gate makes it
+    fair: a machine-wide test waiting for the lock holds the gate, so no new test starts meanwhile."""
+    alone = request.node.get_closest_marker("machine_wide") is not None
+    gate = os.open(_run_locks[0], os.O_RDWR | os.O_CREAT, 0o600)
+    main = os.open(_run_locks[1], os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(main)  # closing drops both locks
+        os.close(gate)
 
 
 @pytest.fixture(autouse=True)

@@ -34,6 +34,9 @@ class DeferredCopyDevice(HostDevice):
             self.pending.append((dst, dst_offset, arr.ctypes.data, arr.nbytes))
         del arr
 
+    def host_view(self, buf):
+        return None  # a GPU stand-in: its memory is reached by (deferred) copies, never written directly
+
     def record_event(self):
         with self._lock:
             return len(self.pending)

@@ -8,12 +8,12 @@ goes to test-artifacts/. No browser is ever downloaded: Playwright drives /usr/b
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,33 +38,30 @@ if not os.access(CHROMIUM, os.X_OK):
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (the [dev] extra) is not installed")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture()
 def lab(tmp_path: Path):
-    """JupyterLab on 127.0.0.1 with a token, over a copy of notebooks/, writing only under tmp_path."""
-    root = tmp_path / "lab"
+    """JupyterLab on 127.0.0.1 with a token, over a copy of notebooks/, writing only under tmp_path (one
+    per test: a server shared by the module reopened the last test's notebook beside the next one, and
+    its hidden widgets matched the next test's locators). The server picks its port (``port=0``: the
+    kernel hands out a free one, so parallel runs never collide) and says which in its runtime file."""
+    tmp = tmp_path
+    root = tmp / "lab"
     shutil.copytree(ROOT / "notebooks", root)
-    token, port = secrets.token_hex(16), free_port()
-    env = {**os.environ, "WORKBENCH_DATA": str(tmp_path / "data"), "WORKBENCH_LEDGER": str(tmp_path / "ledger.sqlite"),
-           "WORKBENCH_LOCK_DIR": str(tmp_path / "locks"), "JUPYTER_CONFIG_DIR": str(tmp_path / "jcfg"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "jrt"), "IPYTHONDIR": str(tmp_path / "ipy")}
+    token = secrets.token_hex(16)
+    env = {**os.environ, "WORKBENCH_DATA": str(tmp / "data"), "WORKBENCH_LEDGER": str(tmp / "ledger.sqlite"),
+           "WORKBENCH_LOCK_DIR": str(tmp / "locks"), "JUPYTER_CONFIG_DIR": str(tmp / "jcfg"),
+           "JUPYTER_RUNTIME_DIR": str(tmp / "jrt"), "IPYTHONDIR": str(tmp / "ipy")}
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.open_browser=False",
-           "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+           "--ServerApp.ip=127.0.0.1", "--ServerApp.port=0", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-           f"--LabApp.workspaces_dir={tmp_path / 'ws'}", "--LabApp.news_url=None"]
+           f"--LabApp.workspaces_dir={tmp / 'ws'}", "--LabApp.news_url=None"]
     if os.geteuid() == 0:  # CI containers run as root; the server refuses that unless told
         cmd.append("--allow-root")
-    log = (tmp_path / "lab.log").open("wb")
+    log = (tmp / "lab.log").open("wb")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(proc, f"{base}/api/status?token={token}", tmp_path / "lab.log")
-        yield {"base": base, "token": token, "ledger": tmp_path / "ledger.sqlite", "log": tmp_path / "lab.log"}
+        base = _wait_ready(proc, tmp / "jrt" / f"jpserver-{proc.pid}.json", token, tmp / "lab.log")
+        yield {"base": base, "token": token, "ledger": tmp / "ledger.sqlite", "log": tmp / "lab.log"}
     finally:
         _stop(proc)
         log.close()
@@ -81,16 +78,18 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _wait_ready(proc: subprocess.Popen, url: str, log: Path, timeout: float = 90) -> None:
+def _wait_ready(proc: subprocess.Popen, info: Path, token: str, log: Path, timeout: float = 90) -> str:
+    """The server's base URL once its runtime file names its port and /api/status answers."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"jupyter lab exited {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
+            base = f"http://127.0.0.1:{json.loads(info.read_text())['port']}"
+            with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as reply:
                 if reply.status == 200:
-                    return
-        except OSError:
+                    return base
+        except (OSError, ValueError, KeyError):  # no runtime file yet, half written, or not listening yet
             time.sleep(0.3)
     raise RuntimeError(f"jupyter lab not ready after {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 

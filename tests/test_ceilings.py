@@ -31,6 +31,15 @@ def test_bounding_ceiling_picks_the_wall() -> None:
     assert bounding_ceiling({}, "cold", "host") is None
 
 
+def test_a_read_straight_into_host_memory_is_bounded_by_the_read_alone() -> None:
+    # the ring on a host device reads into the buffers themselves: no copy follows, so no copy wall
+    walls = {"page_cache_read_2t": 9.0, "h2d_host_pageable": 4.0, "h2d_host_pinned": 5.0}
+    direct = LoadPath(readers=2, copy_from="none")
+    assert bounding_ceiling(walls, "warm", "host", direct) == ("page_cache_read_2t", 9.0)
+    staged = LoadPath(readers=2, copy_from="pinned")
+    assert bounding_ceiling(walls, "warm", "host", staged) == ("h2d_host_pinned", 5.0)
+
+
 def test_ceilings_land_in_the_ledger_and_bound_attempts(tmp_path: Path, isolated_cache: Path) -> None:
     from workbench.formats.synth import write_synthetic
     from workbench.measure import RunConfig, measure

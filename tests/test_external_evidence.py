@@ -205,8 +205,10 @@ def test_a_set_is_read_only_when_every_shard_is(sharded_model, tmp_path: Path) -
     index = sharded_model("safetensors", "dense", shards=3, size=12 << 20)
     target = ReadTarget.of(str(Path(index.path).parent))  # the set's directory, as --file takes it
     assert len(target.paths) == 3 and target.nbytes == index.nbytes
-    read_all = ("import os, sys\nfor p in sys.argv[1:]:\n    fd = os.open(p, os.O_RDONLY)\n"
-                "    while os.read(fd, 1 << 20): pass\nprint('loaded', flush=True)")
+    # an engine stays up after its ready line (killed at the marker): one that exits at once can be gone
+    # before the runner's last look at its tree, and a gone process's reads are no evidence (time only)
+    read_all = ("import os, sys, time\nfor p in sys.argv[1:]:\n    fd = os.open(p, os.O_RDONLY)\n"
+                "    while os.read(fd, 1 << 20): pass\nprint('loaded', flush=True)\ntime.sleep(30)")
     every = time_external(f"{_py(read_all)} {' '.join(map(shlex.quote, target.paths))}", "loaded", timeout_s=30,
                           nbytes=1, model=target)
     one = time_external(f"{_py(read_all)} {shlex.quote(target.paths[0])}", "loaded", timeout_s=30, nbytes=1,

@@ -88,8 +88,9 @@ def test_a_shard_count_above_the_cap_is_refused_by_name(tmp_path):
 def test_a_directory_of_more_files_than_a_set_may_have(tmp_path):
     directory = tmp_path / "m"
     directory.mkdir()
-    for i in range(bounds.MAX_MEMBERS + 1):
-        (directory / f"part{i}.safetensors").write_bytes(EMPTY_ST)
+    n = bounds.MAX_MEMBERS + 1  # one complete numbered set, the directory's model (issue 23's resolution)
+    for i in range(1, n + 1):
+        (directory / f"model-{i:05d}-of-{n:05d}.safetensors").write_bytes(EMPTY_ST)
     line, cpu = refused_within_bound(directory)
     assert f"{bounds.MAX_MEMBERS + 1:,} files" in line, line
     assert cpu < BOUND_S, f"{cpu:.2f} s of CPU"

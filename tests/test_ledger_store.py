@@ -77,6 +77,7 @@ def test_path_from_env_then_default(tmp_path, monkeypatch):
     with Ledger() as led:
         assert led.path == tmp_path / "env" / "x.sqlite" and led.path.is_file()
     monkeypatch.delenv("WORKBENCH_LEDGER")
+    monkeypatch.delenv("WORKBENCH_DATA", raising=False)  # the default: data/ of the checkout the cwd is in, else ./data
     monkeypatch.chdir(tmp_path)
     with Ledger() as led:
         assert led.path.resolve() == (tmp_path / "data" / "ledger.sqlite").resolve()

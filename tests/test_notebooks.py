@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -25,6 +26,22 @@ def space(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("nb")
     model = ensure_model(root / "tiny.gguf", layout="dense", format="gguf", size=2 * MiB)
     return {"root": root, "model": model, "ledger": root / "ledger.sqlite"}
+
+
+@pytest.fixture(scope="module")
+def sweep01(space: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """The load-sweep notebook executed once for the module into its ledger (campaign nb-01): its own
+    test checks the notebook, and the report and figure tests read the campaign — whichever runs first,
+    alone or on any worker. It draws its static figures (as a ``static_figures`` test would) because
+    its own test checks them."""
+    out = tmp_path_factory.mktemp("nb01") / "01.ipynb"
+    with pytest.MonkeyPatch.context() as patch:
+        if os.environ.get(defaults.BROWSER) == "none":  # the suite's "no static images" (conftest.py)
+            patch.delenv(defaults.BROWSER)
+        nb = execute("01_load_sweep.ipynb", out, file=str(space["model"]), strategies=["pread", "warmer"],
+                     params={"warmer": {"threads": [1, 2], "chunk_mib": 1}}, caches=["cold", "warm"], runs=2,
+                     campaign="nb-01", ledger_path=str(space["ledger"]))
+    return nb, out
 
 
 @pytest.fixture(autouse=True)
@@ -79,10 +96,8 @@ def test_notebook_has_one_parameters_cell_and_a_known_kernel(name):
 
 
 @pytest.mark.static_figures
-def test_load_sweep_notebook_records_attempts_and_draws(space, tmp_path):
-    nb = execute("01_load_sweep.ipynb", tmp_path / "01.ipynb", file=str(space["model"]),
-                 strategies=["pread", "warmer"], params={"warmer": {"threads": [1, 2], "chunk_mib": 1}},
-                 caches=["cold", "warm"], runs=2, campaign="nb-01", ledger_path=str(space["ledger"]))
+def test_load_sweep_notebook_records_attempts_and_draws(space, sweep01):
+    nb, path = sweep01
     with Ledger(space["ledger"]) as ledger:
         attempts = ledger.attempts("nb-01")
         runs = ledger.runs(campaign="nb-01")
@@ -98,7 +113,7 @@ def test_load_sweep_notebook_records_attempts_and_draws(space, tmp_path):
     assert any(t.startswith("Load time per attempt") for t in titles)
     assert any(t.startswith("Resident before each run") for t in titles)
     assert any(t.startswith("Median GB/s by threads × chunk") for t in titles)
-    assert_static_figures_in_html(nb, tmp_path / "01.ipynb", len(titles))
+    assert_static_figures_in_html(nb, path, len(titles))
 
 
 def assert_static_figures_in_html(nb: dict, path: Path, n_figures: int) -> None:
@@ -137,9 +152,7 @@ def test_h2d_notebook_records_each_path_and_size(space, tmp_path):
     assert any(t.startswith("Host→device copy paths") for t in plotly_titles(nb))
 
 
-def test_report_notebook_writes_exports(space, tmp_path):
-    if "nb-01" not in set(Ledger(space["ledger"]).campaigns()["name"]):
-        pytest.skip("needs the load-sweep notebook's campaign (run the module, not this test alone)")
+def test_report_notebook_writes_exports(space, sweep01, tmp_path):
     out = tmp_path / "report"
     nb = execute("05_ledger_report.ipynb", tmp_path / "05.ipynb", campaign="nb-01",
                  ledger_path=str(space["ledger"]), out_dir=str(out))
@@ -381,13 +394,11 @@ def test_panel_button_runs_the_action_with_the_controls_values():
 # -- figures and report from a real ledger -------------------------------------------------------------
 
 
-def test_figures_show_ranges_walls_and_missed_cache_states(space):
+def test_figures_show_ranges_walls_and_missed_cache_states(space, sweep01):
     from workbench.ledger.figures.campaign import campaign_figures, gbps_vs_ceilings, median_with_range, resident_before
 
     with Ledger(space["ledger"]) as ledger:
         attempts, runs = ledger.attempts("nb-01"), ledger.runs(campaign="nb-01")
-    if attempts.empty:
-        pytest.skip("needs the load-sweep notebook's campaign (run the module, not this test alone)")
     fig = median_with_range(attempts)
     cold = next(t for t in fig.data if t.name == "cold")
     first = attempts[attempts["cache"] == "cold"].iloc[0]
@@ -424,12 +435,10 @@ def test_heat_map_axes_come_from_the_strategies_params():
     assert fig.layout.xaxis.title.text == "bounce (MiB)" and list(fig.data[0].y) == ["1", "2"]
 
 
-def test_report_writes_offline_html_and_history(space, tmp_path):
+def test_report_writes_offline_html_and_history(space, sweep01, tmp_path):
     from workbench.ledger.report import write_report
 
     with Ledger(space["ledger"]) as ledger:
-        if "nb-01" not in set(ledger.campaigns()["name"]):
-            pytest.skip("needs the load-sweep notebook's campaign (run the module, not this test alone)")
         paths = write_report(ledger, "nb-01", tmp_path / "r")
         with pytest.raises(LedgerError, match="no campaign 'nope'"):
             write_report(ledger, "nope", tmp_path / "x")

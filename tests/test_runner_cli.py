@@ -271,3 +271,21 @@ def test_external_refuses_bad_commands_in_one_line(env: Path) -> None:
                                     "--marker", "b", "--file", str(env / "m.gguf")])
     assert out.exit_code == 2 and "2 --marker for 3 --cmd" in out.stderr
     assert not (env / "ledger.sqlite").exists()  # refused before anything was recorded
+
+
+def test_json_and_tables_carry_the_fixed_and_streaming_parts_costs_and_settings(env: Path) -> None:
+    out = _invoke("run", str(env / "m.gguf"), "--strategy", "ring direct=off", "--runs", "1", "--cache", "warm",
+                  "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    run = data["runs"][0]
+    assert set(run["fixed"]) == {"index", "probe", "alloc", "staging", "start", "release"}
+    assert run["fixed"]["staging"] > 0 and run["fixed"]["index"] > 0  # the ring's slots, the index read
+    assert abs(run["fixed_s"] + run["streaming_s"] - run["load_s"]) < 1e-9 and run["streaming_s"] > 0
+    assert {"provision_us", "first_read_us", "unstage_us", "alloc_us"} <= set(run["counters"])
+    assert run["costs"]["pinned_peak_bytes"] is not None or run["costs"]["registered_peak_bytes"] > 0
+    assert run["path"]["copy_from"] == "pinned"
+    assert data["fixed_s"] == run["fixed_s"] and isinstance(data["settings"], dict) and data["settings"]
+    table = _invoke("run", str(env / "m.gguf"), "--strategy", "ring direct=off", "--runs", "1", "--cache", "warm")
+    assert "fixed + stream ms" in table.stdout
+    assert re.search(r"\d+\.\d \+ \d+\.\d", table.stdout), table.stdout

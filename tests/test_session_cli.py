@@ -144,7 +144,11 @@ def test_runs_record_the_fast_paths_in_the_run_json_the_ledger_and_the_exports(m
         runs = led.runs(campaign="runs")
     assert list(runs["verified"]) == [True, True, True]
     n = len(moe64.blobs)
-    experts, inplace, bounce = (r["result"]["result"] for r in runs.to_dict("records"))
+    reports = [r["result"] for r in runs.to_dict("records")]
+    # what the runner guarantees a warm run: every page resident when its window opens (the worker
+    # re-reads what reclaim took after the runner's check, and says so) — so the 90 % gate passes
+    assert all(r["cache_recheck"]["state"] == "warm" and r["cache_recheck"]["now"] == 1.0 for r in reports)
+    experts, inplace, bounce = (r["result"] for r in reports)
     assert any(e["text"] == f"blob_zero_copy: {n}/{n} blobs — ON" for e in experts["engaged"])
     fact = next(e for e in inplace["engaged"] if e["feature"] == "odirect-zero-copy")
     assert fact["state"] == "ON" and inplace["counters"]["expert_shift_copy_bytes"] == 0

@@ -69,6 +69,7 @@ def test_a_limit_below_what_the_cache_holds_ends_in_the_oom_killer(cgroups, synt
     assert result.verdict == "failed" and "OOM-killed" in result.memory and "exit -9" in result.error
 
 
+@pytest.mark.machine_wide  # locks all but 16 MiB of the machine's available memory: no other test may run meanwhile
 def test_a_balloon_locks_what_is_available_beyond_the_limit(monkeypatch):
     before = _vmlck()
     available = pressure.meminfo("MemAvailable") - measure_working_set().bytes

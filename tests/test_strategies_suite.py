@@ -113,7 +113,7 @@ def test_every_strategy_loads_a_sharded_model_byte_exact(name, fmt, layout, cach
 def test_ring_with_background_provisioning_loads_byte_exact(staging, fmt, layout, cache, synth_model):
     index = synth_model(fmt, layout)
     set_cache(index.path, cache)
-    result = load_and_verify("ring", index, provision="background", staging=staging)
+    result = load_and_verify("ring", index, provision="background", staging=staging, direct="off")  # staged on host too
     assert "in the background" in result.engaged_by("pinned_staging").note
 
 

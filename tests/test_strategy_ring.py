@@ -114,8 +114,11 @@ def set_cache(path, state):
 
 
 def load(index, device=None, **params):
+    """A verified load; the staged path as asked (``direct=off``, ``fit=0``, the whole ring upfront)
+    unless ``params`` say otherwise: these tests are about the ring's plans and its sized staging, which
+    host memory would skip (and reader-made slots would make only as many as host copies keep busy)."""
     dev = device or HostDevice()
-    result = get_strategy("ring")(**params).load(index, dev)
+    result = get_strategy("ring")(**{"direct": "off", "fit": False, "provision": "upfront", **params}).load(index, dev)
     report = verify_placements(index, dev, result.placements)
     assert report.ok, f"{report.first_mismatch}: {report.detail}"
     return result
@@ -156,7 +159,7 @@ def test_staging_from_alloc_pinned_when_asked(raw_model):
 
 
 def test_a_failing_reader_stops_the_load_and_releases_everything(raw_model, monkeypatch):
-    import workbench.strategies.ring as ring
+    import workbench.strategies.ring_readers as ring
 
     index = raw_model([(4 << 20) + 1, 7, (3 << 20) + 5])
     calls = []
@@ -261,7 +264,7 @@ def test_cold_a_set_one_reader_pool_shares_across_files_a_descriptor_per_file_pe
 
 
 def test_warm_a_set_one_queue_of_windows_in_model_order(raw_set, monkeypatch):
-    import workbench.strategies.ring as ring
+    import workbench.strategies.ring_readers as ring
 
     index = raw_set(SET)
     order, real = [], ring.pread_into
@@ -292,3 +295,35 @@ def test_a_small_model_gets_a_ring_no_larger_than_it(raw_model):
     result = load(index)
     fact = result.engaged_by("pinned_staging")
     assert fact.total == 1 and fact.note.startswith("1 x 1.00") and fact.state == "ON", str(fact)
+
+
+ODD = dict(first=1231, gap=29, tail=17)  # tensors off page boundaries, strides no page multiple
+SIZES = [1, 5, (3 << 20) + 333, 4097, 0, 12289, (2 << 20) + 77, 3]  # tiny, empty and large tensors
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_on_host_memory_the_ring_reads_straight_into_the_buffers(cache, raw_model):
+    index = raw_model(SIZES, **ODD)
+    set_cache(index.path, cache)
+    dev = HostDevice()
+    result = get_strategy("ring")(threads=3, cold_threads=2, slot_mib=1, cold_mib=1).load(index, dev)
+    assert dev.locked.peak == {"pinned": 0, "registered": 0}  # no staging memory at all
+    report = verify_placements(index, dev, result.placements)
+    assert report.ok, f"{report.first_mismatch}: {report.detail}"
+    fact = result.engaged_by("direct_to_device")
+    assert fact.state == "ON" and "no staging hop" in fact.note, str(fact)
+    assert result.engaged_by("pinned_staging") is None and result.path["copy_from"] == "none"
+    assert result.phases["staging"] == 0 and result.counters["read_us"] > 0
+
+
+def test_the_ring_fitted_to_the_load_with_slots_made_by_its_readers_lands_every_byte(raw_model):
+    index = raw_model(SIZES, **ODD)
+    set_cache(index.path, "warm")
+    dev = DeferredCopyDevice()  # copies run only when a fence waits: a slot refilled too early shows
+    result = load(index, dev, fit=True, provision="readers", threads=16, slot_mib=8, min_share_mib=2)
+    readers = result.engaged_by("ring_readers")
+    assert "fitted to the load" in readers.note and readers.done <= 3  # 5.2 MiB at >= 2 MiB a reader
+    staging = result.engaged_by("pinned_staging")
+    assert "made by the reader that first took it" in staging.note and staging.total <= readers.done + 4
+    assert dev.in_flight == 0 and dev.usage().registered == 0 and dev.usage().pinned == 0
+    assert {"provision_us", "first_read_us", "unstage_us"} <= set(result.counters)

@@ -422,3 +422,53 @@ def test_background_ring_registers_one_block_per_slot_and_releases_each(prefix: 
 def test_ring_rejects_an_unknown_provision(device: Any) -> None:
     with pytest.raises(ValueError, match="staging provision"):
         StagingRing(device, 2, 4096, provision="lazy")
+
+
+# --- provision=readers: each slot made by the reader that first takes it ---------------------------------
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("piece", [4096 + 5, 3 * 4096, 12289])  # not a page multiple, a page multiple, odd
+def test_readers_ring_lands_exact_bytes_and_gives_everything_back(device: Any, threads: int, piece: int) -> None:
+    before = device.usage()
+    data = pattern(40 * 4096 + 123, seed=threads + piece)
+    ring = StagingRing(device, 3, piece, provision="readers")
+    assert ring.slots == [] and ring.nbytes == 0  # nothing made before the first acquire
+    dst = push_through_ring(device, ring, data, piece, threads)
+    ring.close()
+    device.synchronize()
+    assert device.read_back(dst, 0, len(data)) == data
+    device.free(dst)
+    assert device.usage() == before  # every slot made was released
+    assert 1 <= len(ring.slots) <= 3 and ring.first_slot_s is not None and ring.reader_provision_s > 0
+    assert "made by the reader that first took it" in ring.describe()
+
+
+def test_readers_ring_makes_only_the_slots_taken_each_its_own_memory(device: Any) -> None:
+    before = device.usage()
+    ring = StagingRing(device, 5, 4096 + 3, provision="readers")
+    held = [ring.acquire() for _ in range(2)]
+    assert len(ring.slots) == 2 and ring.nbytes == 2 * (4096 + 3)
+    for k, slot in enumerate(held):
+        slot.view[:] = bytes([k + 7]) * slot.nbytes
+    assert [bytes(s.view) for s in held] == [bytes([k + 7]) * (4096 + 3) for k in range(2)]
+    for slot in held:
+        ring.release(slot)
+    again = ring.acquire()  # a made slot comes back before an unmade one is made
+    assert again in held and len(ring.slots) == 2
+    ring.release(again)
+    ring.close()
+    assert device.usage() == before and ring.describe().startswith("2 of 5 x ")
+
+
+def test_a_readers_ring_failing_to_make_a_slot_raises_in_that_reader_and_frees_the_rest(
+        device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = device.usage()
+    inject(monkeypatch, device, fail_at=2)
+    ring = StagingRing(device, 3, 4096, source="alloc", provision="readers")
+    first = ring.acquire()
+    with pytest.raises(DeviceError, match="refused on purpose"):
+        ring.acquire()
+    ring.release(first)
+    ring.close()
+    assert device.usage() == before and len(ring.slots) == 1

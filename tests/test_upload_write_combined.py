@@ -94,7 +94,7 @@ def test_a_read_back_into_write_combined_staging_is_refused():
     dev.close()
 
 
-@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc"}), ("ring", {"staging": "wc"}),
+@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc"}), ("ring", {"staging": "wc", "direct": "off"}),
                                          ("lanes", {"upload": "pinned", "staging": "wc"}),
                                          ("pread", {"upload": "pinned", "staging": "wc"})])
 def test_strategies_stage_through_write_combined_slots_and_verify_from_the_device(synth_model, name, params):
@@ -117,7 +117,7 @@ def test_strategies_stage_through_write_combined_slots_and_verify_from_the_devic
         dev.close()
 
 
-@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc"}), ("ring", {"staging": "wc"}),
+@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc"}), ("ring", {"staging": "wc", "direct": "off"}),
                                          ("lanes", {"upload": "pinned", "staging": "wc"})])
 def test_the_host_has_no_write_combined_memory_and_says_so(synth_model, name, params):
     index = synth_model("gguf", "moe", alignment=64)
@@ -154,3 +154,11 @@ def test_a_ring_is_sized_to_the_load(slots, slot_bytes, windows, expected):
     got = size_ring(slots, slot_bytes, windows)
     assert got == expected
     assert got[0] * got[1] < max(sum(windows), 4096) + got[1]  # less than one slot over what it reads
+
+
+def test_on_host_memory_the_ring_says_its_write_combined_slots_were_not_needed(synth_model):
+    index = synth_model("gguf", "moe", alignment=64)
+    dev = open_device("host")
+    result = get_strategy("ring")(staging="wc").load(index, dev)  # direct: no staging at all
+    fact = result.engaged_by("write_combined")
+    assert fact.state == "INERT" and "read straight into host memory" in fact.note, str(fact)

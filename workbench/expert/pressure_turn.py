@@ -19,10 +19,12 @@ What is measured, and its limits:
   its major faults hit the model's files**: the model comes back by reads, counted here, not faults.
 * **Everything else** — the process's major faults (``majflt``, getrusage) are all on its own
   file mappings (libraries, Python, CUDA; ``file_rss_bytes`` is its mapped file-backed resident set,
-  ``RssFile``) or on its anonymous memory coming back from swap. ``other_fetched_bytes`` is what the
-  process read from storage besides the model's fetched pages (``read_bytes`` of ``/proc/self/io``
-  minus ``model_fetched_bytes``, at least 0: an upper bound, since readahead of the model beyond
-  what stayed resident is counted here).
+  ``RssFile``) or on its anonymous memory coming back from swap. ``other_fetched_bytes`` is
+  ``read_bytes`` of ``/proc/self/io`` minus ``model_fetched_bytes`` (at least 0): an upper bound of
+  the storage reads of other files, **not** a count of them — it also holds the model's own in-turn
+  churn, pages read and evicted again within the turn (under pressure, most of them), and readahead
+  of the model beyond what stayed resident, which neither mincore snapshot sees. Read it as "storage
+  reads the model's end-of-turn residency does not explain", never as "other files".
 * **The machine** — ``/proc/vmstat`` deltas over the turn: ``vm_majflt``, ``vm_swapin`` (pages),
   ``vm_refault_file``/``vm_refault_anon`` (workingset refaults), and ``swap_used_bytes`` (SwapTotal −
   SwapFree) at the end. They count every process: on a quiet machine under a balloon they are the

@@ -170,6 +170,13 @@ class SessionFacts:
     files: int = 1
     warnings: tuple[str, ...] = ()
     memory_limit: str = ""  # how --memory-limit was enforced ("cgroup v1 …", "balloon …"), "" without
+    # under a balloon, the worker's own resident file pages it locked after turn 0 (workbench.io.own_pages;
+    # -1: nothing pinned — no limit, or a cgroup, which never reclaims the runner's library pages)
+    pinned_file_bytes: int = -1
+    pinned_resident_bytes: int = -1  # resident in the mappings it considered, locked or not
+    pinned_s: float = -1.0  # how long finding and locking them took (between turn 0 and turn 1)
+    pinned_vmlck_bytes: int = -1  # the worker's VmLck right after
+    pinned_note: str = ""  # why some were not locked (mlock refused, the balloon's room), "" when all were
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -15,8 +15,9 @@ from typing import Any, Union
 
 from workbench.errors import CacheStateError, FormatError
 from workbench.formats.index import TensorIndex
-from workbench.records import model_display_name
+from workbench.io.cache_recheck import fill_missing_pages
 from workbench.io.pagecache import STATES, page_size, prepare, resident_fraction
+from workbench.records import model_display_name
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,8 @@ def prepare_model(model: ModelLike, state: str, *, cold_max: float = 0.02, warm_
                   any_file: bool = False) -> ModelResidency:
     """Put every file of ``model`` in ``state`` ("cold", "warm" or "asis") and verify it with mincore.
 
-    Warm skips a file already resident; after any file was read the whole set is checked again.
+    Warm reads only the missing pages of a file already resident; after any file was read in full the
+    whole set is checked again.
 
     Returns
     -------
@@ -168,8 +170,12 @@ def prepare_model(model: ModelLike, state: str, *, cold_max: float = 0.02, warm_
     for path, size in zip(files.paths, files.sizes):
         already = _resident(path, state) if state == "warm" and size else None
         if already is not None and already >= warm_min:  # re-reading a resident file costs a whole read
-            got.append(FileResidency(path, size, already))
-            continue
+            if already < 1.0:  # but its holes may all sit in one tensor: read just those (cache_recheck.py)
+                fill_missing_pages(path)
+                already = _resident(path, state)
+            if already >= warm_min:
+                got.append(FileResidency(path, size, already))
+                continue
         read |= state == "warm"
         got.append(FileResidency(path, size, float(prepare(path, state, cold_max=cold_max, warm_min=warm_min))))
     result = ModelResidency(tuple(got))

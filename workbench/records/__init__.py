@@ -6,6 +6,7 @@ means the same thing to the worker, the runner, the ledger and the notebooks.
 """
 from __future__ import annotations
 
+from workbench.records.cache_recheck import CacheRecheck
 from workbench.records.costs import COST_FIELDS, RunCosts
 from workbench.records.effect import (
     CLAIM_MIN_RUNS,
@@ -18,6 +19,7 @@ from workbench.records.effect import (
     verdict_n,
 )
 from workbench.records.engaged import Engaged
+from workbench.records.fixed import FIXED_PARTS, fixed_parts, split_load
 from workbench.records.external import BinaryFile, EnginePhase, ExternalRun, ReadEvidence
 from workbench.records.model_names import model_display_name
 from workbench.records.names import campaign_name_problem
@@ -43,8 +45,9 @@ from workbench.records.worker_report import (
 
 __all__ = [
     "COST_FIELDS", "RunCosts", "AUTO_VERDICTS", "CACHE_STATES", "CLAIM_MIN_RUNS", "PHASES", "USER_VERDICTS", "VERDICTS",
-    "AttemptStats", "BinaryFile", "Effect", "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB",
+    "AttemptStats", "BinaryFile", "CacheRecheck", "Effect", "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB",
     "ReadEvidence", "RunConfig", "RunRecord", "Timings", "VerifySummary", "WorkerReport", "campaign_name_problem",
     "failure_reason", "format_effect", "format_spread", "format_verdict", "keeping_needs_a_note", "verdict_caveat",
     "verdict_n", "comparable_settings", "format_differences", "model_display_name", "plural", "settings_differences",
+    "FIXED_PARTS", "fixed_parts", "split_load",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from workbench.records.cache_recheck import CacheRecheck
 from workbench.records.costs import RunCosts
 from workbench.records.engaged import Engaged
 from workbench.records.external import ExternalRun
@@ -170,6 +171,7 @@ class WorkerReport:
     cache_error: str | None = None  # why the page-cache state asked for was not reached
     resident_after_files: Mapping[str, float] = field(default_factory=dict)  # file name → fraction after the load
     costs: RunCosts | None = None  # bytes read, CPU, switches and memory over the window (worker runs)
+    cache_recheck: CacheRecheck | None = None  # the worker's own look at the cache just before its window
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object the worker prints and the ledger stores (``runs.result``)."""
@@ -195,6 +197,7 @@ class WorkerReport:
             # only when measured: reports written before a model was a set of files hold the other keys
             **({"resident_after_files": dict(self.resident_after_files)} if self.resident_after_files else {}),
             **({"costs": self.costs.to_json()} if self.costs is not None else {}),
+            **({"cache_recheck": self.cache_recheck.to_json()} if self.cache_recheck is not None else {}),
         }
 
     @classmethod
@@ -223,4 +226,6 @@ class WorkerReport:
             "timings": None if timings is None else Timings.from_json(timings),
             "resident_after_files": {str(k): float(v) for k, v in (data.get("resident_after_files") or {}).items()},
             "costs": RunCosts.from_json(data["costs"]) if isinstance(data.get("costs"), Mapping) else None,
+            "cache_recheck": (CacheRecheck.from_json(data["cache_recheck"])
+                              if isinstance(data.get("cache_recheck"), Mapping) else None),
         }

@@ -17,6 +17,12 @@ A model of several files keeps the one reader pool and the one staging ring acro
 never crosses a file (it knows its file), and each reader opens its own descriptor of each file it
 reads (its own readahead state), closed when it is done.
 
+Warm, the readers and windows are fitted to the load (``fit``, :func:`~workbench.upload.staging_plan.fit_warm`):
+no more readers than usable cores or than the load keeps busy, windows small enough that each reader
+gets several; each staging slot is made by the reader that first takes it (``provision=readers``), so
+no reader waits for the whole ring. Where the device's memory is host memory (the host backends) the
+readers read straight into the tensors' buffers (``direct``): no staging hop, no second memcpy.
+
 Every tensor's device buffer is carved from one device allocation (``arena``; 0.7 ms against 7.6 ms
 for 129 separate allocations on the H200). Reader threads' time is summed per activity in counters
 (``wait_us``: slot + fence, ``read_us``, ``issue_us``: copy calls, ``release_us``: fence records), since
@@ -24,22 +30,23 @@ the loading thread's phases only see the readers' wall (``read``).
 """
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 from workbench.formats.index import PAGE_SIZE, TensorInfo
-from workbench.io.descriptors import ReaderFiles
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
+from workbench.strategies.ring_readers import Readers
 from workbench.strategies.toolkit import (
-    Evictor, MiB, StagingRing, ThreadGuard, engage_write_combined, files_note, pread_into, probe_resident,
-    reader_opener, settle_staged,
+    Evictor, MiB, StagingRing, ThreadGuard, engage_write_combined, files_note, probe_resident, settle_staged,
 )
 from workbench.upload.base import DeviceBuffer
 from workbench.upload.staged_read import SharedQueue
 from workbench.upload.staging import PROVISIONS, SOURCES, size_ring
+from workbench.upload.staging_plan import fit_warm
+
+DIRECT = ("auto", "off")
 
 
 @dataclass(frozen=True)
@@ -48,19 +55,24 @@ class RingParams(BaseParams):
     shares read ``cold_mib`` at a time when cold; ``gate``: resident fraction that counts as warm;
     ``spare``: slots beyond one per reader; ``arena``: one device allocation for every tensor;
     ``staging``: where slots come from (auto: mmap + huge pages + register_host, else alloc_pinned);
-    ``provision``: ``upfront`` (the whole ring registered before any reader starts) or ``background``
-    (slots registered one by one while the readers already run)."""
+    ``provision``: ``upfront`` (the whole ring registered before any reader starts), ``background``
+    (slots registered one by one while the readers already run) or ``readers`` (each slot made by the
+    reader that first takes it); ``fit``: warm readers and windows sized to the load, the usable cores
+    and the available memory (``upload/staging_plan.py``; 0: as asked); ``direct``: ``auto`` reads
+    straight into the device's memory where it is host memory (no staging hop), ``off`` always stages."""
 
     heatmap_axes: ClassVar[tuple[str, str] | None] = ("threads", "slot_mib")
-    small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType(
-        {"slot_mib": 1, "cold_mib": 1, "threads": 3, "cold_threads": 2})
+    small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType(  # staged even where memory is host memory
+        {"slot_mib": 1, "cold_mib": 1, "threads": 3, "cold_threads": 2, "direct": "off"})
     variants: ClassVar[tuple[Mapping[str, Any], ...]] = (  # the warm path (gate 0), each staging source
         MappingProxyType({**small_pieces, "gate": 0.0}), MappingProxyType({**small_pieces, "staging": "alloc"}),
         MappingProxyType({**small_pieces, "staging": "anon"}), MappingProxyType({**small_pieces, "arena": False}),
         MappingProxyType({**small_pieces, "provision": "background"}),
         MappingProxyType({**small_pieces, "provision": "background", "staging": "alloc"}),
         MappingProxyType({**small_pieces, "staging": "wc"}),
-        MappingProxyType({**small_pieces, "provision": "background", "staging": "wc"}))
+        MappingProxyType({**small_pieces, "provision": "background", "staging": "wc"}),
+        MappingProxyType({**small_pieces, "provision": "readers"}),
+        MappingProxyType({**small_pieces, "provision": "readers", "staging": "alloc", "fit": False}))
 
     threads: int = 16
     cold_threads: int = 8
@@ -73,9 +85,14 @@ class RingParams(BaseParams):
     gate: float = 0.9
     arena: bool = True
     staging: str = "auto"
-    # upfront, measured: on the H200 (2026-12-01, 8.21 GB bf16, warm, n=5) provisioning 20 x 8 MiB cost
-    # 37 ms of a 221 ms load before any reader started; background overlaps it with the reads.
-    provision: str = "upfront"
+    # readers, measured on the H200 (2026-12-03, bf16 safetensors, warm, n=6 interleaved, all verified;
+    # docs/benchmarks/sizes-h200.md): against the same fitted ring provisioned upfront 1.07x faster at
+    # 1 GiB (upfront 0.93x [0.86-0.95]), level at 64 MiB, 256 MiB and 2 GiB (0.91-1.03x, inconclusive);
+    # upfront cost 29-35 ms of staging inside every window from 1 GiB up.
+    provision: str = "readers"
+    fit: bool = True
+    min_share_mib: int = 16
+    direct: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("threads", "cold_threads", "slot_mib", "cold_mib"):
@@ -86,6 +103,8 @@ class RingParams(BaseParams):
         check_param("ring", "staging", self.staging in SOURCES, f"one of {', '.join(SOURCES)}, got {self.staging!r}")
         check_param("ring", "provision", self.provision in PROVISIONS,
                     f"one of {', '.join(PROVISIONS)}, got {self.provision!r}")
+        check_param("ring", "min_share_mib", self.min_share_mib >= 1, f"must be >= 1, got {self.min_share_mib}")
+        check_param("ring", "direct", self.direct in DIRECT, f"one of {', '.join(DIRECT)}, got {self.direct!r}")
 
 
 class Piece(NamedTuple):
@@ -168,56 +187,6 @@ def plan_shares(regions: Sequence[Region], readers: int, size: int) -> list[list
     return [s for s in shares if s]
 
 
-class _Readers:
-    """What every reader thread shares: the ring, the buffers, the evictor, and the time tallies."""
-
-    TALLIES = ("wait_us", "read_us", "issue_us", "release_us")
-
-    def __init__(self, ctx: LoadContext, ring: StagingRing, bufs: Sequence[DeviceBuffer], evictor: Evictor):
-        self.ctx, self.ring, self.bufs, self.evictor = ctx, ring, bufs, evictor
-
-    def run(self, windows: Any, stop: threading.Event) -> None:
-        fds = ReaderFiles(reader_opener(self.ctx))  # this reader's own descriptors (its own readahead), a few at once
-        ns = dict.fromkeys(self.TALLIES, 0)
-        moved = 0
-        try:
-            for w in windows:
-                if not self._one(fds.fd(w.file), w, stop, ns):
-                    return
-                moved += w.nbytes
-        finally:
-            fds.close()
-            self.ctx.count("bytes", moved)
-            for key, value in ns.items():
-                self.ctx.count(key, value // 1000)
-
-    def _one(self, fd: int, w: Window, stop: threading.Event, ns: dict[str, int]) -> bool:
-        clock = time.perf_counter_ns
-        t0 = clock()
-        slot = self.ring.acquire(stop)  # a free slot whose last copies are done
-        if slot is None:
-            return False
-        t1 = clock()
-        try:
-            with slot.view[: w.hi - w.lo] as view:
-                pread_into(fd, view, w.lo, w.file)
-                self.evictor.drop(w.file, w.lo, w.hi - w.lo)  # only under the evict policy
-                t2 = clock()
-                copy = self.ctx.device.copy_h2d
-                for p in w.pieces:
-                    with view[p.start : p.start + p.nbytes] as src:
-                        copy(self.bufs[p.tensor], p.dst, src, asynchronous=True)
-                t3 = clock()
-        finally:
-            self.ring.release(slot)  # fenced behind the copies just issued, also on error
-        t4 = clock()
-        ns["wait_us"] += t1 - t0
-        ns["read_us"] += t2 - t1
-        ns["issue_us"] += t3 - t2
-        ns["release_us"] += t4 - t3
-        return True
-
-
 class RingStrategy(Strategy):
     name: ClassVar[str] = "ring"
     summary: ClassVar[str] = ("parallel readers pread windows into one small pinned staging ring and issue "
@@ -233,40 +202,77 @@ class RingStrategy(Strategy):
         t0 = time.perf_counter_ns()
         bufs = ctx.place_all() if p.arena else [ctx.place(t) for t in ctx.tensors]
         ctx.count("alloc_us", (time.perf_counter_ns() - t0) // 1000)
+        direct = p.direct == "auto" and bool(bufs) and ctx.device.host_view(bufs[0]) is not None
         regions, files = model_regions(ctx), files_note(ctx)
+        total = sum(r.hi - r.lo for r in regions)
         if warm:
-            windows = [w for r in regions for w in plan_windows(r, p.slot_mib * MiB)]  # one queue, model order
-            readers, slot, sources = min(p.threads, len(windows)), p.slot_mib * MiB, None
+            fit = fit_warm(total, p.threads, p.slot_mib * MiB, spare=0 if direct else p.spare,
+                           min_share=p.min_share_mib * MiB) if p.fit else None
+            size = fit.window if fit else p.slot_mib * MiB
+            windows = [w for r in regions for w in plan_windows(r, size)]  # one queue, model order
+            readers, sources = min(fit.readers if fit else p.threads, len(windows)), None
         else:
-            shares = plan_shares(regions, p.cold_threads, p.cold_mib * MiB)
+            fit, size = None, p.cold_mib * MiB
+            shares = plan_shares(regions, p.cold_threads, size)
             windows = [w for share in shares for w in share]
-            readers, slot, sources = len(shares), p.cold_mib * MiB, shares
-        plan = (f"warm: {resident:.0%} resident >= {p.gate:.0%}, {len(windows)} windows of {p.slot_mib} MiB "
+            readers, sources = len(shares), shares
+        plan = (f"warm: {resident:.0%} resident >= {p.gate:.0%}, {len(windows)} windows of {size / MiB:g} MiB "
                 f"shared{files}" if warm else f"cold: {resident:.0%} resident < {p.gate:.0%}, a contiguous share "
                 f"per reader in {p.cold_mib} MiB reads{files}")
+        if fit and fit.why:
+            plan += f"; fitted to the load: {fit.why}"
         if not windows:
             ctx.engage("ring_readers", 0, 0, unit="threads", note="nothing to read")
             return
-        self._run_readers(ctx, readers, slot, sources or [SharedQueue(windows)] * readers, bufs, evictor)
-        ctx.set_path(readers=readers, copy_from="pinned")
+        sources = sources or [SharedQueue(windows)] * readers
+        if direct:
+            self._read_direct(ctx, sources, bufs, evictor)
+        else:
+            self._run_readers(ctx, readers, size, sources, bufs, evictor)
+        ctx.set_path(readers=readers, copy_from="none" if direct else "pinned")
         ctx.engage("ring_readers", readers, p.threads if warm else p.cold_threads, unit="threads", note=plan)
         if p.arena:
             ctx.engage("one_allocation", 1, 1, unit="allocations",
                        note=f"{len(bufs)} tensors carved from one device allocation{files}")
 
+    def _read_direct(self, ctx: LoadContext, sources: Sequence[Any], bufs: Sequence[DeviceBuffer],
+                     evictor: Evictor) -> None:
+        """The device's memory is host memory: every piece read straight into its buffer."""
+        readers = Readers(ctx, None, bufs, evictor)
+        self._spawn(ctx, readers, sources)
+        with ctx.phase("read"):
+            evictor.finish()
+        ctx.engage("direct_to_device", len(bufs), len(bufs), unit="tensors",
+                   note=f"{ctx.device.info().backend}: the device's memory is host memory, read straight into "
+                        f"it: no staging hop{files_note(ctx)}")
+        if self.params.staging == "wc":  # asked for, and nothing to apply it to: said, not dropped
+            ctx.engage("write_combined", 0, 1, unit="rings", note="no staging ring: read straight into host memory")
+
+    def _spawn(self, ctx: LoadContext, readers: Readers, sources: Sequence[Any]) -> None:
+        with ThreadGuard("ring") as guard, ctx.phase("read"):  # readers start working as they spawn
+            t0 = time.perf_counter_ns()
+            for source in sources:
+                guard.spawn(readers.run, source, guard.stop)
+            guard.join()
+        first = readers.first_read_ns
+        ctx.count("first_read_us", max(0, (first or t0) - t0) // 1000)  # reader start (+ its first slot)
+
     def _run_readers(self, ctx: LoadContext, readers: int, slot: int, sources: Sequence[Any],
                      bufs: Sequence[DeviceBuffer], evictor: Evictor) -> None:
         with ctx.phase("staging"):
+            t0 = time.perf_counter_ns()
             sizes = [w.hi - w.lo for source in {id(s): s for s in sources}.values() for w in _windows_of(source)]
             slots, slot = size_ring(readers + self.params.spare, slot, sizes)  # no more than the load reads
             ring = StagingRing(ctx.device, slots, slot, source=self.params.staging,
                                provision=self.params.provision)
+            ctx.count("provision_us", (time.perf_counter_ns() - t0) // 1000)
         ctx.cleanup(ring.close, False)  # error path only: closed below otherwise
-        with ThreadGuard("ring") as guard, ctx.phase("read"):  # readers start working as they spawn
-            for source in sources:
-                guard.spawn(_Readers(ctx, ring, bufs, evictor).run, source, guard.stop)
-            guard.join()
+        self._spawn(ctx, Readers(ctx, ring, bufs, evictor), sources)
+        t1 = time.perf_counter_ns()
         settle_staged(ctx, ring, evictor)
+        ctx.count("reader_provision_us", int(ring.reader_provision_s * 1e6))
+        ctx.count("unstage_us", int(ring.release_s * 1e6))
+        ctx.count("settle_us", (time.perf_counter_ns() - t1) // 1000)
         ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots),
                    unit="slots", note=ring.describe() + files_note(ctx))
         engage_write_combined(ctx, ring)

@@ -165,6 +165,12 @@ class Device(ABC):
     @abstractmethod
     def synchronize(self) -> None: ...
 
+    def host_view(self, buf: DeviceBuffer) -> memoryview | None:
+        """A writable view of ``buf`` where this device's memory is host memory the CPU writes itself
+        (the host backends): a loader reads straight into it, with no staging hop. None on a device
+        that is reached by copies (every GPU backend)."""
+        return None
+
     @abstractmethod
     def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
         """Copy device bytes back to the host, for verification after the timed window."""

@@ -125,6 +125,12 @@ class HostDevice(Device):
     def synchronize(self) -> None:
         return None
 
+    def host_view(self, buf: DeviceBuffer) -> memoryview:
+        """The buffer's own memory, writable: a read into it is the upload (no copy after it)."""
+        if buf.freed:
+            raise ValueError(f"a view of a freed buffer {buf!r}")
+        return memoryview(buf.handle)[: buf.nbytes]
+
     def read_back(self, buf: DeviceBuffer, offset: int, nbytes: int) -> bytes:
         _check_readable(buf, offset, nbytes)
         return buf.handle[offset : offset + nbytes].tobytes()

@@ -18,19 +18,23 @@ device into its own buffer, and the GPU backends refuse a read-back into them); 
 no write-combined memory and says so (``write_combined`` fact INERT). Both the
 provisioning and the release happen inside the load window, where a loader pays them; with
 ``provision="background"`` a thread provisions the slots one by one (a block each) while the ring is
-already in use, so the first reader waits for one slot instead of the whole ring.
+already in use, so the first reader waits for one slot instead of the whole ring; with
+``provision="readers"`` each slot is provisioned by the reader that first takes it, so the slots' first
+touch and registration run in the readers, side by side and beside the reads of slots already made,
+and nothing is provisioned before the first read (issue 25: on the H200 the upfront ring was 28-43 ms
+of a 50 ms load of 256 MiB).
 """
 from __future__ import annotations
 
-import mmap
 import queue
 import threading
 import time
 from workbench.records import Engaged
 from workbench.upload.base import Device, Fence
 from workbench.upload.pinned import HUGE_PAGE, MADV_POPULATE_WRITE, SOURCES, PinnedBlock
+from workbench.upload.staging_plan import size_ring
 
-PROVISIONS = ("upfront", "background")
+PROVISIONS = ("upfront", "background", "readers")
 
 __all__ = ["HUGE_PAGE", "MADV_POPULATE_WRITE", "PROVISIONS", "SOURCES", "PinnedBlock", "Slot", "StagingRing",
            "size_ring"]
@@ -59,7 +63,9 @@ class StagingRing:
     ``provision``: ``upfront`` (one block for every slot, registered before the constructor returns)
     or ``background`` (a thread provisions one block per slot, one at a time, and hands each slot to
     :meth:`acquire` as soon as it is ready: the first reader waits for one slot, not the whole ring;
-    :meth:`close` stops that thread first, so a load that finishes early provisions fewer slots).
+    :meth:`close` stops that thread first, so a load that finishes early provisions fewer slots) or
+    ``readers`` (the first :meth:`acquire` of a slot provisions it, in the caller's thread: readers
+    make their own slots at once; ``reader_provision_s`` sums the time they spent on it).
     A background provisioning failure is raised by :meth:`acquire` (every waiter, and every later
     call); :meth:`close` still releases what was provisioned.
 
@@ -89,8 +95,15 @@ class StagingRing:
         self._stop = threading.Event()
         self.block: PinnedBlock | None = None  # upfront: the one block behind every slot
         self._blocks: list[PinnedBlock] = []
-        self.slots: list[Slot] = []  # background: grows as slots are ready; final once closed
-        if provision == "upfront":
+        self.slots: list[Slot] = []  # background, readers: grows as slots are ready; final once closed
+        self.reader_provision_s = 0.0
+        self._made = threading.Lock()
+        self._unmade: list[Slot] = []  # readers: placeholders, made by the first acquire that needs one
+        if provision == "readers":
+            self._unmade = [Slot(i, None, None) for i in reversed(range(slots))]  # type: ignore[arg-type]
+            self.provision_s = time.perf_counter() - t0
+            self._t0 = t0
+        elif provision == "upfront":
             self.block = PinnedBlock(device, slots * slot_bytes, source)
             self._blocks.append(self.block)
             self.slots = [Slot(i, self.block.view[i * slot_bytes : (i + 1) * slot_bytes], device.create_fence())
@@ -157,6 +170,10 @@ class StagingRing:
         background provisioning's error once it has failed."""
         if self.error is not None:
             raise self.error
+        if self._unmade:  # readers: a free made slot first, else make one, else wait for one
+            slot = self._made_or_unmade()
+            if slot is not None:
+                return slot
         if stop is None:
             slot = self._free.get()
         else:
@@ -174,6 +191,41 @@ class StagingRing:
             self._failed(slot)
         self.device.wait_fence(slot.fence)
         return slot
+
+    def _made_or_unmade(self) -> Slot | None:
+        """``readers``: a made slot that is free now, else an unmade one made now (None: neither)."""
+        try:
+            slot = self._free.get_nowait()
+        except queue.Empty:
+            with self._made:
+                slot = self._unmade.pop() if self._unmade else None
+            if slot is not None:
+                self._make(slot)
+                return slot
+            return None
+        self.device.wait_fence(slot.fence)
+        return slot
+
+    def _make(self, slot: Slot) -> None:
+        """``readers``: provision ``slot`` in the calling thread (a slot that fails goes back unmade):
+        slots are made only while every made one is busy, so a load makes as many as it keeps in use."""
+        t0 = time.perf_counter()
+        try:
+            block = PinnedBlock(self.device, self.slot_bytes, self.source)
+        except BaseException:
+            with self._made:
+                self._unmade.append(slot)
+            raise
+        with self._made:
+            self._blocks.append(block)
+            slot.view, slot.fence = block.view[:], self.device.create_fence()
+            self.slots.append(slot)
+            now = time.perf_counter()
+            self.reader_provision_s += now - t0
+            if self.first_slot_s is None:
+                self.first_slot_s = now - self._t0
+            if len(self.slots) == self.wanted:
+                self.provisioned_s = now - self._t0
 
     def release(self, slot: Slot) -> None:
         """Fence the slot behind every copy issued so far and hand it back."""
@@ -210,52 +262,21 @@ class StagingRing:
                 raise first
 
     def describe(self) -> str:
-        """``20 x 4 MiB registered (mmap + huge pages), 12.3 ms to provision, 1.1 ms to release``;
-        background: ``20 x 8 MiB registered (mmap + huge pages) one by one in the background (first slot
-        after 1.9 ms, all after 36.0 ms), 0.1 ms to provision, 2.0 ms to release``."""
-        source = {"registered": "registered (mmap + huge pages)", "pinned": "alloc_pinned",
-                  "write-combined": "alloc_pinned write-combined",
-                  "unlocked": "alloc_pinned, NOT page-locked", "none": "nothing provisioned"}[self.how]
-        if self.provision == "upfront":
-            return (f"{len(self.slots)} x {self.slot_bytes / 2**20:g} MiB {source}, "
-                    f"{self.provision_s * 1e3:.1f} ms to provision, {self.release_s * 1e3:.1f} ms to release")
-        count = f"{len(self.slots)}" if len(self.slots) == self.wanted else f"{len(self.slots)} of {self.wanted}"
-        first = "never" if self.first_slot_s is None else f"after {self.first_slot_s * 1e3:.1f} ms"
-        every = (f"all after {self.provisioned_s * 1e3:.1f} ms" if self.provisioned_s is not None else
-                 f"failed: {_one_line(self.error)}" if self.error is not None else "stopped at close")
-        return (f"{count} x {self.slot_bytes / 2**20:g} MiB {source} one by one in the background "
-                f"(first slot {first}, {every}), {self.provision_s * 1e3:.1f} ms to provision, "
-                f"{self.release_s * 1e3:.1f} ms to release")
+        """How the slots were provisioned and what it cost (:func:`~workbench.upload.staging_facts.describe_ring`)."""
+        from workbench.upload.staging_facts import describe_ring
 
+        return describe_ring(self)
 
     def write_combined_fact(self, backend: str = "") -> Engaged | None:
         """``write_combined: 20/20 slots ON`` when source ``wc`` was asked for (None otherwise); INERT,
         with the reason, where ``backend`` gave ordinary page-locked memory instead."""
         if self.source != "wc":
             return None
-        blocks = self._blocks if self.provision == "background" else self._blocks * len(self.slots)
+        blocks = self._blocks if self.provision != "upfront" else self._blocks * len(self.slots)
         done = sum(1 for b in blocks[: len(self.slots)] if b.how == "write-combined")
         note = "" if done == len(self.slots) else (f"unsupported on {backend or 'this backend'}: ordinary "
                                                    "page-locked slots")
         return Engaged("write_combined", done, len(self.slots), "slots", note)
-
-
-def size_ring(slots: int, slot_bytes: int, windows: list[int] | tuple[int, ...]) -> tuple[int, int]:
-    """(slots, slot bytes) for staging ``windows`` (their sizes): a slot no larger than the largest
-    window (page-rounded), and no more slots than there are windows or than their bytes fill, rounded up
-    to a whole slot — a small model never provisions much more pinned memory than it reads
-    (provisioning costs ~0.2 s/GiB inside the window: 20 x 8 MiB for a 10 MiB model was 94 % waste)."""
-    if not windows:
-        return 1, min(slot_bytes, mmap.PAGESIZE)
-    largest = -(-max(windows) // mmap.PAGESIZE) * mmap.PAGESIZE
-    size = max(mmap.PAGESIZE, min(slot_bytes, largest))
-    fill = -(-sum(windows) // size)
-    return max(1, min(slots, len(windows), fill)), size
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:120] if text else ''}"
 
 
 class _Held:

@@ -62,6 +62,8 @@ def bounding_ceiling(walls: Mapping[str, float], state: str | None, device: str,
     source = {"mmap": "pageable"}.get(copy_from or "", copy_from)
     prefix = f"h2d_{backend_of(device)}_"
     copy = (f"{prefix}{source}", walls[f"{prefix}{source}"]) if f"{prefix}{source}" in walls else None
+    if copy_from == "none":  # read straight into the device's (host) memory: no copy to bound it
+        return cache
     found = [w for w in (cache, copy or _best_wall(walls, prefix)) if w]
     return min(found, key=lambda w: w[1]) if found else None
 

@@ -15,8 +15,10 @@ from workbench.records import (
     Timings,
     WorkerReport,
     failure_reason,
+    fixed_parts,
     format_effect,
     format_verdict,
+    split_load,
     verdict_n,
 )
 
@@ -51,6 +53,15 @@ class AttemptResult:
     notes: str = ""
     recorded: str = "all"  # what the ledger holds of it: all, part (some runs), none (a write failed)
     verdict_n: int | None = None  # runs a side behind the verdict (fewer than 5: not a claim)
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the machine's load-path settings
+
+    @property
+    def split(self) -> tuple[float | None, float | None]:
+        """Median (fixed, streaming) seconds over the successful runs (records/fixed.py); None if none."""
+        parts = [p for p in (run_split(r) for r in self.runs if r.ok) if p is not None]
+        if not parts:
+            return None, None
+        return statistics.median(f for f, _ in parts), statistics.median(s for _, s in parts)
 
     @property
     def verdict_text(self) -> str:
@@ -79,7 +90,8 @@ class AttemptResult:
             "verdict_reason": self.verdict_reason, "warning": self.warning, "ceiling_name": self.ceiling_name,
             "ceiling_gbps": self.ceiling_gbps, "ceiling_fraction": self.ceiling_fraction,
             "notes": self.notes, "recorded": self.recorded, "verdict_n": self.verdict_n,
-            "verdict_text": self.verdict_text,
+            "verdict_text": self.verdict_text, "fixed_s": self.split[0], "streaming_s": self.split[1],
+            "settings": dict(self.settings),
         }
 
 
@@ -91,11 +103,29 @@ def run_to_json(run: RunRecord) -> dict[str, Any]:
                resident_files=dict(run.resident_files),  # each file of the model before the run
                lock_wait_s=run.lock_wait_s, overhead_s=run_overhead(run),
                timings={} if run.report.timings is None else run.report.timings.to_json())
+    load = run.report.load
+    if load is not None:  # what the ledger holds of the load beyond its phases: counters and costs
+        out.update(counters=dict(load.counters), path=load.path.to_json())
+    split = run_split(run)
+    if split is not None and load is not None:
+        out.update(fixed_s=split[0], streaming_s=split[1], fixed={k: v for k, v in fixed_parts(
+            load.phases or run.phases, load.counters).items()})
+    if run.report.costs is not None:
+        out["costs"] = run.report.costs.to_json()
     if run.report.cache_error:
         out["cache_error"] = run.report.cache_error
     if run.report.external is not None:  # an engine's run: its markers, phase lines and build
         out["external"] = run.report.external.to_json()
     return out
+
+
+def run_split(run: RunRecord) -> tuple[float, float] | None:
+    """(fixed, streaming) seconds of a successful run's window; None without a load report."""
+    load = run.report.load
+    if not run.ok or load is None or run.load_s is None:
+        return None
+    return split_load(run.load_s, {**load.phases, **({"index": run.phases["index"]} if "index" in run.phases
+                                                     else {})}, load.counters)
 
 
 def run_from_json(data: Mapping[str, Any]) -> RunRecord:

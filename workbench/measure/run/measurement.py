@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from workbench.errors import LedgerError, UnrecordedResults, WorkbenchError
 from workbench.measure.run.attempt import AttemptResult, Decision, cache_label, decide, effective_state
 from workbench.measure.engine.evidence import evidence_note
-from workbench.measure.run.model import Models, identity_members, model_directory
+from workbench.measure.run.model import Models, identity_members, model_directory, recheck_note
 from workbench.records import (
     AttemptStats, LoadPath, RunConfig, RunRecord, format_differences, settings_differences,
 )
@@ -203,7 +203,7 @@ class Session:
         label = cache_label(self.cache, runs)
         if label != cache_label(self.cache, runs[:1]):
             note = "; ".join(filter(None, [note, f"cache state: {label}"]))
-        note = "; ".join(filter(None, [note, evidence_note(runs)]))
+        note = "; ".join(filter(None, [note, evidence_note(runs), recheck_note(runs)]))
         # no GB/s (an engine with no evidence it read the model, no successful run): no wall to hold it to
         wall = bound(walls, effective_state(label, runs), config.device, _load_path(runs)) if stats.gbps else None
         name, gbps = wall if wall else (None, None)
@@ -225,7 +225,7 @@ class Session:
             verdict_reason=d.reason, ceiling_name=name, ceiling_gbps=gbps,
             ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note,
             recorded="all" if i in self.finished else ("part" if self.ids[i] is not None else "none"),
-            verdict_n=d.n)
+            verdict_n=d.n, settings=dict(self._environment(config.file).get("settings") or {}))
 
 
 def _strategy_kind(config: RunConfig) -> dict[str, str]:

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 from workbench.errors import CacheStateError, WorkbenchError
 
 if TYPE_CHECKING:
     from workbench.io.modelcache import ModelFiles, ModelResidency
+    from workbench.records import RunRecord
 
     Model = Union[str, ModelFiles]
 
 WARM_MIN = 0.98  # resident fraction that counts as warm (pagecache.prepare's default too)
+COLD_MAX = 0.02  # resident fraction that still counts as cold (pagecache.prepare's default too)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def prepare_cache(model: Model, state: str) -> CachePrepared:
     from workbench.io.modelcache import prepare_model
 
     try:
-        got = prepare_model(model, state, warm_min=WARM_MIN, any_file=True)
+        got = prepare_model(model, state, warm_min=WARM_MIN, cold_max=COLD_MAX, any_file=True)
         return CachePrepared(got.resident, True, None, got.by_name())
     except (CacheStateError, OSError, WorkbenchError) as exc:  # a missing shard too: the worker says so as well
         seen = _residency(model)
@@ -55,6 +57,23 @@ def prepare_cache(model: Model, state: str) -> CachePrepared:
             resident = exc.resident if isinstance(exc, CacheStateError) and _one_file(model) else None
             return CachePrepared(resident, False, str(exc))
         return CachePrepared(seen.resident, False, str(exc), seen.by_name())
+
+
+def cache_request(state: str) -> dict[str, Any]:
+    """What the worker is told of the state :func:`prepare_cache` set, to hold it once more just before
+    its window (``io/cache_recheck.py``)."""
+    return {"state": state, "warm_min": WARM_MIN, "cold_max": COLD_MAX}
+
+
+def recheck_note(runs: Sequence[RunRecord]) -> str:
+    """``2/5 runs: warm decayed before the load window …`` — the runs whose verified state was lost
+    between the runner's check and the worker's (reclaim), the worst of them in full; '' for none."""
+    decayed = [r.report.cache_recheck for r in runs
+               if r.report.cache_recheck is not None and r.report.cache_recheck.decayed]
+    if not decayed:
+        return ""
+    worst = min(decayed, key=lambda c: c.seen) if decayed[0].state == "warm" else max(decayed, key=lambda c: c.seen)
+    return f"{len(decayed)}/{len(runs)} runs: {worst.line()}"
 
 
 def _residency(model: Model) -> ModelResidency | None:

@@ -17,7 +17,7 @@ from workbench.measure.run.attempt import (
 from workbench.measure.run.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.lock.device import DeviceLock
 from workbench.measure.run.model import (  # noqa: F401 - recorded_identity: imported from here too
-    Models, identity_members, model_directory, prepare_cache, recorded_identity,
+    Models, cache_request, identity_members, model_directory, prepare_cache, recorded_identity,
 )
 from workbench.measure.run.order import DEFAULT_ORDER, interleave
 from workbench.records import (
@@ -72,7 +72,7 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
     ledger ran at another time, so its runs are not paired.
     """
     preflight(configs)
-    run_fn = functools.partial(run_worker, verify=verify, timeout_s=timeout_s)
+    run_fn = functools.partial(run_worker, verify=verify, timeout_s=timeout_s, cache=cache_request(cache))
     return measure_with(run_fn, configs, runs=runs, cache=cache, order=order, seed=seed,
                         ledger=ledger, campaign=campaign, hypothesis=hypothesis, labels=labels,
                         baseline=baseline, progress=progress, lock_dir=lock_dir, min_effect=min_effect)
@@ -199,10 +199,13 @@ def _timed_run(run_fn: RunFn, config: RunConfig, position: int, cache: str,
     if reported_before is not None and reported_after is not None:
         # memory the VM handed back to its hypervisor around this run: a timing confounder
         report = dataclasses.replace(report, host_memory_reported_mib=(reported_after - reported_before) / 1024)
-    if prepared.error:
-        report = dataclasses.replace(report, cache_error=prepared.error)
+    reached, error, recheck = prepared.reached, prepared.error, report.cache_recheck
+    if reached and recheck is not None and not recheck.reached:  # lost after the check, not put back in time
+        reached, error = False, recheck.line()
+    if error:
+        report = dataclasses.replace(report, cache_error=error)
     return RunRecord(
         position=position, pid=out.pid, load_s=out.load_s, wall_s=out.wall_s, bytes=out.bytes,
-        resident_before=prepared.resident, cache_state=cache, cache_reached=prepared.reached,
+        resident_before=prepared.resident, cache_state=cache, cache_reached=reached,
         verified=out.verified, engaged=out.engaged, phases=out.phases, minflt=out.minflt, majflt=out.majflt,
         lock_wait_s=lock.waited_s, error=out.error, report=report, resident_files=prepared.files)

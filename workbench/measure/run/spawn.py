@@ -41,9 +41,12 @@ def worker_command() -> list[str]:
     return [sys.executable, "-m", "workbench.measure.run.worker", "-"]
 
 
-def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600.0) -> Outcome:
+def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600.0,
+               cache: Mapping[str, Any] | None = None) -> Outcome:
     """Spawn ``python -m workbench.measure.run.worker`` for ``config``; wall time is spawn → exit as seen here.
     The worker dies with this process (a parent-death signal): a runner killed mid-run leaves no worker.
+    ``cache``: the page-cache state the runner set (:func:`workbench.measure.run.model.cache_request`), which
+    the worker holds once more just before its window.
 
     Raises
     ------
@@ -53,6 +56,8 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
     """
     cmd = worker_command()
     payload = {**config.to_json(), "verify": verify, "files": model_files(config.file)}
+    if cache is not None:
+        payload["cache"] = dict(cache)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
     payload["spawn_monotonic"] = time.monotonic()

@@ -8,8 +8,8 @@ from workbench.measure.run.attempt import AttemptResult
 from workbench.records import format_spread
 from workbench.untrusted import for_terminal
 
-ATTEMPT_COLUMNS = ("attempt", "change", "cache", "median ms", "spread", "n", "GB/s", "% ceiling",
-                   "vs baseline [95 % CI]", "verdict", "engaged")
+ATTEMPT_COLUMNS = ("attempt", "change", "cache", "median ms", "spread", "n", "GB/s", "fixed + stream ms",
+                   "% ceiling", "vs baseline [95 % CI]", "verdict", "engaged")
 
 
 def attempts_table(results: Sequence[AttemptResult]) -> str:
@@ -39,8 +39,15 @@ def _attempt_row(r: AttemptResult) -> list[str]:
         r.attempt_id[:8] if r.recorded != "none" else "unsaved", _change(r),
         r.cache if len(r.cache) <= 24 else r.cache[:23] + "…",
         _num(s.median_s, 1e3, 1), format_spread(s.spread_pct, s.n, s.stable), n, _num(s.gbps, 1, 2),
-        _num(r.ceiling_fraction, 100, 0), r.effect, r.verdict_text, _engaged(r),
+        _split(r), _num(r.ceiling_fraction, 100, 0), r.effect, r.verdict_text, _engaged(r),
     ]
+
+
+def _split(r: AttemptResult) -> str:
+    """``4.1 + 12.3``: median fixed part (index, probe, allocation, staging, reader start, release) and
+    streaming part of the window, ms (records/fixed.py); ``—`` without a load report (an engine)."""
+    fixed, streaming = r.split
+    return "—" if fixed is None else f"{fixed * 1e3:.1f} + {streaming * 1e3:.1f}"
 
 
 def _change(r: AttemptResult) -> str:

@@ -6,10 +6,13 @@ imported inside it is listed under ``timings.window_imports``.
 
 The config (a file path argument, or stdin) is ``{"file", "strategy", "params", "device", "verify"}``
 plus, from the runner, ``files`` (the model's member files, for the page-cache footprint and the block
-device's counters: ``measure/run/costs.py``) and ``spawn_monotonic`` (the parent's ``time.monotonic()`` just before the spawn, so
-the interpreter start-up can be measured on the same clock). Order of work:
+device's counters: ``measure/run/costs.py``), ``cache`` (the state the runner set, which the worker
+holds once more just before its window: ``io/cache_recheck.py``) and ``spawn_monotonic`` (the
+parent's ``time.monotonic()`` just before the spawn, so the interpreter start-up can be measured on
+the same clock). Order of work:
 
-1. open the device and run the strategy's ``prepare`` hook (device init: outside the load window);
+1. open the device and run the strategy's ``prepare`` hook (device init: outside the load window), then
+   re-check the cache state the runner set (outside the window too);
 2. the LOAD WINDOW: ``open_index`` (phase ``index``) + ``strategy.load``;
 3. after the window: read the device bytes back and compare them with the file (``verify``).
 
@@ -76,6 +79,7 @@ def run_load(config: Mapping[str, Any], stdout: Any = None) -> WorkerReport:
         strategy.prepare(device)
         prepare_s = time.monotonic() - t_prepare
         arm(device, config, stdout or sys.stdout)  # tests only: WORKBENCH_TEST_FAULT
+        recheck = _recheck_cache(config)  # the runner's check was ~0.7 s ago: what reclaim took, back
         probe = CostProbe(config.get("files") or [config["file"]], device)
         probe.open()
         modules = set(sys.modules)
@@ -101,7 +105,20 @@ def run_load(config: Mapping[str, Any], stdout: Any = None) -> WorkerReport:
         init_s=t_window - t_init, index_s=t_index - t_window, verify_s=t_verified - t_loaded,
         load=dataclasses.replace(load, phases={**load.phases, "index": t_index - t_window}),
         verified=None if verify is None else verify.ok, verify=verify,
-        resident_after=resident_after, resident_after_files=resident_files, timings=timings, costs=costs)
+        resident_after=resident_after, resident_after_files=resident_files, timings=timings, costs=costs,
+        cache_recheck=recheck)
+
+
+def _recheck_cache(config: Mapping[str, Any]) -> Any:
+    """The cache state the runner set (``cache`` in the config: state and thresholds), held once more
+    just before the window (:func:`workbench.io.cache_recheck.recheck_model`); None without one."""
+    cache = config.get("cache")
+    if not isinstance(cache, Mapping) or not config.get("files"):
+        return None
+    from workbench.io.cache_recheck import recheck_model
+
+    return recheck_model([str(f) for f in config["files"]], str(cache.get("state")),
+                         warm_min=float(cache.get("warm_min", 0.98)), cold_max=float(cache.get("cold_max", 0.02)))
 
 
 def _import_formats() -> None:

@@ -11,7 +11,9 @@ the end, all outside the timing).
 
 Checks: every cell read the same payload bytes per token and landed the same expert bytes per token
 (the write-up's 230.77 MiB/token in every cell) — unless the variable changes what is read (cache
-size, policy, routing), which the check then says — and every cell verified what it landed.
+size, policy, routing), which the check then says —, every cell verified what it landed, and no
+cell's memory pressure reached the session's own files (``own-files``: under a balloon, what the
+cell measured is the method, so the A/B fails rather than presenting it as a finding).
 Each metric is a ratio of the candidate arm's cells to the baseline's, median over median, with its
 95 % interval and verdict by the workbench's rule (:func:`workbench.measure.run.effect.ratio_effect`,
 paired by round from ``MIN_PAIRED_ROUNDS`` rounds on: :data:`DEFAULT_ROUNDS` is that, so the default
@@ -212,6 +214,13 @@ def _checks(arms: Sequence[Arm], cells: Sequence[tuple[int, int, Any]]) -> tuple
                        "what is read")
         else:
             out.append(f"FAILED: cells {what} different bytes per token ({shown} MiB)")
+    from workbench.measure.session.runner import OWN_FILES_KIND
+
+    squeezed = [r.attempt_id[:8] for _, _, r in cells if getattr(r, "memory_kind", "") == OWN_FILES_KIND]
+    if squeezed:  # a finding about the method, not the arms: no verdict may rest on it
+        out.append(f"FAILED: {len(squeezed)} of {len(cells)} cells ({', '.join(squeezed)}): the memory pressure "
+                   "reached the session's own files (a balloon squeezing the whole machine), so they measure the "
+                   "method, not the session; their effects are not findings")
     return tuple(out)
 
 

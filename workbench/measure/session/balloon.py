@@ -19,6 +19,11 @@ libraries (``compute_s`` 2.7–8.3 s against 0.05–0.4 s). So a balloon leaves 
   and the detail says which. Libraries both processes map are counted twice: an overestimate of at
   most this runner's ``RssFile``, which leaves the machine more room, never less.
 
+The worker's part is also what it may lock: after its warm-up turn it locks (``mlock``) its own resident
+file pages, at most that many bytes (:mod:`workbench.io.own_pages`), so the squeeze cannot take its
+libraries the way a cgroup's limit would not. Locking adds no memory (the pages are already resident
+and already counted in the room left), it only takes them off the reclaim lists.
+
 Inflating is mlock of the balloon in chunks from several threads at once (the page zeroing and the
 reclaim it forces are the cost: ~60 s for ~123 GB from one thread on the H200): it is done once,
 before the session's worker starts, so no turn is timed while it fills; hold one balloon over all the

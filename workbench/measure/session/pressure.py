@@ -12,7 +12,11 @@ In order of preference:
   available beyond the limit *plus the machine's own working set* (measured as it inflates: the file
   pages every process maps, and the session worker's own), so the session gets its limit and the
   machine keeps its libraries. The whole machine still feels it; what a turn's pressure hit — the
-  model's pages or everything else — is recorded per turn (:mod:`workbench.expert.pressure_turn`);
+  model's pages or everything else — is recorded per turn (:mod:`workbench.expert.pressure_turn`).
+  Part of what it leaves, the worker's own file pages, the worker then locks after its warm-up turn
+  (:mod:`workbench.io.own_pages`): the protection a cgroup gives them by charging them to the runner
+  that cached them. A cell whose own major faults still run above :data:`OWN_FAULTS_PER_TURN` a turn
+  after turn 0 measured the method, not the session, and :meth:`MemoryPressure.outcome` says so;
 * else a one-line refusal naming why neither worked.
 
 Without swap the cost of a leak shows as reclaim of the page cache and re-reads (refaults, major
@@ -22,6 +26,7 @@ says which happened.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from workbench.errors import ParamError
 from workbench.measure.session import cgroups
@@ -30,6 +35,14 @@ from workbench.measure.session.cgroups import join_cgroup
 
 MiB = 1 << 20
 METHODS = ("auto", "cgroup", "balloon")
+# A session never maps the model, so every major fault is on its own files (libraries, Python, CUDA) or
+# its swapped memory. Unlimited it faults them only while it warms up: on the H200 (2026-12-03, 4 GiB
+# GGUF, cuda) the probe had 11 in turn 0 and 0 in turns 1–2, and balloon cells 0–1 in turn 1 before
+# the squeeze began; a code path first used later (a stray lazy import) costs a few. Above this many
+# a turn on average after turn 0 the squeeze is evicting the session's own pages: the cell's turns
+# carry the cost of the method (the H200 cells: 400–1,160 a turn, compute_s 3.5–30 s a cell against 0.06 s a turn).
+OWN_FAULTS_PER_TURN = 4
+OWN_FILES = "pressure reached the session's own files"
 
 
 @dataclass(frozen=True)
@@ -43,10 +56,17 @@ class MemoryLimit:
     detail: str = ""
     working_set_bytes: int = 0  # a balloon: what it left beside the limit for the machine's own working set
     inflate_s: float = 0.0  # a balloon: how long locking it took (before any turn)
+    worker_file_bytes: int = 0  # a balloon: the part of that working set left for the worker's own file pages
 
     def worker_json(self) -> dict:
         """What the worker needs to join the cgroup and read it ({} for a balloon)."""
         return {"path": self.path, "version": self.version} if self.path else {}
+
+    def pin_json(self) -> dict:
+        """What the worker needs to lock its own file pages after turn 0: under a balloon, the room left
+        for them; under a cgroup nothing ({}: the runner that cached the libraries is charged for them,
+        so the session's limit never reclaims them)."""
+        return {"budget_bytes": self.worker_file_bytes} if self.method == "balloon" else {}
 
 
 class MemoryPressure:
@@ -97,8 +117,9 @@ class MemoryPressure:
         return MemoryLimit("balloon", self.limit_bytes, detail=(
             f"balloon: {size / MiB:,.0f} MiB locked of {available / MiB:,.0f} MiB available in {b.inflate_s:.1f} s "
             f"({b.threads} threads, before the session); {left / MiB:,.0f} MiB left = the limit "
-            f"{self.limit_bytes / MiB:,.0f} MiB + {working.text()}"), working_set_bytes=working.bytes,
-            inflate_s=b.inflate_s)
+            f"{self.limit_bytes / MiB:,.0f} MiB + {working.text()}; the worker locks its own resident file "
+            f"pages after turn 0, at most the {working.worker_file_bytes / MiB:,.0f} MiB left for them"),
+            working_set_bytes=working.bytes, inflate_s=b.inflate_s, worker_file_bytes=working.worker_file_bytes)
 
     def oom_kills(self) -> int:
         """The cgroup's OOM kills so far (-1 for a balloon, or where the kernel keeps none)."""
@@ -110,8 +131,10 @@ class MemoryPressure:
         return CgroupProbe(lim.path, lim.version).read().oom_kills
 
     def outcome(self, returncode: int | None, refaults: int, majflt: int, limit_hits: int,
-                model_reread_bytes: int = 0) -> str:
-        """Which cost the limit had: the OOM killer, reclaim and re-reads, or none seen. Under a balloon
+                model_reread_bytes: int = 0, turn_majflt: Sequence[int] = ()) -> str:
+        """Which cost the limit had: the OOM killer, the pressure on the session's own files (a balloon
+        whose squeeze still faulted them more than :data:`OWN_FAULTS_PER_TURN` a turn after turn 0, given
+        ``turn_majflt``, each turn's major faults), reclaim and re-reads, or none seen. Under a balloon
         ``refaults`` are the machine's (the session's and anyone else's)."""
         kills = self.oom_kills()
         balloon = self.limit is not None and not self.limit.path
@@ -119,6 +142,13 @@ class MemoryPressure:
             how = (f"cgroup oom_kill +{kills - self._oom_before}" if kills > self._oom_before
                    else "SIGKILL under a balloon")
             return f"OOM-killed ({how})"
+        after = [max(0, n) for n in turn_majflt[1:]]
+        if balloon and after and sum(after) > OWN_FAULTS_PER_TURN * len(after):
+            return (f"{OWN_FILES}: {sum(after):,} major faults in the {len(after)} turns after turn 0 "
+                    f"({sum(after) / len(after):,.0f} a turn, more than {OWN_FAULTS_PER_TURN}; none on the model, "
+                    "which a session never maps): the balloon squeezed the whole machine, so this cell measures "
+                    f"the method, not the session ({max(0, refaults):,} refaults of the machine's, the model's "
+                    f"pages read again {model_reread_bytes / MiB:,.1f} MiB)")
         if limit_hits > 0 or model_reread_bytes > 0 or (balloon and refaults > 0):
             hits = "" if balloon else f"the limit was hit {max(0, limit_hits):,} times, "
             whose = " (the machine's)" if balloon else ""
@@ -153,4 +183,5 @@ def _make_v1(limit: int) -> cgroups.Cgroup:
     return cgroups.make_v1(limit, swap_total=meminfo("SwapTotal"))
 
 
-__all__ = ["METHODS", "MemoryLimit", "MemoryPressure", "held_for_cells", "join_cgroup"]
+__all__ = ["METHODS", "OWN_FAULTS_PER_TURN", "OWN_FILES", "MemoryLimit", "MemoryPressure", "held_for_cells",
+           "join_cgroup"]

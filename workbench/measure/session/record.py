@@ -27,6 +27,7 @@ class Recorder:
         self.on_start = on_start
         self.cache, self.resident_before, self.error = "asis", None, None
         self.memory_limit, self.memory_outcome, self.memory_method = "", "", ""
+        self.pin_text = ""  # under a balloon: what the worker locked of its own file pages after turn 0
         self.resident_files: dict[str, float] = {}
         self.records: list[TurnRecord] = []
         self.facts: SessionFacts | None = None
@@ -53,8 +54,23 @@ class Recorder:
             self.ledger.add_turn(self._start({"backend": self.device}), record.to_json())
             if self.on_turn is not None:
                 self.on_turn(record)
+        elif kind == "pinned":
+            self._pinned(event.get("pin") or {})
         elif kind == "end":
             self.verified_slices = int(event.get("verified_slices", 0))
+
+    def _pinned(self, pin: dict[str, Any]) -> None:
+        """The worker locked its own file pages after turn 0 (under a balloon): into the facts and the ledger."""
+        from workbench.io.own_pages import PinReport
+
+        report = PinReport.from_json(pin)
+        self.pin_text = report.text()
+        if self.facts is not None:
+            self.facts = dataclasses.replace(
+                self.facts, pinned_file_bytes=report.locked_bytes, pinned_resident_bytes=report.resident_bytes,
+                pinned_s=report.seconds, pinned_vmlck_bytes=report.vmlck_bytes, pinned_note=report.note)
+            if self.attempt_id is not None:
+                self.ledger.describe_attempt(self.attempt_id, environment={"session": self.facts.to_json()})
 
     def open(self) -> None:
         """Record the attempt (running) before the worker starts."""

@@ -59,15 +59,23 @@ class SessionResult:
 
     @property
     def memory_kind(self) -> str:
-        """``OOM``, ``reclaim`` or ``none``: what the limit cost, in a word ("" without a limit)."""
+        """``OOM``, ``own-files``, ``reclaim`` or ``none``: what the limit cost, in a word ("" without a limit)."""
         return outcome_kind(self.memory_outcome) if self.memory_method else ""
 
 
+OWN_FILES_KIND = "own-files"  # a balloon's squeeze reached the session's own files: the cell measures the method
+
+
 def outcome_kind(outcome: str) -> str:
-    """The word for :meth:`MemoryPressure.outcome`'s line: ``OOM``, ``reclaim``, ``none`` (or ``unknown``:
-    the session ended before its outcome was read)."""
+    """The word for :meth:`MemoryPressure.outcome`'s line: ``OOM``, ``own-files`` (the pressure reached
+    the session's own files, so the cell measures the method, not the session), ``reclaim``, ``none``
+    (or ``unknown``: the session ended before its outcome was read)."""
+    from workbench.measure.session.pressure import OWN_FILES
+
     if outcome.startswith("OOM"):
         return "OOM"
+    if outcome.startswith(OWN_FILES):
+        return OWN_FILES_KIND
     if outcome.startswith("reclaim"):
         return "reclaim"
     return "none" if outcome.startswith("no pressure") else "unknown"
@@ -123,9 +131,9 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
             else:
                 with contextlib.nullcontext(pressure) if held else pressure:
                     run.memory_limit, run.memory_method = pressure.limit.detail, pressure.limit.method
-                    cgroup = pressure.limit.worker_json()
-                    run.error, code = _spawn(file, config, device, timeout_s, run.on_event, cgroup)
-                    run.memory_outcome = _outcome(pressure, code, run.records)
+                    cgroup, pin = pressure.limit.worker_json(), pressure.limit.pin_json()
+                    run.error, code = _spawn(file, config, device, timeout_s, run.on_event, cgroup, pin)
+                    run.memory_outcome = _outcome(pressure, code, run.records, run.pin_text)
         run.finish(read_wall(store, run, device))  # a worker that stopped without its end event: failed
     except BaseException as exc:
         run.error = f"interrupted after {len(run.records)} turns: {type(exc).__name__}"
@@ -164,9 +172,11 @@ def preflight_session(file: str, config: SessionConfig, device: str) -> Any:
 
 
 def _spawn(file: str, config: SessionConfig, device: str, timeout_s: float,
-           on_event: Callable[[dict[str, Any]], None], cgroup: dict) -> tuple[str | None, int | None]:
+           on_event: Callable[[dict[str, Any]], None], cgroup: dict,
+           pin: dict | None = None) -> tuple[str | None, int | None]:
     """Run the worker, handing each event line to ``on_event``: (the error or None, its exit code)."""
-    payload = {"file": file, "device": device, "session": dataclasses.asdict(config), "cgroup": cgroup}
+    payload = {"file": file, "device": device, "session": dataclasses.asdict(config), "cgroup": cgroup,
+               "pin": pin or {}}
     cmd = [sys.executable, "-m", "workbench.measure.session.worker", "-"]
     with tempfile.TemporaryFile("w+", encoding="utf-8") as err:  # a file: a chatty worker never blocks
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
@@ -208,13 +218,14 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-def _outcome(pressure: Any, code: int | None, records: list[TurnRecord]) -> str:
+def _outcome(pressure: Any, code: int | None, records: list[TurnRecord], pinned: str = "") -> str:
     known = lambda key: sum(max(0, getattr(r, key)) for r in records)  # noqa: E731
     cgroup = any(r.cg_refaults >= 0 for r in records)
     refaults = known("cg_refaults") if cgroup else known("vm_refault_file") + known("vm_refault_anon")
     said = pressure.outcome(code, refaults, sum(r.majflt for r in records), known("cg_limit_hits"),
-                            known("model_reread_bytes"))
-    return f"{said}, after {len(records)} turns" if said.startswith("OOM") else said
+                            known("model_reread_bytes"), [r.majflt for r in records])
+    said = f"{said}, after {len(records)} turns" if said.startswith("OOM") else said
+    return f"{said}; {pinned}" if pinned else said
 
 
 def read_wall(ledger: Ledger, run: Recorder, device: str) -> tuple[str, float] | None:

@@ -1,13 +1,17 @@
 """``python -m workbench.measure.session.worker [CONFIG.json]`` — one long expert session in its own process.
 
 The config (a path argument, or stdin) is ``{"file", "device", "session": {SessionConfig fields},
-"cgroup": {"path", "version"} or {}}``; with a cgroup the worker joins it before anything else, so
-all it allocates and reads in is charged there, and reads its ``memory.stat`` every turn.
+"cgroup": {"path", "version"} or {}, "pin": {"budget_bytes"} or {}}``; with a cgroup the worker joins
+it before anything else, so all it allocates and reads in is charged there, and reads its
+``memory.stat`` every turn. With ``pin`` (a balloon holds the limit) it locks its own resident file
+pages after turn 0 (:func:`workbench.io.own_pages.pin_own_file_pages`, at most ``budget_bytes``: the
+room the balloon left for them), outside every turn's timing, and reports what it locked.
 stdout carries one JSON object per line, flushed as it happens, so the parent records every turn the
 moment it ends (a session that dies at turn 17 keeps 16 turns):
 
 * ``{"event": "start", "pid", "device_info", "facts": SessionFacts}`` once the cache and device are up;
 * ``{"event": "turn", "turn": TurnRecord.to_json()}`` after every turn;
+* ``{"event": "pinned", "pin": PinReport.to_json()}`` after turn 0, with ``pin``;
 * ``{"event": "end", "verified_slices": n}`` when all turns are done (and, with ``verify_end``, the
   cache checked against the file).
 
@@ -48,10 +52,23 @@ def run_session_process(config: Mapping[str, Any], out: IO[str]) -> None:
         info = device.info().to_json()
         with ExpertSession(index, device, session_config, memory_probe=probe) as session:
             emit(out, "start", pid=os.getpid(), device_info=info, facts=session.facts.to_json())
+            pin = config.get("pin") or {}
             for record in session.turns():
                 emit(out, "turn", turn=record.to_json())
+                if pin and record.turn == 0:  # between turns: the next one's clock has not started
+                    emit(out, "pinned", pin=_pin(index, pin).to_json())
             session.finish_checks()
             emit(out, "end", verified_slices=session.verified_slices)
+
+
+def _pin(index: Any, pin: Mapping[str, Any]) -> Any:
+    """Under a balloon: what a cgroup would have protected, the worker's own file pages, locked (see
+    :mod:`workbench.io.own_pages`; never the model's files). Under a cgroup nothing is pinned: the
+    libraries' pages are charged to the runner that cached them, so the session's limit never takes them."""
+    from workbench.io.own_pages import pin_own_file_pages
+
+    budget = pin.get("budget_bytes")
+    return pin_own_file_pages([f.path for f in index.files], None if budget is None else int(budget))
 
 
 def main(argv: list[str] | None = None) -> int:

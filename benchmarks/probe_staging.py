@@ -1,0 +1,190 @@
+"""What a load's staging costs, piece by piece, in one fresh process (issue 25): the floor under a
+small load's fixed part, measured before choosing a staging plan.
+
+    python3 benchmarks/probe_staging.py --device cuda --file MODEL [--out probe.json]
+
+Each line times one thing, best of ``--repeat`` (fresh memory each time):
+
+* first touch of anonymous memory (huge pages advised, MADV_POPULATE_WRITE), by 1, 4 and 16 threads
+  together (each its own part): does provisioning scale with threads on this machine?
+* registering memory already touched (``register_host``), per MiB;
+* a pread from the warm page cache into fresh memory vs into touched memory, 16 threads: is the
+  first touch inside the reads parallel?
+* registering a read-only mapping of the warm model file (4 KiB page-cache pages) in 8 MiB pieces by 1
+  and by 8 threads, and the host→device copy out of it (the stretch: DMA straight from the page cache).
+
+Prints one JSON object (and writes it to ``--out``): ms per case and MiB/ms where it applies.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench.upload import open_device  # noqa: E402
+from workbench.upload.pinned import HUGE_PAGE, MADV_POPULATE_WRITE  # noqa: E402
+
+MiB = 1 << 20
+
+
+def parallel(n: int, work: Callable[[int], None]) -> float:
+    """Seconds for ``n`` threads running ``work(k)`` together."""
+    barrier = threading.Barrier(n + 1)
+    threads = [threading.Thread(target=lambda k=k: (barrier.wait(), work(k))) for k in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def fresh(nbytes: int) -> tuple[mmap.mmap, memoryview]:
+    m = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    import numpy as np
+
+    addr = np.frombuffer(m, dtype=np.uint8).ctypes.data
+    start = -addr % HUGE_PAGE
+    try:
+        m.madvise(mmap.MADV_HUGEPAGE, start, nbytes)
+    except (OSError, AttributeError):
+        pass
+    return m, memoryview(m)[start : start + nbytes]
+
+
+def touch(m_view: tuple[mmap.mmap, memoryview]) -> None:
+    m, view = m_view
+    import numpy as np
+
+    start = np.frombuffer(view, dtype=np.uint8).ctypes.data - np.frombuffer(m, dtype=np.uint8).ctypes.data
+    m.madvise(MADV_POPULATE_WRITE, start, len(view))
+
+
+def touch_case(total: int, threads: int, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        parts = [fresh(total // threads) for _ in range(threads)]
+        best = min(best, parallel(threads, lambda k: touch(parts[k])))
+        for m, v in parts:
+            v.release()
+            m.close()
+    return best
+
+
+def register_case(device: Any, nbytes: int, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        m, v = fresh(nbytes)
+        touch((m, v))
+        t0 = time.perf_counter()
+        h = device.register_host(v)
+        best = min(best, time.perf_counter() - t0)
+        device.unregister_host(h)
+        v.release()
+        m.close()
+    return best
+
+
+def pread_case(path: str, each: int, threads: int, touched: bool, repeat: int) -> float:
+    best = float("inf")
+    size = os.path.getsize(path)
+    for r in range(repeat):
+        parts = [fresh(each) for _ in range(threads)]
+        if touched:
+            for p in parts:
+                touch(p)
+        fds = [os.open(path, os.O_RDONLY) for _ in range(threads)]
+        def work(k: int) -> None:
+            off = ((k + r * threads) * each) % max(size - each, 1) // 4096 * 4096
+            os.preadv(fds[k], [parts[k][1]], off)
+        best = min(best, parallel(threads, work))
+        for fd in fds:
+            os.close(fd)
+        for m, v in parts:
+            v.release()
+            m.close()
+    return best
+
+
+def pagecache_case(device: Any, path: str, nbytes: int, threads: int) -> dict[str, float]:
+    fd = os.open(path, os.O_RDONLY)
+    m = mmap.mmap(fd, nbytes, access=mmap.ACCESS_READ)
+    view = memoryview(m)
+    piece = 8 * MiB
+    chunks = [view[o : o + piece] for o in range(0, nbytes, piece)]
+    handles: list[Any] = [None] * len(chunks)
+    def work(k: int) -> None:
+        for i in range(k, len(chunks), threads):
+            handles[i] = device.register_host(chunks[i])
+    reg = parallel(threads, work)
+    ok = sum(h is not None for h in handles)
+    dst = device.alloc(nbytes)
+    copy = float("nan")
+    if ok == len(chunks):
+        device.synchronize()
+        t0 = time.perf_counter()
+        for i, c in enumerate(chunks):
+            device.copy_h2d(dst, i * piece, c, asynchronous=True)
+        device.synchronize()
+        copy = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for h in handles:
+        device.unregister_host(h)
+    unreg = time.perf_counter() - t0
+    device.free(dst)
+    for c in chunks:
+        c.release()
+    view.release()
+    m.close()
+    os.close(fd)
+    return {"register_ms": reg * 1e3, "registered": ok, "pieces": len(chunks), "copy_ms": copy * 1e3,
+            "unregister_ms": unreg * 1e3, "mib": nbytes / MiB}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--file", required=True, help="a model file, read warm (it is read once first)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    out: dict[str, Any] = {"device": args.device, "file": args.file, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                           "cores": len(os.sched_getaffinity(0))}
+    with open(args.file, "rb") as fh:  # warm
+        while fh.read(64 * MiB):
+            pass
+    with open_device(args.device) as device:
+        device.info()
+        for total in (16 * MiB, 64 * MiB):
+            for threads in (1, 4, 16):
+                s = touch_case(total, threads, args.repeat)
+                out[f"touch_{total // MiB}MiB_{threads}t_ms"] = round(s * 1e3, 3)
+        for nbytes in (2 * MiB, 16 * MiB, 64 * MiB):
+            out[f"register_touched_{nbytes // MiB}MiB_ms"] = round(register_case(device, nbytes, args.repeat) * 1e3, 3)
+        for touched in (False, True):
+            s = pread_case(args.file, 8 * MiB, 16, touched, args.repeat)
+            out[f"pread_16x8MiB_{'touched' if touched else 'fresh'}_ms"] = round(s * 1e3, 3)
+        size = min(os.path.getsize(args.file) // (8 * MiB) * 8 * MiB, 256 * MiB)
+        for threads in (1, 8):
+            try:
+                out[f"pagecache_register_{threads}t"] = pagecache_case(device, args.file, size, threads)
+            except Exception as exc:  # noqa: BLE001 - a refusal is a result
+                out[f"pagecache_register_{threads}t"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

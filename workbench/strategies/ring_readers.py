@@ -1,0 +1,96 @@
+"""The ``ring`` strategy's reader threads: each takes a window, reads it and lands its pieces.
+
+Staged (a GPU): pread the window into a free slot of the shared staging ring, issue the asynchronous
+copies of its pieces from the reader itself, hand the slot back fenced behind them. Direct (a device
+whose memory is host memory, :meth:`~workbench.upload.base.Device.host_view`): pread each piece
+straight into its tensor's buffer — the read is the upload, a staging hop would be a second memcpy of
+every byte on the same cores.
+
+Readers' time is summed per activity in the load's counters (``wait_us``: slot + fence, ``read_us``,
+``issue_us``: copy calls, ``release_us``: fence records), and the first read's start is kept
+(``first_read_ns``): what the readers' start cost the window before any byte streamed.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Sequence
+
+from workbench.io.descriptors import ReaderFiles
+from workbench.strategies.base import LoadContext
+from workbench.strategies.toolkit import Evictor, StagingRing, pread_into, reader_opener
+from workbench.upload.base import DeviceBuffer
+
+
+class Readers:
+    """What every reader thread shares: the ring (None: direct), the buffers, the evictor, the tallies."""
+
+    TALLIES = ("wait_us", "read_us", "issue_us", "release_us")
+
+    def __init__(self, ctx: LoadContext, ring: StagingRing | None, bufs: Sequence[DeviceBuffer],
+                 evictor: Evictor):
+        self.ctx, self.ring, self.bufs, self.evictor = ctx, ring, bufs, evictor
+        self.views = None if ring is not None else [ctx.device.host_view(b) for b in bufs]
+        self.first_read_ns: int | None = None  # perf_counter_ns of the earliest pread of any reader
+        self._lock = threading.Lock()
+
+    def run(self, windows: Any, stop: threading.Event) -> None:
+        fds = ReaderFiles(reader_opener(self.ctx))  # this reader's own descriptors (its own readahead), a few at once
+        ns = dict.fromkeys(self.TALLIES, 0)
+        moved = 0
+        one = self._staged if self.ring is not None else self._direct
+        try:
+            for w in windows:
+                if not one(fds.fd(w.file), w, stop, ns):
+                    return
+                moved += w.nbytes
+        finally:
+            fds.close()
+            self.ctx.count("bytes", moved)
+            for key, value in ns.items():
+                self.ctx.count(key, value // 1000)
+
+    def _started(self, t: int, ns: dict[str, int]) -> None:
+        if not ns["read_us"] and (self.first_read_ns is None or t < self.first_read_ns):
+            with self._lock:
+                if self.first_read_ns is None or t < self.first_read_ns:
+                    self.first_read_ns = t
+
+    def _direct(self, fd: int, w: Any, stop: threading.Event, ns: dict[str, int]) -> bool:
+        if stop.is_set():
+            return False
+        t1 = time.perf_counter_ns()
+        self._started(t1, ns)
+        for p in w.pieces:
+            with self.views[p.tensor][p.dst : p.dst + p.nbytes] as dst:
+                pread_into(fd, dst, w.lo + p.start, w.file)
+        self.evictor.drop(w.file, w.lo, w.hi - w.lo)  # only under the evict policy
+        ns["read_us"] += time.perf_counter_ns() - t1
+        return True
+
+    def _staged(self, fd: int, w: Any, stop: threading.Event, ns: dict[str, int]) -> bool:
+        clock = time.perf_counter_ns
+        t0 = clock()
+        slot = self.ring.acquire(stop)  # a free slot whose last copies are done (made now, first time)
+        if slot is None:
+            return False
+        t1 = clock()
+        self._started(t1, ns)
+        try:
+            with slot.view[: w.hi - w.lo] as view:
+                pread_into(fd, view, w.lo, w.file)
+                self.evictor.drop(w.file, w.lo, w.hi - w.lo)  # only under the evict policy
+                t2 = clock()
+                copy = self.ctx.device.copy_h2d
+                for p in w.pieces:
+                    with view[p.start : p.start + p.nbytes] as src:
+                        copy(self.bufs[p.tensor], p.dst, src, asynchronous=True)
+                t3 = clock()
+        finally:
+            self.ring.release(slot)  # fenced behind the copies just issued, also on error
+        t4 = clock()
+        ns["wait_us"] += t1 - t0
+        ns["read_us"] += t2 - t1
+        ns["issue_us"] += t3 - t2
+        ns["release_us"] += t4 - t3
+        return True
