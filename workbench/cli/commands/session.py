@@ -17,7 +17,7 @@ import click
 from workbench.cli.exits import EXIT_HELP, finish, tally_run
 
 PLACEMENTS = ("inplace", "bounce", "aligned")  # workbench.expert.PLACEMENTS, spelled out: --help stays light
-READERS = ("auto", "pread", "direct-bounce", "direct-inplace")
+READERS = ("auto", "pread", "direct-bounce", "direct-inplace", "pread-random")
 AB_ROUNDS = 6  # measure.session_ab.DEFAULT_ROUNDS, spelled out: the fewest paired by round, and a claim (>= 5)
 
 
