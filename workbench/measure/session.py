@@ -30,6 +30,7 @@ from workbench.expert.session_summary import SessionReport, growth_line, steady_
 from workbench.measure.lock import DeviceLock
 from workbench.measure.reaper import die_with_me
 from workbench.measure.session_record import Recorder
+from workbench.measure.session_wall import NO_WALL
 
 if TYPE_CHECKING:
     from workbench.ledger import Ledger
@@ -231,18 +232,9 @@ def _outcome(pressure: Any, code: int | None, records: list[TurnRecord], pinned:
 def read_wall(ledger: Ledger, run: Recorder, device: str) -> tuple[str, float] | None:
     """The machine's read wall for the session's misses: the disk when most bytes came from it, else
     the page cache at the lanes' thread count (None where ``workbench ceilings`` never ran here)."""
-    from workbench.measure.bounds import host_ceilings, read_wall as wall_of
+    from workbench.measure.session_wall import session_wall
 
-    if not run.records or run.facts is None:
-        return None
-    disk = sum(r.disk_bytes_per_token * r.tokens for r in run.records)
-    io = sum(r.io_bytes for r in run.records)
-    state = "cold" if io and disk >= io / 2 else "warm"
-    try:
-        walls = host_ceilings(ledger, model=run.index.path)
-    except Exception:  # noqa: BLE001 - no ceilings table in an old ledger: no wall, not a failure
-        return None
-    return wall_of(walls, state, run.facts.lanes, run.facts.reader.startswith("direct"))
+    return session_wall(run.walls, run.records, run.facts) if run.records else None
 
 
 def session_label(file: str, config: SessionConfig) -> str:
@@ -264,7 +256,10 @@ def summary_line(report: SessionReport) -> str:
     s = report.summary
     f = s.facts or SessionFacts("", "", "", "", "", "", "", 0, 0, 0, "", "", "", False)
     mib = 2**20
-    wall = f" = {s.staged_of_wall:.0%} of {s.wall_name} ({s.wall_gbps:.2f})" if s.staged_of_wall else ""
+    wall = (f" = {s.staged_of_wall:.0%} of {s.wall_name} ({s.wall_gbps:.2f})" if s.staged_of_wall is not None else
+            "" if s.wall_gbps else f" ({NO_WALL})")
+    if s.staged_of_wall_median is not None:
+        wall += f", the median turn's {s.staged_of_wall_median:.0%} of its wall"
     book = (f"bookkeeping {s.bookkeeping_s:.3f} s ({s.bookkeeping_s / s.tokens * 1e3:.2f} ms/token)"
             if s.bookkeeping_s >= 0 else "bookkeeping not timed (in the residual)")
     return (f"{s.turns} turns × {report.turns[0].tokens} tokens; {growth_line(s)}; tok/s {s.tokens_per_s:.2f} "
