@@ -19,7 +19,7 @@ from workbench.io.direct import AlignedBuffer, direct_io_support
 
 PAGE = 4096
 PLACEMENTS = ["inplace", "bounce", "aligned"]
-READERS = ["pread", "direct-bounce", "direct-inplace"]
+READERS = ["pread", "direct-bounce", "direct-inplace", "pread-random"]
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +76,26 @@ def test_bytes_in_the_cache_are_the_files(tmp_path, stride, first, placement, re
             assert cache.memory(measure=False).live_bytes <= 5 * stride
         c = cache.counters()
         assert c.evictions > 0 and c.misses + c.hits == 160
+
+
+def test_the_random_reader_turns_readahead_off_on_its_own_descriptor(tmp_path, monkeypatch):
+    from workbench.expert import readers
+
+    path, blobs = raw_blobs(tmp_path, 3 * PAGE + 100, 4, 777)
+    advised = []
+    real = readers.os.posix_fadvise
+    monkeypatch.setattr(readers.os, "posix_fadvise", lambda fd, o, n, a: (advised.append((fd, o, n, a)), real(fd, o, n, a)))
+    reader = readers.make_reader("pread-random", path)
+    try:
+        assert advised == [(reader._fd, 0, 0, readers.os.POSIX_FADV_RANDOM)]  # the whole file, this descriptor
+        region = memoryview(bytearray(blobs[0].stride + 10))
+        offset, nbytes = blobs[0].slices[1]
+        assert reader.read_into(region, 5, offset, nbytes).io_bytes == nbytes
+        assert region[5:5 + nbytes] == open(path, "rb").read()[offset:offset + nbytes]
+        assert bytes(region[:5]) == bytes(5) and bytes(region[5 + nbytes:]) == bytes(10 - 5 + blobs[0].stride - nbytes)
+    finally:
+        reader.close()
+    assert readers.resolve_reader("pread-random", path) == ("pread-random", "")  # no O_DIRECT needed
 
 
 def test_synthetic_alignment_64_model_every_placement(synth_model, odirect):

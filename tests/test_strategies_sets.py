@@ -13,6 +13,7 @@ import pytest
 
 from test_strategies_suite import load_and_verify, set_cache_all
 from workbench.strategies import STRATEGIES, get_strategy, toolkit
+from workbench.upload.direct_read import DirectReader
 from workbench.upload.host import HostDevice
 
 SPECS = [
@@ -60,10 +61,19 @@ def test_a_set_with_odd_layouts_one_descriptor_per_file_each_tensor_from_its_own
     peak: Counter = Counter()
     real = HostDevice.copy_h2d
 
-    def sampling(self, dst, dst_offset, src, *, asynchronous=False):
+    def sample():
         for path, n in held_per_file(paths).items():
             peak[path] = max(peak[path], n)
+
+    def sampling(self, dst, dst_offset, src, *, asynchronous=False):
+        sample()
         return real(self, dst, dst_offset, src, asynchronous=asynchronous)
+
+    real_direct = DirectReader.read_window
+
+    def sampling_direct(self, fd, w, stop=None):  # read straight into host memory: no copy to sample at
+        sample()
+        return real_direct(self, fd, w, stop)
 
     mapped: Counter = Counter()
     real_map = toolkit.FileMapping.__init__
@@ -73,6 +83,7 @@ def test_a_set_with_odd_layouts_one_descriptor_per_file_each_tensor_from_its_own
         real_map(self, fd, path)
 
     monkeypatch.setattr(HostDevice, "copy_h2d", sampling)
+    monkeypatch.setattr(DirectReader, "read_window", sampling_direct)
     monkeypatch.setattr(toolkit.FileMapping, "__init__", counting)
     set_cache_all(index, "cold")
     result = load_and_verify(name, index, "host", **params)

@@ -117,7 +117,7 @@ def test_strategies_stage_through_write_combined_slots_and_verify_from_the_devic
         dev.close()
 
 
-@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc"}), ("ring", {"staging": "wc", "direct": "off"}),
+@pytest.mark.parametrize("name,params", [("experts", {"staging": "wc", "direct": "off"}), ("ring", {"staging": "wc", "direct": "off"}),
                                          ("lanes", {"upload": "pinned", "staging": "wc"})])
 def test_the_host_has_no_write_combined_memory_and_says_so(synth_model, name, params):
     index = synth_model("gguf", "moe", alignment=64)

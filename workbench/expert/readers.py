@@ -11,6 +11,9 @@ an address: a page-aligned tensor in an exactly sized buffer passes every alignm
 window still runs past the buffer's end (the dense-loader overrun of the write-up).
 
 * ``pread`` — buffered ``preadv`` straight into the slice (no copy of ours; the page cache's own).
+* ``pread-random`` — the same, on a descriptor advised ``POSIX_FADV_RANDOM``: the kernel reads the slice
+  and no readahead around it. A miss is a random read of one expert; with the default readahead
+  (read_ahead_kb 8192 on this workplace's 2-core VM) each one can fetch megabytes nobody asked for.
 * ``direct-bounce`` — O_DIRECT reads the enclosing page-aligned window into a bounce buffer, then
   copies the payload out: ``nbytes`` of shift-copy per read.
 * ``direct-inplace`` — where the caller promised the region, the destination carries the file's own
@@ -34,7 +37,7 @@ from workbench.formats.opening import open_regular
 from workbench.io.direct import AlignedBuffer, aligned_window, direct_io_support, open_direct, read_direct
 
 PAGE = 4096
-READERS = ("pread", "direct-bounce", "direct-inplace")
+READERS = ("pread", "direct-bounce", "direct-inplace", "pread-random")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,16 @@ class BufferedReader:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class RandomReader(BufferedReader):
+    """Buffered ``preadv`` with readahead off for this descriptor (``POSIX_FADV_RANDOM``)."""
+
+    name = "pread-random"
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(path)
+        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
 
 
 class DirectBounceReader:
@@ -155,7 +168,7 @@ def resolve_reader(kind: str, path: str | os.PathLike) -> tuple[str, str]:
     (tmpfs, …) with a one-line note saying so ("" when it is the one asked for)."""
     if kind not in READERS:
         raise ValueError(f"unknown reader {kind!r}; known: {', '.join(READERS)}")
-    if kind == "pread":
+    if kind.startswith("pread"):
         return kind, ""
     support = direct_io_support(path)
     if not support:
@@ -165,7 +178,8 @@ def resolve_reader(kind: str, path: str | os.PathLike) -> tuple[str, str]:
 
 def make_reader(kind: str, path: str | os.PathLike) -> SliceReader:
     """A reader of ``kind`` on ``path`` as it is (no probe: :func:`resolve_reader` first)."""
-    cls = {"pread": BufferedReader, "direct-bounce": DirectBounceReader, "direct-inplace": DirectInplaceReader}
+    cls = {"pread": BufferedReader, "direct-bounce": DirectBounceReader, "direct-inplace": DirectInplaceReader,
+           "pread-random": RandomReader}
     if kind not in cls:
         raise ValueError(f"unknown reader {kind!r}; known: {', '.join(READERS)}")
     return cls[kind](path)

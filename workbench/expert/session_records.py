@@ -6,7 +6,8 @@
 accounted_bytes, actual_anon_bytes, unreleased_pages, seconds, tokens_per_s``), then the decode
 loop's (:data:`DECODE_TURN_KEYS`: where the time went, bytes by source, the lanes' queue depth and
 GB/s) and the memory a turn ended with (:data:`MEMORY_TURN_KEYS`), then ``shift_copy_bytes``,
-``resident_bytes`` and ``gated_reads``, then what a memory limit's pressure hit (:data:`PRESSURE_KEYS`).
+``resident_bytes`` and ``gated_reads``, then what a memory limit's pressure hit (:data:`PRESSURE_KEYS`),
+then the misses' staged GB/s against the machine's wall (:data:`WALL_KEYS`).
 A turn stays a few hundred bytes, so a 10,000-token session
 is small whatever its turn length.
 
@@ -44,6 +45,7 @@ TURN_EXTRAS = ("shift_copy_bytes", "shift_copy_s", "resident_bytes", "gated_read
 PRESSURE_KEYS = ("file_rss_bytes", "model_lost_bytes", "model_fetched_bytes", "model_reread_bytes",
                  "other_fetched_bytes", "vm_majflt", "vm_swapin", "vm_refault_file", "vm_refault_anon",
                  "swap_used_bytes")
+WALL_KEYS = ("wall_name", "wall_gbps", "staged_of_wall", "wall_note")  # the misses against their wall, last
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,9 @@ class TurnRecord:
     source: served by the cache (``hit``), by the page cache (``rchar − read_bytes`` of
     ``/proc/self/io``) and from the disk (``read_bytes``). ``landed_bytes``: expert bytes copied to
     the device. ``read_busy_s``: time at least one read was in flight; ``read_queue_depth`` the mean
-    number in flight then; ``staged_gbps`` = ``bytes_read / read_busy_s``. ``cg_*``: the memory
+    number in flight then; ``staged_gbps`` = ``bytes_read / read_busy_s``, held against the machine's
+read wall for the turn's reads (``wall_name``, ``wall_gbps``, ``staged_of_wall``; ``wall_note`` says why not: no misses, no
+ceilings recorded — filled in by the runner, :mod:`workbench.measure.session_wall`). ``cg_*``: the memory
     cgroup's usage and counter deltas under ``--memory-limit`` (-1 without one, or not kept).
     :data:`PRESSURE_KEYS`: the process's mapped file pages (``file_rss_bytes``, ``RssFile``: libraries,
     Python, a device's libraries; never the model, which a session reads and does not map), then under
@@ -121,6 +125,10 @@ class TurnRecord:
     vm_refault_file: int = -1
     vm_refault_anon: int = -1
     swap_used_bytes: int = -1
+    wall_name: str = ""  # the wall this turn's misses are held against (measure/session_wall.py)
+    wall_gbps: float | None = None
+    staged_of_wall: float | None = None  # staged_gbps over wall_gbps (None: see wall_note)
+    wall_note: str = ""  # why there is no fraction: "no misses", "no wall: run `workbench ceilings`"
 
     @property
     def stall_s(self) -> float:

@@ -67,6 +67,7 @@ class SessionSummary:
     wall_name: str = ""  # the machine's read wall the staged GB/s is held against
     wall_gbps: float | None = None
     staged_of_wall: float | None = None
+    staged_of_wall_median: float | None = None  # the median of the turns' own fractions (turns with misses)
     verified_slices: int = 0
     facts: SessionFacts | None = None
     bookkeeping_s: float = -1.0  # the cache's work on the decode thread (-1: turns recorded before it was timed)
@@ -136,6 +137,7 @@ def summarize(records: Sequence[TurnRecord], facts: SessionFacts, verified_slice
         cg_limit_hits=_sum_known(r.cg_limit_hits for r in records),
         wall_name=wall[0] if wall else "", wall_gbps=wall[1] if wall else None,
         staged_of_wall=staged / wall[1] if wall and wall[1] > 0 and staged > 0 else None,
+        staged_of_wall_median=_median([r.staged_of_wall for r in records if r.staged_of_wall is not None]),
         verified_slices=verified_slices, facts=facts, bookkeeping_s=_sum_known(r.bookkeeping_s for r in records),
         shift_copy_s=sum(max(0.0, r.shift_copy_s) for r in records),
         shift_copy_bytes_per_token=total("shift_copy_bytes") / tokens, steady_window=window, steady_slope_pct=slope_pct,
@@ -156,6 +158,10 @@ def _drifts(records: Sequence[TurnRecord], *steady: int | None) -> dict[str, flo
         if pct is not None:
             out[name] = round(pct, 1)
     return out
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def _sum_known(values: Any) -> int:

@@ -15,7 +15,8 @@ disk (~0.25 GB/s in the seed), slower than parallel preads. Dense tensors go the
 same gate per tensor, no grouping. Under the eviction policy (a UMA device) the mapping is dropped and
 everything goes through the lanes.
 
-``upload``: ``staged`` (the default: no borrowed slices, no lanes — see experts_staged.py),
+``upload``: ``staged`` (the default: no borrowed slices, no lanes — see experts_staged.py; on the host
+backends straight into the buffers, no staging hop),
 ``pageable`` (plain copies), ``registered`` (the borrowed ranges are page-locked — cudaHostRegister,
 mlock on host — in as few pieces as the zero-copy blobs allow, and copied asynchronously; the lanes
 stay pageable), ``pinned`` (the lanes read into pinned staging with asynchronous copies; borrowed
@@ -43,6 +44,8 @@ from workbench.strategies.toolkit import UPLOADS, MiB, check_upload, eviction_re
 from workbench.upload.base import DeviceBuffer
 from workbench.upload.staging import PROVISIONS, SOURCES
 
+DIRECT = ("auto", "off")
+
 EXPERTS_UPLOADS = ("staged", *UPLOADS)
 
 
@@ -53,8 +56,10 @@ class ExpertsParams(BaseParams):
     slice's gate; 0: always). Staged: ``readers`` and ``slot_mib`` windows warm, ``cold_readers`` and
     ``cold_mib`` reads cold, ``spare`` slots, ``staging`` source (auto | anon | alloc | wc) and
     ``provision`` (upfront | background) as ``ring``'s, ``sized``: the ring no larger than the load
-    needs (0: readers + spare slots of ``slot_mib`` whatever the model, for comparison). The other modes: ``threads`` and ``chunk_mib``,
-    the lanes for what is not borrowed."""
+    needs (0: readers + spare slots of ``slot_mib`` whatever the model, for comparison); ``direct``: ``auto``
+    reads straight into the device's memory where it is host memory (no staging hop; warm readers and
+    windows fitted to the load and the usable cores), ``off`` always stages. The other modes: ``threads``
+    and ``chunk_mib``, the lanes for what is not borrowed."""
 
     small_pieces: ClassVar[Mapping[str, Any]] = MappingProxyType(
         {"chunk_mib": 1, "threads": 2, "slot_mib": 1, "cold_mib": 1, "readers": 3, "cold_readers": 2})
@@ -62,8 +67,10 @@ class ExpertsParams(BaseParams):
         MappingProxyType({"upload": "pageable", "gate": 0.0}),
         MappingProxyType({"upload": "registered", "chunk_mib": 1, "threads": 2}),
         MappingProxyType({"upload": "pinned", "chunk_mib": 1, "threads": 2}),
-        MappingProxyType({**small_pieces, "gate": 0.0}), MappingProxyType({**small_pieces, "staging": "wc"}),
-        MappingProxyType({**small_pieces, "provision": "background", "staging": "wc"}))
+        MappingProxyType({**small_pieces, "gate": 0.0}),  # straight into host memory on the host backends
+        MappingProxyType({**small_pieces, "gate": 0.0, "direct": "off"}),  # staged wherever it runs
+        MappingProxyType({**small_pieces, "staging": "wc", "direct": "off"}),
+        MappingProxyType({**small_pieces, "provision": "background", "staging": "wc", "direct": "off"}))
 
     gate: float = 0.9
     threads: int = 4
@@ -77,6 +84,7 @@ class ExpertsParams(BaseParams):
     staging: str = "auto"
     provision: str = "upfront"
     sized: bool = True
+    direct: str = "auto"
 
     def __post_init__(self) -> None:
         check_param("experts", "gate", 0.0 <= self.gate <= 1.0, f"must be in [0, 1], got {self.gate}")
@@ -88,6 +96,7 @@ class ExpertsParams(BaseParams):
         check_param("experts", "staging", self.staging in SOURCES, f"one of {', '.join(SOURCES)}, got {self.staging!r}")
         check_param("experts", "provision", self.provision in PROVISIONS,
                     f"one of {', '.join(PROVISIONS)}, got {self.provision!r}")
+        check_param("experts", "direct", self.direct in DIRECT, f"one of {', '.join(DIRECT)}, got {self.direct!r}")
 
 
 class ResidencyMap:

@@ -17,7 +17,7 @@ import click
 from workbench.cli.exits import EXIT_HELP, finish, tally_run
 
 PLACEMENTS = ("inplace", "bounce", "aligned")  # workbench.expert.PLACEMENTS, spelled out: --help stays light
-READERS = ("auto", "pread", "direct-bounce", "direct-inplace")
+READERS = ("auto", "pread", "direct-bounce", "direct-inplace", "pread-random")
 AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest paired by round, and a claim (>= 5)
 
 
@@ -179,7 +179,7 @@ def _print_ab(result: Any) -> None:
 
 _TURN_HEADER = (f"{'turn':>4} {'tok/s':>8} {'hit':>5} {'read s':>7} {'upl s':>6} {'book s':>6} {'comp s':>7} "
                 f"{'resid ms/t':>10} {'shift MiB/t':>11} {'disk MiB/t':>10} {'QD':>4} {'majflt':>6} {'unreleased':>10} "
-                f"{'anon-acct MiB':>13}")
+                f"{'anon-acct MiB':>13} {'GB/s':>6} of wall (misses staged)")
 
 
 def _print_start(facts: Any) -> None:
@@ -190,11 +190,14 @@ def _print_start(facts: Any) -> None:
 def _print_turn(r: Any) -> None:
     if r.turn == 0:  # the header with the first turn: a refusal before it stays one line
         click.echo(_TURN_HEADER, err=True)
+    from workbench.measure.session_wall import wall_text
+
     gap = (r.actual_anon_bytes - r.accounted_bytes) / 2**20 if r.actual_anon_bytes >= 0 else float("nan")
     click.echo(f"{r.turn:>4} {r.tokens_per_s:>8.1f} {r.hit_rate:>5.0%} {r.stall_read_s:>7.3f} {r.stall_upload_s:>6.3f} "
                f"{r.bookkeeping_s:>6.3f} {r.compute_s:>7.3f} {r.residual_s_per_token * 1e3:>10.2f} "
                f"{r.shift_copy_bytes / r.tokens / 2**20:>11.2f} {r.disk_bytes_per_token / 2**20:>10.2f} "
-               f"{r.read_queue_depth:>4.1f} {r.majflt:>6} {r.unreleased_pages:>10} {gap:>13.1f}", err=True)
+               f"{r.read_queue_depth:>4.1f} {r.majflt:>6} {r.unreleased_pages:>10} {gap:>13.1f} {r.staged_gbps:>6.2f} "
+               f"{wall_text(r)}", err=True)
 
 
 def _print_summary(result: Any) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from workbench.expert.session_config import SessionConfig
 from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.expert.session_summary import SessionReport, growth_line, steady_line, summarize
+from workbench.measure.session_wall import NO_WALL, machine_walls, turn_wall
 from workbench.records import AttemptStats, RunConfig
 
 if TYPE_CHECKING:
@@ -35,6 +36,14 @@ class Recorder:
         self.attempt_id: str | None = None
         self.report: SessionReport | None = None
         self.verdict, self.notes, self._done, self.interrupted = "failed", "", False, False
+        self._walls: dict[str, float] | None = None
+
+    @property
+    def walls(self) -> dict[str, float]:
+        """The read walls recorded for this machine (read once, at the first turn)."""
+        if self._walls is None:
+            self._walls = machine_walls(self.ledger, self.index.path)
+        return self._walls
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
@@ -50,6 +59,8 @@ class Recorder:
                 self.on_start(self.facts)
         elif kind == "turn":
             record = TurnRecord.from_json(event["turn"])
+            if self.facts is not None:  # its misses' GB/s against the wall they were read against
+                record = turn_wall(self.walls, record, self.facts)
             self.records.append(record)
             self.ledger.add_turn(self._start({"backend": self.device}), record.to_json())
             if self.on_turn is not None:
@@ -151,7 +162,10 @@ def summary_line(report: SessionReport) -> str:
     s = report.summary
     f = s.facts or SessionFacts("", "", "", "", "", "", "", 0, 0, 0, "", "", "", False)
     mib = 2**20
-    wall = f" = {s.staged_of_wall:.0%} of {s.wall_name} ({s.wall_gbps:.2f})" if s.staged_of_wall else ""
+    wall = (f" = {s.staged_of_wall:.0%} of {s.wall_name} ({s.wall_gbps:.2f})" if s.staged_of_wall is not None else
+            "" if s.wall_gbps else f" ({NO_WALL})")
+    if s.staged_of_wall_median is not None:
+        wall += f", the median turn's {s.staged_of_wall_median:.0%} of its wall"
     book = (f"bookkeeping {s.bookkeeping_s:.3f} s ({s.bookkeeping_s / s.tokens * 1e3:.2f} ms/token)"
             if s.bookkeeping_s >= 0 else "bookkeeping not timed (in the residual)")
     return (f"{s.turns} turns × {report.turns[0].tokens} tokens; {growth_line(s)}; tok/s {s.tokens_per_s:.2f} "

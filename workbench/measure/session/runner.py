@@ -231,18 +231,9 @@ def _outcome(pressure: Any, code: int | None, records: list[TurnRecord], pinned:
 def read_wall(ledger: Ledger, run: Recorder, device: str) -> tuple[str, float] | None:
     """The machine's read wall for the session's misses: the disk when most bytes came from it, else
     the page cache at the lanes' thread count (None where ``workbench ceilings`` never ran here)."""
-    from workbench.measure.ceilings.bounds import host_ceilings, read_wall as wall_of
+    from workbench.measure.session_wall import session_wall
 
-    if not run.records or run.facts is None:
-        return None
-    disk = sum(r.disk_bytes_per_token * r.tokens for r in run.records)
-    io = sum(r.io_bytes for r in run.records)
-    state = "cold" if io and disk >= io / 2 else "warm"
-    try:
-        walls = host_ceilings(ledger, model=run.index.path)
-    except Exception:  # noqa: BLE001 - no ceilings table in an old ledger: no wall, not a failure
-        return None
-    return wall_of(walls, state, run.facts.lanes, run.facts.reader.startswith("direct"))
+    return session_wall(run.walls, run.records, run.facts) if run.records else None
 
 
 def session_label(file: str, config: SessionConfig) -> str:

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 25, "MoE sessions", on the H200 (one call of the device tool, ≤ 600 s): where a cold session's
+# misses stop against the disk. The 2-core VM's results and what they mean: docs/benchmarks/session-misses-host.md.
+#
+#     bash benchmarks/gpu_misses.sh OUT
+#
+# 1. the 2 GiB MoE GGUF of issue 25 (64 experts, alignment 64), written once to /tmp/bench (MISSES_DIR);
+# 2. this box's walls (`workbench ceilings`, 16 threads, the model read whole too): the disk wall each
+#    session turn is held against;
+# 3. benchmarks/probe_slices.py: random expert-slice reads (O_DIRECT, buffered, buffered FADV_RANDOM) by
+#    threads and read size — is the disk's random-read rate the limit, or depth, or read size?
+# 4. the session A/B, cold before every cell, 4 lanes + overlap, n = 6 ABBA, every landed slice verified:
+#    the O_DIRECT in-place reader (the default) against buffered pread, pread-random and 16 lanes.
+#    Every turn's line holds its misses' GB/s against its wall (the ledger export keeps each turn).
+# Budget (≤ 600 s): model write ≤ 40 s, ceilings ≈ 30 s, probe (27 cases × 192 MiB) ≤ 150 s, 24 cells ×
+# ≈ 11 s (worker + CUDA ≈ 8 s, 3 turns × 4 tokens) ≈ 270 s, cut at 340 s (finished cells stay in the ledger).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: gpu_misses.sh OUT}
+dir=${MISSES_DIR:-/tmp/bench}
+mkdir -p "$out" "$dir"
+export PYTHONPATH=$PWD
+if compgen -G ".whl/*.whl" >/dev/null; then  # the wheels the image lacks (gguf: the GGUF index), as gpu_session.sh
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+export WORKBENCH_LEDGER=$dir/misses.sqlite WORKBENCH_LOCK_DIR=$dir/locks PYTHONUNBUFFERED=1
+size=${MISSES_SIZE:-2GiB} device=${MISSES_DEVICE:-cuda}  # MISSES_SIZE=64MiB MISSES_DEVICE=host: a dry run anywhere
+model=$dir/misses-$size-e64.gguf
+wb=(python3 -m workbench.cli)
+{ date -u +%FT%TZ; nproc; uname -r; cat /proc/loadavg; } > "$out/machine.txt"
+[ -f "$model" ] || timeout 60 "${wb[@]}" synth "$model" --format gguf --layout moe --size "$size" --experts 64 --alignment 64 --seed 11
+timeout 90 "${wb[@]}" ceilings --dir $dir --size "$size" --threads 16 --file "$model" > "$out/ceilings.txt" 2>&1
+timeout 150 python3 benchmarks/probe_slices.py "$model" --threads 1,4,16 --mib "${MISSES_PROBE_MIB:-192}" --out "$out/probe-slices.json" \
+    > /dev/null 2> "$out/probe-slices.txt"
+timeout 340 "${wb[@]}" session "$model" --device "$device" --cache cold --lanes 4 --overlap --turns 3 --tokens 4 \
+    --ab "reader=direct-inplace" --ab "reader=pread" --ab "reader=pread-random" --ab "lanes=16" --rounds 6 \
+    --campaign i25-misses > "$out/session-ab.txt" 2>&1
+echo "session A/B exit $?" >> "$out/session-ab.txt"
+cat /proc/loadavg >> "$out/machine.txt"
+"${wb[@]}" ledger export --csv "$out/ledger" > /dev/null 2>&1
+tail -25 "$out/session-ab.txt"
