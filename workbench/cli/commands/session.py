@@ -190,7 +190,7 @@ def _print_start(facts: Any) -> None:
 def _print_turn(r: Any) -> None:
     if r.turn == 0:  # the header with the first turn: a refusal before it stays one line
         click.echo(_TURN_HEADER, err=True)
-    from workbench.measure.session_wall import wall_text
+    from workbench.measure.session.wall import wall_text
 
     gap = (r.actual_anon_bytes - r.accounted_bytes) / 2**20 if r.actual_anon_bytes >= 0 else float("nan")
     click.echo(f"{r.turn:>4} {r.tokens_per_s:>8.1f} {r.hit_rate:>5.0%} {r.stall_read_s:>7.3f} {r.stall_upload_s:>6.3f} "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from workbench.expert.session_config import SessionConfig
 from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.expert.session_summary import SessionReport, growth_line, steady_line, summarize
-from workbench.measure.session_wall import NO_WALL, machine_walls, turn_wall
+from workbench.measure.session.wall import NO_WALL, machine_walls, turn_wall
 from workbench.records import AttemptStats, RunConfig
 
 if TYPE_CHECKING:

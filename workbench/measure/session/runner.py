@@ -231,7 +231,7 @@ def _outcome(pressure: Any, code: int | None, records: list[TurnRecord], pinned:
 def read_wall(ledger: Ledger, run: Recorder, device: str) -> tuple[str, float] | None:
     """The machine's read wall for the session's misses: the disk when most bytes came from it, else
     the page cache at the lanes' thread count (None where ``workbench ceilings`` never ran here)."""
-    from workbench.measure.session_wall import session_wall
+    from workbench.measure.session.wall import session_wall
 
     return session_wall(run.walls, run.records, run.facts) if run.records else None
 
