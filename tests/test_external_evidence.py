@@ -138,7 +138,10 @@ def test_a_cold_read_shows_in_the_page_cache(env: Path) -> None:
 
 def test_reads_by_children_count_reaped_or_running(env: Path) -> None:
     path = str(env / "m.gguf")
-    reader = _py(f"import os; fd = os.open({path!r}, os.O_RDONLY)\nwhile os.read(fd, 1 << 20): pass")
+    # the reader holds its descriptor a moment after its last read (so a sample sees where it got to on a
+    # loaded machine, where a warm 8 MB read can finish between two samples), then exits and is reaped
+    reader = _py(f"import os, time; fd = os.open({path!r}, os.O_RDONLY)\nwhile os.read(fd, 1 << 20): pass\n"
+                 "time.sleep(0.5)")
     # a child that read and exited (reaped by its shell before the marker), and one still running
     reaped = f"sh -c {shlex.quote(reader + '; echo loaded; sleep 30')}"
     running = f"sh -c {shlex.quote(_py(READ.format(path=path) + chr(10) + 'import time; time.sleep(30)') + ' & sleep 30')}"

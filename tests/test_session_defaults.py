@@ -124,7 +124,10 @@ def test_a_long_session_summary_finds_the_steady_state_and_the_leak_drift(moe64)
     s = report.summary
     assert s.steady_hit_rate_turn is not None and s.steady_tokens_per_s_turn is not None
     assert "tok/s steady from turn" in steady_line(s)
-    if s.leak_of_bound < 0.99:  # still climbing after steady state: the leak is what drifts
+    start = max(s.steady_hit_rate_turn, s.steady_tokens_per_s_turn)
+    # still climbing after steady state, with turns enough after it to tell (drift_after needs 4; a
+    # steady state declared late — tok/s under a loaded machine — leaves fewer): the leak is what drifts
+    if s.leak_of_bound < 0.99 and len(report.turns) - start >= 4:
         assert "unreleased_pages" in s.drift and s.drift["unreleased_pages"] > 0
     long_records = [len(str(t.to_json())) for t in report.turns]
     assert max(long_records) < 2000  # a turn stays small: 10,000 tokens in 100 turns is ~100 such rows
