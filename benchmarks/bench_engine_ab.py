@@ -32,9 +32,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
 from workbench.ledger import Ledger, export_csv, markdown_table  # noqa: E402
-from workbench.measure.environment import collect_environment  # noqa: E402
-from workbench.measure.external import EngineCommand, measure_engines  # noqa: E402
-from workbench.measure.tables import phases_table  # noqa: E402
+from workbench.measure.run.environment import collect_environment  # noqa: E402
+from workbench.measure.engine.external import EngineCommand, measure_engines  # noqa: E402
+from workbench.measure.run.tables import phases_table  # noqa: E402
 
 ENGINE = Path(__file__).resolve().parent / "engines" / "hf_engine.py"
 PHASE = r"phase (?P<name>\w+): (?P<ms>[0-9.]+) ms"

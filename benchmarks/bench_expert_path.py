@@ -37,9 +37,9 @@ from workbench.formats import open_index  # noqa: E402
 from workbench.formats.synth import parse_size  # noqa: E402
 from workbench.ledger import Ledger  # noqa: E402
 from workbench.measure import RunConfig, measure  # noqa: E402
-from workbench.measure.ceilings import measure_ceilings  # noqa: E402
-from workbench.measure.effect import ratio_effect  # noqa: E402
-from workbench.measure.environment import collect_environment  # noqa: E402
+from workbench.measure.ceilings.walls import measure_ceilings  # noqa: E402
+from workbench.measure.run.effect import ratio_effect  # noqa: E402
+from workbench.measure.run.environment import collect_environment  # noqa: E402
 from workbench.records import format_effect  # noqa: E402
 
 from bench_experts import _model, _shape  # noqa: E402

@@ -8,7 +8,7 @@
    (round k = the k-th run of each), device bytes verified after every run: ``pread granularity=expert``
    (the first write-up's ~28 s per-expert sweep) vs ``experts`` (one borrowed copy per blob), and
    ``odirect mode=bounce`` vs ``mode=inplace`` (the second write-up). Each pair's effect is the ratio of
-   medians with a bootstrap interval over its rounds (``measure/effect.py``).
+   medians with a bootstrap interval over its rounds (``measure/run/effect.py``).
 3. A long session of ``--turns`` turns with boundary release off and on (ABBA: off, on, on, off), each
    session in its own worker: unreleased pages and the process's unaccounted anonymous memory turn by
    turn, and the effect of the fix on turn time (first turns, which fill the cache, left out).
@@ -32,10 +32,10 @@ from workbench.expert.session import SessionConfig  # noqa: E402
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
 from workbench.ledger import Ledger  # noqa: E402
 from workbench.measure import RunConfig, measure  # noqa: E402
-from workbench.measure.ceilings import measure_ceilings  # noqa: E402
-from workbench.measure.effect import ratio_effect  # noqa: E402
-from workbench.measure.environment import collect_environment  # noqa: E402
-from workbench.measure.session import measure_session  # noqa: E402
+from workbench.measure.ceilings.walls import measure_ceilings  # noqa: E402
+from workbench.measure.run.effect import ratio_effect  # noqa: E402
+from workbench.measure.run.environment import collect_environment  # noqa: E402
+from workbench.measure.session.runner import measure_session  # noqa: E402
 from workbench.records import format_effect  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

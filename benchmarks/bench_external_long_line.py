@@ -36,7 +36,7 @@ def parse_size(text: str) -> int:
 
 
 def main() -> None:
-    from workbench.measure.external import time_external
+    from workbench.measure.engine.external import time_external
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["0", "1MB", "20MB"])

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
 from workbench.measure import RunConfig, measure  # noqa: E402
-from workbench.measure.attempt import run_overhead  # noqa: E402
+from workbench.measure.run.attempt import run_overhead  # noqa: E402
 
 SWEEP = [("pread", {}), ("pread", {"evict": "1"}), ("pread", {"upload": "pinned"}), ("willneed", {}),
          ("warmer", {}), ("mmap", {}), ("populate", {}), ("lanes", {}), ("lanes", {"threads": "2"}),

@@ -255,9 +255,9 @@ def run_group(group: Group, model: Path, device: str, ledger: Any, budget: Budge
 def partial_result(config: RunConfig, runs: list[Any], cache: str, ledger: Any) -> Any:
     """What ``measure`` returns for a config, from the runs it finished before the group stopped:
     the same statistics and bounding wall; the verdict the ledger holds (failed: interrupted)."""
-    from workbench.measure.attempt import AttemptResult, cache_label, effective_state
-    from workbench.measure.bounds import bounding_ceiling, host_ceilings
-    from workbench.measure.stats import summarize
+    from workbench.measure.run.attempt import AttemptResult, cache_label, effective_state
+    from workbench.measure.ceilings.bounds import bounding_ceiling, host_ceilings
+    from workbench.measure.run.stats import summarize
 
     stats = summarize(runs, max((r.bytes for r in runs if r.ok), default=0))
     label = cache_label(cache, runs)

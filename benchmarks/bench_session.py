@@ -19,7 +19,7 @@
    can be made, else holds **one** locked balloon over all the cells of a limit (inflated once,
    before the first cell), leaving the limit plus the machine's own working set: ``Mapped`` at
    inflation plus the worker's mapped file pages as the unlimited probe measured them after its
-   warm-up turn (:mod:`workbench.measure.balloon`). Which method ran, the working set and the
+   warm-up turn (:mod:`workbench.measure.session.balloon`). Which method ran, the working set and the
    inflation time are in the report. Under a balloon each cell's worker locks its own resident file
    pages after its warm-up turn, inside the room left for them (:mod:`workbench.io.own_pages`). Per
    cell: what the pressure hit — the model's pages lost and read again against major faults (none of
@@ -27,7 +27,7 @@
    not explain, swap —, the bytes it locked, and the outcome's kind: ``own-files`` when its own major
    faults after turn 0 still run above a few a turn (the cell measures the method, not the session; the
    A/B then fails that check and the verdict says it is not a finding). ``--swap-mib N`` runs the part with an N MiB swap file on (turned off and
-   deleted after, even if the run is killed: :mod:`workbench.measure.swap`), recording swap growth
+   deleted after, even if the run is killed: :mod:`workbench.measure.session.swap`), recording swap growth
    per turn; where swap cannot be turned on the report says why and runs without.
    Whether the write-up's symptom direction (more major faults, lower tok/s with the leak) is
    reproduced is stated for each limit.
@@ -52,13 +52,13 @@ from workbench.expert.session import SessionConfig  # noqa: E402
 from workbench.formats import open_index  # noqa: E402
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
 from workbench.ledger import Ledger  # noqa: E402
-from workbench.measure.ceilings import measure_ceilings  # noqa: E402
-from workbench.measure.environment import collect_environment  # noqa: E402
-from workbench.measure.pressure import MemoryPressure  # noqa: E402
-from workbench.measure.session import measure_session  # noqa: E402
-from workbench.measure.session_ab import parse_ab, record_verdicts, run_session_ab  # noqa: E402
-from workbench.measure.swap import SwapFile  # noqa: E402
-from workbench.measure.swap import enabled as enabled_swap  # noqa: E402
+from workbench.measure.ceilings.walls import measure_ceilings  # noqa: E402
+from workbench.measure.run.environment import collect_environment  # noqa: E402
+from workbench.measure.session.pressure import MemoryPressure  # noqa: E402
+from workbench.measure.session.runner import measure_session  # noqa: E402
+from workbench.measure.session.ab import parse_ab, record_verdicts, run_session_ab  # noqa: E402
+from workbench.measure.session.swap import SwapFile  # noqa: E402
+from workbench.measure.session.swap import enabled as enabled_swap  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_session_report import ab_section, model_line, pressure_cells, pressure_verdict  # noqa: E402

@@ -117,7 +117,7 @@ def pressure_verdict(result, min_effect: float = 0.02) -> str:
     faults, tps = effects.get("major faults/token"), effects.get("tok/s")
     oom = [c for i, _, c in result.cells if i == 1 and "OOM" in (c.memory or "")]
     oom_fixed = [c for i, _, c in result.cells if i == 0 and "OOM" in (c.memory or "")]
-    from workbench.measure.session import OWN_FILES_KIND
+    from workbench.measure.session.runner import OWN_FILES_KIND
 
     squeezed = [c for _, _, c in result.cells if getattr(c, "memory_kind", "") == OWN_FILES_KIND]
     parts = [f"{len(oom)} of {sum(1 for i, _, _ in result.cells if i == 1)} leaking cells and {len(oom_fixed)} "

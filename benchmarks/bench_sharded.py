@@ -37,7 +37,7 @@ from workbench.formats.index import TensorIndex  # noqa: E402
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
 from workbench.io.pagecache import prepare  # noqa: E402
 from workbench.measure import RunConfig, measure  # noqa: E402
-from workbench.measure.effect import ratio_effect  # noqa: E402
+from workbench.measure.run.effect import ratio_effect  # noqa: E402
 from workbench.records import format_effect  # noqa: E402
 from workbench.strategies import STRATEGIES  # noqa: E402
 

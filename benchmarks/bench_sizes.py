@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
 from workbench.measure import RunConfig, measure  # noqa: E402
-from workbench.measure.attempt import run_split  # noqa: E402
-from workbench.measure.reads import read_all  # noqa: E402
+from workbench.measure.run.attempt import run_split  # noqa: E402
+from workbench.measure.ceilings.reads import read_all  # noqa: E402
 from workbench.records import FIXED_PARTS, fixed_parts  # noqa: E402
 
 DENSE = ("ring", "ring fit=0 provision=upfront", "peer-instanttensor direct=0", "peer-fastsafetensors direct=0")

@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
-from workbench.measure.environment import collect_environment  # noqa: E402
+from workbench.measure.run.environment import collect_environment  # noqa: E402
 from workbench.ledger import Ledger, markdown_table  # noqa: E402
 from workbench.measure import RunConfig, measure  # noqa: E402
-from workbench.measure.ceilings import measure_ceilings  # noqa: E402
+from workbench.measure.ceilings.walls import measure_ceilings  # noqa: E402
 
 # The first is the baseline: the historical per-read eviction the first write-up started from.
 CONFIGS = [("pread", {"evict": "1"}), ("pread", {}), ("pread", {"upload": "pinned"}), ("willneed", {}),

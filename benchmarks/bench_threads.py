@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.formats.synth import parse_size, write_synthetic  # noqa: E402
 from workbench.io.pagecache import prepare  # noqa: E402
-from workbench.measure.verify import verify_placements  # noqa: E402
+from workbench.measure.run.verify import verify_placements  # noqa: E402
 from workbench.strategies import get_strategy  # noqa: E402
 from workbench.strategies.base import free_placements  # noqa: E402
 from workbench.upload import open_device  # noqa: E402

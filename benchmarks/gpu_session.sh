@@ -126,7 +126,7 @@ for s in "$@"; do
             --headroom-mib "${PRESSURE_HEADROOM_MIB:-32}" --swap-mib "${PRESSURE_SWAP_MIB:-0}" \
             --cell-timeout "${PRESSURE_CELL_TIMEOUT:-45}" --ledger /tmp/bench/session-pressure.sqlite \
             --out "$out/session-pressure.md"
-        python3 -c "from workbench.measure.swap import reap_stale; print('swap files left:', reap_stale('/tmp/bench'))" \
+        python3 -c "from workbench.measure.session.swap import reap_stale; print('swap files left:', reap_stale('/tmp/bench'))" \
             > "$out/session-pressure-swaps.txt" 2>&1
         cat /proc/swaps >> "$out/session-pressure-swaps.txt"
         python3 -m workbench.cli ledger --ledger /tmp/bench/session-pressure.sqlite export --csv "$out/session-pressure" \

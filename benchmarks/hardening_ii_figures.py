@@ -28,7 +28,7 @@ def lock():
     d = ROOT / "lockdir"; d.mkdir(); os.chmod(d, 0o1777)
     victim = ROOT / "victim"; victim.write_text("root:secret\n"); os.chmod(victim, 0o600)
     os.symlink(victim, d / "device-host.lock")
-    code = "import sys; from workbench.measure.lock import DeviceLock\ntry:\n  DeviceLock('host', sys.argv[1]).acquire(); print('acquired')\nexcept Exception as e: print(type(e).__name__)"
+    code = "import sys; from workbench.measure.lock.device import DeviceLock\ntry:\n  DeviceLock('host', sys.argv[1]).acquire(); print('acquired')\nexcept Exception as e: print(type(e).__name__)"
     out = subprocess.run([PY, "-c", code, str(d)], capture_output=True, text=True, env=ENV).stdout.strip()
     return {"result": out, "victim_mode": oct(stat.S_IMODE(os.stat(victim).st_mode)), "victim": victim.read_text()}
 

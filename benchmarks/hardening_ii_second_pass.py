@@ -36,7 +36,7 @@ def lock_dir_swapped():
     etc, shared = ROOT / "etc", ROOT / "shared"
     etc.mkdir(mode=0o755); shared.mkdir(); os.chmod(shared, 0o777)
     code = """import os, pathlib
-from workbench.measure.lock import DeviceLock
+from workbench.measure.lock.device import DeviceLock
 shared, etc = pathlib.Path(sys.argv[1]), sys.argv[2]
 real = os.mkdir
 def swap(path, mode=0o777, *, dir_fd=None):
@@ -70,7 +70,7 @@ def merge_own_name():
     own = py("from workbench.defaults import host_id; print(host_id())", env={"WORKBENCH_HOST": ""})
     py("from workbench.ledger import Ledger\nLedger(sys.argv[1]).record_ceiling('disk_cold_1t', 99.0, {}, host=sys.argv[2])", other, own)
     rc, _, tail = wb("ledger", "--ledger", local, "merge", other, env={"WORKBENCH_HOST": "rig-a"})
-    after = py("from workbench.ledger import Ledger\nfrom workbench.measure.bounds import host_ceilings\n"
+    after = py("from workbench.ledger import Ledger\nfrom workbench.measure.ceilings.bounds import host_ceilings\n"
                "print(host_ceilings(Ledger(sys.argv[1])).get('disk_cold_1t'))", local, env={"WORKBENCH_HOST": ""})
     return {"exit": rc, "ceiling_here_after_unset": after}
 
@@ -112,8 +112,8 @@ def shebang_chain():
     hashes = []
     for program in ("/bin/true", "/bin/false"):
         shutil.copyfile(program, real); real.chmod(0o755)
-        hashes.append(py("from workbench.measure.engine_command import EngineCommand\n"
-                         "from workbench.measure.engine_build import build_files, identify\n"
+        hashes.append(py("from workbench.measure.engine.command import EngineCommand\n"
+                         "from workbench.measure.engine.build import build_files, identify\n"
                          "try:\n  f = build_files(EngineCommand(sys.argv[1], 'x')); print([r for r, _ in f], identify(f)[1][:20])\n"
                          "except Exception as e: print(type(e).__name__)", script))
     return {"hashed": hashes, "same_hash": hashes[0] == hashes[1]}

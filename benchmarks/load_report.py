@@ -124,7 +124,7 @@ def time_table(s: Any) -> list[str]:
 def variants_table(s: Any) -> list[str]:
     """Each variant row (``ring staging=wc``) against its default (``ring``) measured in the same group:
     the variant's speedup, ratio of medians over paired rounds with its bootstrap interval."""
-    from workbench.measure.effect import ratio_effect
+    from workbench.measure.run.effect import ratio_effect
     from workbench.records import format_effect
 
     lines = []

@@ -18,10 +18,10 @@ from workbench.errors import WorkbenchError
 from workbench.formats import open_index
 from workbench.formats.synth import parse_size
 from workbench.ledger import Ledger, export_csv, markdown_table
-from workbench.measure.ceilings import measure_ceilings
-from workbench.measure.effect import ratio_effect
-from workbench.measure.environment import collect_environment
-from workbench.measure.verify import reference_checksums
+from workbench.measure.ceilings.walls import measure_ceilings
+from workbench.measure.run.effect import ratio_effect
+from workbench.measure.run.environment import collect_environment
+from workbench.measure.run.verify import reference_checksums
 from workbench.records import format_effect
 from workbench.strategies import STRATEGIES
 

@@ -6,9 +6,9 @@ Reads ``attempts.csv`` and ``turns.csv`` (``workbench ledger export``) with pand
 ``bench-session-*-pressure-*`` campaigns (the unlimited probe first): turns after turn 0, the cell's tok/s
 over them (what an A/B's effects compare), its major faults after turn 0 (all on its own files: a session
 never maps the model), the last unreleased pages, ``compute_s`` after turn 0, how the cell ended, and the
-outcome kind the balloon rule (:data:`workbench.measure.pressure.OWN_FAULTS_PER_TURN`) gives its turns.
+outcome kind the balloon rule (:data:`workbench.measure.session.pressure.OWN_FAULTS_PER_TURN`) gives its turns.
 Then the release on/off tok/s ratio per round where both arms have turns after turn 0, and the effect
-(:func:`workbench.measure.effect.ratio_effect`, release on over off, the ratio of medians with its interval).
+(:func:`workbench.measure.run.effect.ratio_effect`, release on over off, the ratio of medians with its interval).
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.expert.session_records import TurnRecord  # noqa: E402
-from workbench.measure.effect import ratio_effect  # noqa: E402
-from workbench.measure.pressure import MemoryLimit, MemoryPressure  # noqa: E402
-from workbench.measure.session import _outcome, outcome_kind  # noqa: E402
+from workbench.measure.run.effect import ratio_effect  # noqa: E402
+from workbench.measure.session.pressure import MemoryLimit, MemoryPressure  # noqa: E402
+from workbench.measure.session.runner import _outcome, outcome_kind  # noqa: E402
 from workbench.records import format_effect  # noqa: E402
 
 

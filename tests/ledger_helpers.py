@@ -7,8 +7,8 @@ from workbench.ledger import Ledger
 from workbench.records import (
     AttemptStats, Engaged, LoadSummary, RunConfig, RunRecord, Timings, VerifySummary, WorkerReport,
 )
-from workbench.measure.attempt import decide
-from workbench.measure.stats import summarize
+from workbench.measure.run.attempt import decide
+from workbench.measure.run.stats import summarize
 
 NBYTES = 3 << 20
 

@@ -19,7 +19,7 @@ from workbench.formats import open_index
 from workbench.formats.index import TensorIndex
 from workbench.strategies import get_strategy
 from workbench.upload import open_device
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 
 
 def disturb(index: TensorIndex, how: str) -> None:

@@ -42,7 +42,7 @@ def test_the_model_is_a_llama_shaped_bf16_safetensors_file(tmp_path: Path, isola
 
 
 def test_the_two_commands_are_one_build_two_settings(tmp_path: Path, isolated_cache: Path) -> None:
-    from workbench.measure.engine_command import build_files, check_command
+    from workbench.measure.engine.command import build_files, check_command
 
     bench = _bench()
     a, b = bench.engine_commands(tmp_path, "cuda", sys.executable)

@@ -13,7 +13,7 @@ import bench_session  # noqa: E402
 from bench_session_report import pressure_verdict  # noqa: E402
 
 from workbench.errors import ParamError  # noqa: E402
-from workbench.measure.pressure import MemoryPressure  # noqa: E402
+from workbench.measure.session.pressure import MemoryPressure  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +69,7 @@ def test_the_pressure_report_shows_each_cells_locked_bytes_and_kind_and_no_findi
 
     from workbench.expert.session_records import SessionFacts, TurnRecord
     from workbench.expert.session_summary import SessionReport, summarize
-    from workbench.measure.session import SessionResult
+    from workbench.measure.session.runner import SessionResult
 
     def cell(majflt, pinned, outcome):
         turns = [TurnRecord(turn=i, tokens=4, bytes_read=1, hits=1, misses=1, evictions=0, minflt=0, majflt=n,

@@ -15,10 +15,10 @@ from workbench.formats.index import PAGE_SIZE
 from workbench.formats.synth import write_synthetic
 from workbench.io.modelcache import prepare_model
 from workbench.io.pagecache import evict_file_pages, resident_fraction, resident_map, warm_file
-from workbench.measure.model import cache_request
-from workbench.measure.runner import measure_with
-from workbench.measure.spawn import Outcome, run_worker
-from workbench.measure.worker import run_load
+from workbench.measure.run.model import cache_request
+from workbench.measure.run.runner import measure_with
+from workbench.measure.run.spawn import Outcome, run_worker
+from workbench.measure.run.worker import run_load
 from workbench.records import CacheRecheck, RunConfig, WorkerReport
 
 

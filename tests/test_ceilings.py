@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from workbench.ledger import Ledger
-from workbench.measure.bounds import bounding_ceiling, host_ceilings
-from workbench.measure.ceilings import measure_ceilings, thread_counts
+from workbench.measure.ceilings.bounds import bounding_ceiling, host_ceilings
+from workbench.measure.ceilings.walls import measure_ceilings, thread_counts
 from workbench.records import LoadPath
 
 MiB = 1 << 20

@@ -12,11 +12,11 @@ from workbench.io.envinfo import eviction_support
 from workbench.io.pagecache import resident_fraction
 from workbench.ledger import Ledger
 from workbench.measure import RunConfig
-from workbench.measure.bounds import host_ceilings
-from workbench.measure.ceilings import measure_ceilings
-from workbench.measure.reads import _shares
-from workbench.measure.runner import measure_with
-from workbench.measure.spawn import Outcome
+from workbench.measure.ceilings.bounds import host_ceilings
+from workbench.measure.ceilings.walls import measure_ceilings
+from workbench.measure.ceilings.reads import _shares
+from workbench.measure.run.runner import measure_with
+from workbench.measure.run.spawn import Outcome
 
 
 @pytest.mark.parametrize("sizes, threads, chunk", [

@@ -73,7 +73,7 @@ def test_demo_rejects_bad_options_in_one_line(tmp_path):
 
 def test_demo_sweep_ships_in_the_package_and_loads():
     from workbench.cli.demo import demo_sweep_file
-    from workbench.cli.sweep import expand_grid, load_sweep
+    from workbench.cli.sweep.execute import expand_grid, load_sweep
 
     sweep = load_sweep(demo_sweep_file())
     assert sweep.campaign == "demo" and sweep.notebook.name == "01_load_sweep.ipynb"
@@ -83,7 +83,7 @@ def test_demo_sweep_ships_in_the_package_and_loads():
 
 @pytest.mark.parametrize("path", sorted((ROOT / "data" / "sweeps").glob("*.yaml")), ids=lambda p: p.name)
 def test_example_sweeps_parse(path):
-    from workbench.cli.sweep import expand_grid, load_sweep
+    from workbench.cli.sweep.execute import expand_grid, load_sweep
 
     assert expand_grid(load_sweep(path))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.measure.effect import MIN_PAIRED_ROUNDS, expanded_alpha, ratio_effect
+from workbench.measure.run.effect import MIN_PAIRED_ROUNDS, expanded_alpha, ratio_effect
 from workbench.records import format_effect
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from workbench.cli import main
 from workbench.io import envinfo
 from workbench.defaults import host_id
-from workbench.measure.environment import collect_environment
+from workbench.measure.run.environment import collect_environment
 from workbench.upload import DEVICES
 
 KEYS = {"python", "implementation", "kernel", "hostname", "cpu_model", "cores", "cores_usable",

@@ -48,7 +48,7 @@ def test_run_and_compare_that_finish_and_verify_exit_0(env: Path) -> None:
 
 
 def test_compare_json_with_a_failed_config_exits_3(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import workbench.measure.runner as runner
+    import workbench.measure.run.runner as runner
 
     real = runner.run_worker
 
@@ -67,9 +67,9 @@ def test_compare_json_with_a_failed_config_exits_3(env: Path, monkeypatch: pytes
 
 
 def test_a_cache_state_not_reached_exits_3(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import workbench.measure.runner as runner
+    import workbench.measure.run.runner as runner
 
-    from workbench.measure.model import CachePrepared
+    from workbench.measure.run.model import CachePrepared
 
     monkeypatch.setattr(runner, "prepare_cache", lambda model, state: CachePrepared(1.0, False, "tmpfs: cannot evict"))
     out = _invoke("run", str(env / "m.gguf"), "--strategy", "pread", "--runs", "2", "--cache", "cold")
@@ -106,9 +106,10 @@ def test_help_documents_the_exit_statuses(command: str) -> None:
     assert "Exit status: 0" in text and "; 3 " in text and "2 bad input" in text, text
 
 
-def test_readme_documents_the_exit_statuses() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Exit status"):]
+def test_the_manual_documents_the_exit_statuses() -> None:
+    from guides import section as guide_section
+
+    _, section = guide_section("Exit status")
     for code in ("`0`", "`2`", "`3`", "`130`"):
         assert code in section[:2000]
     for command in ("run", "compare", "external", "sweep", "session"):

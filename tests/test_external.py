@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import ParamError
-from workbench.measure.external import measure_external, time_external
+from workbench.measure.engine.external import measure_external, time_external
 
 
 def _py(code: str) -> str:
@@ -121,7 +121,7 @@ def ab_env(tmp_path: Path, isolated_cache: Path) -> dict:
 
 
 def test_engine_ab_interleaves_records_builds_phases_and_a_verdict_with_its_interval(st_model, ab_env) -> None:
-    from workbench.measure.external import EngineCommand, measure_engines
+    from workbench.measure.engine.external import EngineCommand, measure_engines
 
     # Both windows start at the engines' first phase line: interpreter start-up, which a loaded
     # 2-core machine stretches at random, stays outside the comparison.
@@ -175,7 +175,7 @@ def test_phase_lines_in_ms_and_s_repeated_names_summed_and_bad_numbers_noted() -
 
 
 def _command(code: str, marker: str = "ready", **kw):
-    from workbench.measure.external import EngineCommand
+    from workbench.measure.engine.external import EngineCommand
 
     return EngineCommand(shlex.join([sys.executable, "-c", code]), marker, **kw)
 
@@ -198,7 +198,7 @@ def test_commands_run_without_a_shell_unless_asked() -> None:
     out = time_external(plain, timeout_s=30)
     assert out.error is None and "['a;b', '$HOME', '*']" in out.report.external.marker_line
     assert out.report.external.argv[-3:] == ("a;b", "$HOME", "*") and not out.report.external.shell
-    from workbench.measure.external import EngineCommand
+    from workbench.measure.engine.external import EngineCommand
 
     shelled = time_external(EngineCommand("echo $((40 + 2)) ready", "ready", shell=True), timeout_s=30)
     assert shelled.error is None and shelled.report.external.marker_line == "42 ready"
@@ -206,7 +206,7 @@ def test_commands_run_without_a_shell_unless_asked() -> None:
 
 
 def test_quoting_errors_and_unknown_programs_are_one_line_refusals(st_model) -> None:
-    from workbench.measure.external import EngineCommand, measure_engines
+    from workbench.measure.engine.external import EngineCommand, measure_engines
 
     with pytest.raises(ParamError, match="not a valid argument list .*No closing quotation.*--shell"):
         measure_engines([EngineCommand("python 'x", "ready")], str(st_model))
@@ -219,7 +219,7 @@ def test_quoting_errors_and_unknown_programs_are_one_line_refusals(st_model) -> 
 
 
 def test_build_files_for_executables_scripts_shebangs_and_given_binaries(tmp_path: Path) -> None:
-    from workbench.measure.engine_command import EngineCommand, build_files
+    from workbench.measure.engine.command import EngineCommand, build_files
 
     python = os.path.realpath(sys.executable)
     script = tmp_path / "engine.py"
@@ -249,7 +249,7 @@ def shutil_which(name: str) -> str:
 
 
 def test_a_binary_that_changes_between_runs_fails_its_attempt_loudly(tmp_path: Path, ab_env) -> None:
-    from workbench.measure.external import EngineCommand, measure_engines
+    from workbench.measure.engine.external import EngineCommand, measure_engines
 
     model = tmp_path / "model.bin"
     model.write_bytes(os.urandom(1 << 16))
@@ -275,7 +275,7 @@ def test_a_binary_that_changes_between_runs_fails_its_attempt_loudly(tmp_path: P
 
 
 def test_a_ledger_baseline_still_gives_a_verdict(st_model, ab_env) -> None:
-    from workbench.measure.external import EngineCommand, measure_engines
+    from workbench.measure.engine.external import EngineCommand, measure_engines
 
     start = r"phase imports"  # the window after start-up, which a busy machine stretches at random
     (fast,) = measure_engines([EngineCommand(_engine("safetensors_engine.py", st_model), "model ready",
@@ -288,8 +288,8 @@ def test_a_ledger_baseline_still_gives_a_verdict(st_model, ab_env) -> None:
 
 def test_engine_ab_exports_and_figures(st_model, ab_env, tmp_path: Path) -> None:
     from workbench.ledger.export import export_csv, markdown_table
-    from workbench.ledger.figures import phase_bars
-    from workbench.measure.external import EngineCommand, measure_engines
+    from workbench.ledger.figures.campaign import phase_bars
+    from workbench.measure.engine.external import EngineCommand, measure_engines
 
     commands = [EngineCommand(_engine("safetensors_engine.py", st_model), "model ready", phases=(PHASE,)),
                 EngineCommand(_engine("numpy_engine.py", st_model, "--stall-ms", "50"), "model ready",
@@ -316,7 +316,7 @@ def test_engine_ab_exports_and_figures(st_model, ab_env, tmp_path: Path) -> None
 
 
 def test_default_labels_say_what_tells_the_commands_apart() -> None:
-    from workbench.measure.engine_command import EngineCommand, default_labels
+    from workbench.measure.engine.command import EngineCommand, default_labels
 
     def labels(*cmds: str, **named: str) -> list[str]:
         return default_labels([EngineCommand(c, "r", label=named.get(f"l{i}", "")) for i, c in enumerate(cmds)])

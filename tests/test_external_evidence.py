@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from workbench.cli import main
 from workbench.ledger import Ledger
-from workbench.measure.engine_evidence import ReadTarget, judge
-from workbench.measure.engine_sampler import Descriptor, TreeSampler
-from workbench.measure.external import time_external
+from workbench.measure.engine.evidence import ReadTarget, judge
+from workbench.measure.engine.sampler import Descriptor, TreeSampler
+from workbench.measure.engine.external import time_external
 from workbench.records import ExternalRun, ReadEvidence
 
 MODEL_BYTES = 8 << 20  # bigger than what an interpreter reads to start, so only a real read passes
@@ -163,7 +163,7 @@ def test_exit_status_after_the_marker(env: Path) -> None:
     failed = time_external("sh -c 'echo loaded; exit 7'", "loaded", timeout_s=30, model=model)
     assert failed.load_s is None and "exited with code 7 after the marker" in failed.error
     assert failed.report.external.returncode == 7 and failed.report.external.ended == "exited"
-    from workbench.measure.engine_command import EngineCommand
+    from workbench.measure.engine.command import EngineCommand
 
     accepted = time_external(EngineCommand("sh -c 'echo loaded; exit 7'", "loaded", expect_exit=7),
                              timeout_s=30, model=model)

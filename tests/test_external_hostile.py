@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from workbench.errors import ParamError
-from workbench.measure.engine_command import EngineCommand, build_files, check_command, identify
-from workbench.measure.external import MAX_LINE, LineSplitter, time_external
+from workbench.measure.engine.command import EngineCommand, build_files, check_command, identify
+from workbench.measure.engine.external import MAX_LINE, LineSplitter, time_external
 
 LONG_LINE_ENGINE = """
 import os, sys, time

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from workbench.cli import main
-from workbench.measure.engine_target import ReadTarget
-from workbench.measure.external import time_external
+from workbench.measure.engine.target import ReadTarget
+from workbench.measure.engine.external import time_external
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 MODEL_BYTES = 4 << 20
@@ -136,8 +136,8 @@ def test_shards_mapped_read_and_dropped_one_by_one_count_each_at_its_best_sample
     # most a quarter of the set is mapped at any sample: the set shows only file by file.
     import subprocess
 
-    from workbench.measure.engine_evidence import judge
-    from workbench.measure.engine_sampler import TreeSampler
+    from workbench.measure.engine.evidence import judge
+    from workbench.measure.engine.sampler import TreeSampler
 
     directory = _hub_set(env / "hub")
     target = ReadTarget.of(str(directory))
@@ -201,6 +201,7 @@ def test_transformers_from_pretrained_is_credited_cold_and_warm(env: Path) -> No
 def test_exit_4_is_documented_in_the_help_and_the_readme() -> None:
     text = " ".join(CliRunner().invoke(main, ["external", "--help"], terminal_width=200).output.split())
     assert "4 every run finished but some show no evidence the engine read the model" in text and "--time-only" in text
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme[readme.index("### Exit status"):readme.index("### Engine A/B")]
+    from guides import section as guide_section
+
+    _, table = guide_section("Exit status")
     assert "| `4` | `external` only" in table and "--time-only" in table

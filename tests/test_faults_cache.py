@@ -18,8 +18,8 @@ import pytest
 from workbench.io.envinfo import eviction_support
 from workbench.ledger import Ledger
 from workbench.measure import RunConfig
-from workbench.measure.runner import measure_with, prepare_cache
-from workbench.measure.spawn import Outcome
+from workbench.measure.run.runner import measure_with, prepare_cache
+from workbench.measure.run.spawn import Outcome
 
 
 def quick_run(config: RunConfig) -> Outcome:

@@ -1,7 +1,7 @@
 """Workers that crash, abort, are killed, hang or exit 0 without a result: each is one failed run with
 its exit status or signal and stderr tail, and the attempt, the other attempts and the sweep go on.
 
-The faults are injected through ``WORKBENCH_TEST_FAULT`` (workbench/measure/faults.py): the worker
+The faults are injected through ``WORKBENCH_TEST_FAULT`` (workbench/measure/run/faults.py): the worker
 fires them at its first device copy, mid-load. Nothing the workbench ships can name them.
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_the_cli_reports_a_crashed_run_loudly_and_exits_3(model, tmp_path, isola
 
 def test_unknown_fault_names_are_refused(model, monkeypatch):
     from workbench.errors import WorkbenchError
-    from workbench.measure.faults import fault_for
+    from workbench.measure.run.faults import fault_for
 
     monkeypatch.setenv(defaults.TEST_FAULT, '{"*": "meltdown"}')
     with pytest.raises(WorkbenchError, match="unknown fault 'meltdown'"):

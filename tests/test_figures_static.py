@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from workbench import defaults
 from workbench.cli import main
 from workbench.ledger import Ledger
-from workbench.ledger.figures import gbps_vs_ceilings, h2d_lines
-from workbench.ledger.heatmap import log_ticks, threads_chunk_heatmap
-from workbench.ledger.static import mime_bundle, render_static
+from workbench.ledger.figures.campaign import gbps_vs_ceilings, h2d_lines
+from workbench.ledger.figures.heatmap import log_ticks, threads_chunk_heatmap
+from workbench.ledger.figures.static import mime_bundle, render_static
 
 from ledger_helpers import record_attempt
 
@@ -189,7 +189,7 @@ def test_export_figures_needs_a_campaign_and_works_without_a_browser(small_ledge
 
 
 def test_a_batch_notebooks_figures_go_out_with_their_images_or_one_line_why():
-    from workbench.cli.notebook_ui import with_static_images
+    from workbench.cli.notebooks.ui import with_static_images
 
     fig = go.Figure(go.Bar(x=[1], y=[2]), layout=dict(title="t"))
     with defaults.set_browser_path("none"):

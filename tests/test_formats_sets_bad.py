@@ -284,7 +284,8 @@ def test_a_lone_gguf_whose_keys_say_split_but_whose_name_does_not(gg, tmp_path):
 
 def test_a_set_broken_after_preflight_is_a_failed_attempt_and_the_ledger_stays_sound(st, tmp_path, monkeypatch):
     from workbench.ledger import Ledger
-    from workbench.measure import RunConfig, measure, runner
+    from workbench.measure import RunConfig, measure
+    from workbench.measure.run import runner
 
     real_preflight = runner.preflight
 

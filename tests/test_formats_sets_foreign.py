@@ -15,7 +15,7 @@ import pytest
 
 from foreign_writers import read_via_index, split_names, write_gguf_split, write_hub_checkpoint
 from workbench.formats import open_index
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import STRATEGIES, get_strategy, strategy_kind
 from workbench.upload import open_device
 

@@ -17,9 +17,9 @@ from workbench.io.pagecache import (
     resident_fraction,
     resident_map,
     resident_pages,
-    restore_residency,
     warm_file,
 )
+from workbench.io.restore import restore_residency
 
 PS = page_size()
 

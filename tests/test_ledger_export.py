@@ -83,7 +83,7 @@ def test_markdown_of_nothing_says_so(tmp_path, campaign):
 def test_markdown_says_when_cache_was_not_reached_and_why_it_failed(tmp_path):
     from ledger_helpers import NBYTES, make_run
     from workbench.records import RunConfig
-    from workbench.measure.stats import summarize
+    from workbench.measure.run.stats import summarize
 
     with Ledger(tmp_path / "l.sqlite") as led:
         attempt_id = led.start_attempt(campaign="c", config=RunConfig("/m.gguf", "pread"), cache="cold")
@@ -101,7 +101,7 @@ def test_markdown_shows_a_fast_path_that_did_not_engage_as_inert(tmp_path) -> No
     import dataclasses
 
     from workbench.records import RunConfig
-    from workbench.measure.stats import summarize
+    from workbench.measure.run.stats import summarize
 
     with Ledger(tmp_path / "l.sqlite") as led:
         attempt_id = led.start_attempt(campaign="c", config=RunConfig("/m.gguf", "mmap"), cache="warm")

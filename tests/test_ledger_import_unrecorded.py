@@ -145,7 +145,7 @@ def test_a_bad_run_deep_in_a_real_dump_writes_nothing(cut, tmp_path):
 
 
 def test_records_round_trip_through_json():
-    from workbench.measure.attempt import run_from_json, run_to_json
+    from workbench.measure.run.attempt import run_from_json, run_to_json
     from workbench.records import AttemptStats, RunConfig, RunRecord, Timings, WorkerReport
 
     stats = AttemptStats(3, 1, 0.5, 0.4, 0.6, 40.0, 2.5, False)

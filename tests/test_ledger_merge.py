@@ -45,7 +45,7 @@ def test_merge_brings_new_campaigns_and_never_rewrites_an_attempt_it_holds(tmp_p
         assert led.attempt(running)["verdict"] == RUNNING
     with Ledger(tmp_path / "b.sqlite") as other:
         from ledger_helpers import make_run
-        from workbench.measure.stats import summarize
+        from workbench.measure.run.stats import summarize
 
         other.add_run(running, make_run(0, 0.2))
         other.finish_attempt(running, summarize([make_run(0, 0.2)], 10), baseline_id=None, speedup=None,

@@ -135,7 +135,7 @@ def test_a_campaign_name_that_is_no_name_is_refused(tmp_path, local, name):
 
 
 def test_this_machines_ceilings_are_not_taken(tmp_path, local):
-    from workbench.measure.bounds import host_ceilings
+    from workbench.measure.ceilings.bounds import host_ceilings
 
     path, _ = local
     with Ledger(path) as led:
@@ -250,7 +250,7 @@ def test_this_machines_own_name_is_refused_whatever_workbench_host_says_at_the_m
     """Merged while ``WORKBENCH_HOST`` names a rig, a ceiling under this machine's own hostname +
     machine-id — what it records under once the variable is unset — would bound every later result here."""
     from workbench.defaults import set_host
-    from workbench.measure.bounds import host_ceilings
+    from workbench.measure.ceilings.bounds import host_ceilings
 
     path, _ = local
     with set_host(None):

@@ -122,7 +122,7 @@ def test_old_ledger_reports(old_ledger, tmp_path):
 
 
 def test_old_runs_read_back_as_records(old_ledger):
-    from workbench.measure.stats import summarize
+    from workbench.measure.run.stats import summarize
 
     with Ledger(old_ledger) as ledger:
         attempts = ledger.attempts("pre-arch")

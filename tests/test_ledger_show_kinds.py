@@ -28,8 +28,8 @@ def cli(*args: object):
 def _measure_mixed(model: Path, ledger: Path, fail: set[int], campaign: str) -> None:
     """The runner itself (``measure_with`` and real workers), where the runs numbered in ``fail`` are
     given a parameter the strategy refuses: the worker exits non-zero, as a crashed run does."""
-    from workbench.measure.runner import measure_with
-    from workbench.measure.spawn import run_worker
+    from workbench.measure.run.runner import measure_with
+    from workbench.measure.run.spawn import run_worker
     from workbench.records import RunConfig
 
     calls = iter(range(100))
@@ -45,8 +45,8 @@ def _measure_mixed(model: Path, ledger: Path, fail: set[int], campaign: str) -> 
 
 def _imported(model: Path, ledger: Path, tmp: Path) -> None:
     """A real measurement saved as an unrecorded dump (as a failed ledger write leaves it), imported."""
-    from workbench.measure.runner import measure
-    from workbench.measure.unrecorded import save_unrecorded, unrecorded_payload
+    from workbench.measure.run.runner import measure
+    from workbench.measure.run.unrecorded import save_unrecorded, unrecorded_payload
     from workbench.records import RunConfig
 
     results = measure([RunConfig(str(model), "mmap")], runs=2, cache="asis", ledger=tmp / "lost.sqlite",

@@ -26,7 +26,7 @@ def test_round_trip_of_runs_and_stats(tmp_path):
         for run in runs:
             led.add_run(attempt_id, run)
         assert led.attempt(attempt_id)["verdict"] == RUNNING
-        from workbench.measure.stats import summarize
+        from workbench.measure.run.stats import summarize
 
         stats = summarize(runs, NBYTES)
         led.finish_attempt(attempt_id, stats, baseline_id=None, speedup=None, verdict="baseline",
@@ -148,7 +148,7 @@ def test_finish_replaces_the_cache_label_the_first_run_gave(tmp_path):
     # Found in review: the first run reached cold, the other four did not; the column kept "cold".
     from ledger_helpers import NBYTES, make_run
     from workbench.records import RunConfig
-    from workbench.measure.stats import summarize
+    from workbench.measure.run.stats import summarize
 
     with Ledger(tmp_path / "l.sqlite") as led:
         attempt_id = led.start_attempt(campaign="c", config=RunConfig("/m.gguf", "pread"), cache="cold")

@@ -17,8 +17,8 @@ import pytest
 from process_helpers import alive, wait_for
 
 from workbench.errors import ParamError
-from workbench.measure import cgroups
-from workbench.measure.pressure import MemoryPressure
+from workbench.measure.session import cgroups
+from workbench.measure.session.pressure import MemoryPressure
 
 MiB = 1 << 20
 
@@ -97,7 +97,7 @@ def _mlocked() -> int:
 
 def test_a_balloon_dies_with_the_run_that_holds_it(tmp_path):
     proc = _child("""
-        from workbench.measure.balloon import Balloon
+        from workbench.measure.session.balloon import Balloon
         b = Balloon(256 << 20).inflate()
         print("held", flush=True)
         import time; time.sleep(300)
@@ -112,7 +112,7 @@ def test_a_balloon_dies_with_the_run_that_holds_it(tmp_path):
 
 
 def _swap_or_skip(tmp_path: Path):
-    from workbench.measure.swap import SwapFile, SwapUnavailable
+    from workbench.measure.session.swap import SwapFile, SwapUnavailable
 
     try:
         with SwapFile(tmp_path, 16):
@@ -122,11 +122,11 @@ def _swap_or_skip(tmp_path: Path):
 
 
 def test_a_swap_file_is_off_and_gone_when_its_run_is_killed(tmp_path):
-    from workbench.measure.swap import enabled
+    from workbench.measure.session.swap import enabled
 
     _swap_or_skip(tmp_path)
     proc = _child(f"""
-        from workbench.measure.swap import SwapFile
+        from workbench.measure.session.swap import SwapFile
         s = SwapFile({str(tmp_path)!r}, 16).__enter__()
         print(s.path, flush=True)
         import time; time.sleep(300)
@@ -141,12 +141,12 @@ def test_a_swap_file_is_off_and_gone_when_its_run_is_killed(tmp_path):
 
 
 def test_a_swap_file_whose_guard_died_too_is_removed_by_the_next_start(tmp_path):
-    from workbench.measure.reaper import descendants
-    from workbench.measure.swap import SwapFile, enabled
+    from workbench.measure.lock.reaper import descendants
+    from workbench.measure.session.swap import SwapFile, enabled
 
     _swap_or_skip(tmp_path)
     proc = _child(f"""
-        from workbench.measure.swap import SwapFile
+        from workbench.measure.session.swap import SwapFile
         s = SwapFile({str(tmp_path)!r}, 16).__enter__()
         print(s.path, flush=True)
         import time; time.sleep(300)
@@ -170,11 +170,11 @@ def test_a_swap_file_whose_guard_died_too_is_removed_by_the_next_start(tmp_path)
 def test_a_scratch_file_left_by_a_killed_run_is_removed_by_the_next_start(tmp_path, kind):
     """The ceilings' scratch file (up to 512 MiB beside the model) and h2d's: a run SIGKILLed while it
     holds one leaves it; the next run in that directory removes it, and leaves a live run's alone."""
-    from workbench.measure.scratch import make_scratch
+    from workbench.measure.lock.scratch import make_scratch
 
-    module = "ceilings" if kind == "ceilings" else "h2d"
+    module = "walls" if kind == "ceilings" else "h2d"
     proc = _child(f"""
-        from workbench.measure.{module} import _write_scratch
+        from workbench.measure.ceilings.{module} import _write_scratch
         print(_write_scratch({str(tmp_path)!r}, 1 << 20), flush=True)
         import time; time.sleep(300)
     """, tmp_path)
@@ -195,11 +195,11 @@ def test_a_scratch_file_left_by_a_killed_run_is_removed_by_the_next_start(tmp_pa
 def test_a_device_lock_held_by_a_killed_run_is_free_at_once(tmp_path):
     """The lock is an flock: the kernel drops it with its holder. Its file stays, by design: it is the
     lock's name, and the next run takes it over (and writes its own owner line)."""
-    from workbench.measure.lock import DeviceLock
+    from workbench.measure.lock.device import DeviceLock
 
     lock_dir = tmp_path / "devlocks"
     proc = _child(f"""
-        from workbench.measure.lock import DeviceLock
+        from workbench.measure.lock.device import DeviceLock
         lock = DeviceLock("host", {str(lock_dir)!r}, timeout_s=5)
         lock.__enter__()
         print("held", flush=True)

@@ -25,7 +25,7 @@ CHILD = textwrap.dedent("""
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     from workbench.errors import WorkbenchError
     from workbench.formats import open_index
-    from workbench.measure.verify import verify_placements
+    from workbench.measure.run.verify import verify_placements
     from workbench.strategies import get_strategy
     from workbench.upload import open_device
     index, out = open_index(sys.argv[1]), {}

@@ -158,7 +158,7 @@ def test_the_pr_table_lists_the_settings_that_differ_from_the_baseline(tmp_path)
 
 
 def test_a_ceiling_says_when_it_is_old_or_was_measured_under_other_settings(tmp_path):
-    from workbench.measure.ceiling_age import ceiling_caveat
+    from workbench.measure.ceilings.age import ceiling_caveat
 
     with Ledger(tmp_path / "l.sqlite") as led:
         led.record_ceiling("memcpy", 10.0, {"settings": env()["settings"]}, host="h")
@@ -174,7 +174,7 @@ def test_a_ceiling_says_when_it_is_old_or_was_measured_under_other_settings(tmp_
 
 
 def test_ceilings_record_their_settings_and_refresh_measures_again_the_same_way(tmp_path, monkeypatch):
-    from workbench.measure.ceiling_age import refresh_plan
+    from workbench.measure.ceilings.age import refresh_plan
 
     monkeypatch.setenv("WORKBENCH_HOST", "rig")
     monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
@@ -205,7 +205,7 @@ def test_ceilings_record_their_settings_and_refresh_measures_again_the_same_way(
 
 
 def test_an_attempt_held_against_an_old_or_foreign_ceiling_says_so(tmp_path, monkeypatch):
-    from workbench.cli.notebook_actions import ensure_model
+    from workbench.cli.notebooks.actions import ensure_model
 
     monkeypatch.setenv("WORKBENCH_HOST", "rig")
     monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from workbench.errors import LockError
-from workbench.measure.lock import DeviceLock, lock_name
+from workbench.measure.lock.device import DeviceLock, lock_name
 
 NOBODY = 65534
 

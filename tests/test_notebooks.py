@@ -14,8 +14,8 @@ import pytest
 from workbench import defaults
 from workbench.errors import LedgerError, ParamError, UnknownName, WorkbenchError
 from workbench.ledger import Ledger
-from workbench.cli.notebook_actions import ParamGrid, ensure_model, expand_configs
-from workbench.cli.notebook_ui import Panel, in_batch, ledger_path, parse_list
+from workbench.cli.notebooks.actions import ParamGrid, ensure_model, expand_configs
+from workbench.cli.notebooks.ui import Panel, in_batch, ledger_path, parse_list
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 MiB = 1 << 20
@@ -216,7 +216,7 @@ def test_engine_ab_notebook_defaults_run_the_demo_engine(space, tmp_path):
 
 
 def test_engine_ab_refuses_mismatched_lists(space):
-    from workbench.cli.notebook_engines import expand_command, run_engine_ab
+    from workbench.cli.notebooks.engines import expand_command, run_engine_ab
 
     with pytest.raises(WorkbenchError, match="1 labels for 2 commands"):
         run_engine_ab(["true", "true"], str(space["model"]), labels=["a"])
@@ -302,7 +302,7 @@ def test_report_notebook_on_a_missing_ledger_fails_in_one_line_and_creates_none(
 
 def test_attempts_table_shows_the_interval_and_an_unmeasured_spread(tmp_path):
     from ledger_helpers import record_attempt
-    from workbench.cli.notebook_actions import attempts_table
+    from workbench.cli.notebooks.actions import attempts_table
 
     with Ledger(tmp_path / "l.sqlite") as led:
         base = record_attempt(led, "pread", [0.5, 0.52, 0.51, 0.5, 0.53, 0.5])
@@ -395,7 +395,7 @@ def test_panel_button_runs_the_action_with_the_controls_values():
 
 
 def test_figures_show_ranges_walls_and_missed_cache_states(space, sweep01):
-    from workbench.ledger.figures import campaign_figures, gbps_vs_ceilings, median_with_range, resident_before
+    from workbench.ledger.figures.campaign import campaign_figures, gbps_vs_ceilings, median_with_range, resident_before
 
     with Ledger(space["ledger"]) as ledger:
         attempts, runs = ledger.attempts("nb-01"), ledger.runs(campaign="nb-01")
@@ -420,7 +420,7 @@ def test_figures_show_ranges_walls_and_missed_cache_states(space, sweep01):
 
 def test_heat_map_axes_come_from_the_strategies_params():
     """The figures name no strategy: each declares its grid on its Params (``heatmap_axes``)."""
-    from workbench.ledger.figures import threads_chunk_heatmap
+    from workbench.ledger.figures.campaign import threads_chunk_heatmap
     from workbench.strategies import heatmap_axes
 
     assert heatmap_axes() == {"warmer": ("threads", "chunk_mib"), "lanes": ("threads", "chunk_mib"),
@@ -455,7 +455,7 @@ def test_key_ceilings_of_a_campaign_from_two_hosts_keep_each_hosts_walls():
     # Found in review: with "host:" prefixes, cold read, page cache and memcpy walls vanished.
     import pandas as pd
 
-    from workbench.ledger.figures import key_ceilings
+    from workbench.ledger.figures.campaign import key_ceilings
 
     frame = pd.DataFrame({"name": ["a:cold_read_buffered_1t", "b:cold_read_buffered_1t", "b:cold_read_direct_2t",
                                    "a:page_cache_read_2t", "a:memcpy", "b:h2d_cuda_pinned", "b:h2d_cuda_registered"],

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from workbench import defaults
-from workbench.cli.notebook_actions import load_sweep_panel, model_choices
-from workbench.cli.sweep import load_sweep, run_sweep
+from workbench.cli.notebooks.actions import load_sweep_panel, model_choices
+from workbench.cli.sweep.execute import load_sweep, run_sweep
 from workbench.errors import SweepError
 from workbench.formats.synth import write_synthetic
 from workbench.ledger import Ledger
@@ -77,7 +77,7 @@ def test_notebook_01_on_a_model_directory_shows_each_files_residency(space, tmp_
 def test_the_run_button_shows_the_per_file_table_and_figure(space, monkeypatch):
     import plotly.graph_objects as go
 
-    from workbench.cli import notebook_ui
+    from workbench.cli.notebooks import ui as notebook_ui
 
     shown: list = []  # what the button's output area displays (outside a kernel, display() prints)
     monkeypatch.setattr(notebook_ui, "_show_all", lambda items: shown.extend(items))
@@ -93,8 +93,8 @@ def test_the_run_button_shows_the_per_file_table_and_figure(space, monkeypatch):
 
 
 def test_a_one_file_model_has_no_per_file_table_or_figure(space):
-    from workbench.cli.notebook_actions import show_attempts
-    from workbench.measure.runner import measure
+    from workbench.cli.notebooks.actions import show_attempts
+    from workbench.measure.run.runner import measure
     from workbench.records import RunConfig
 
     results = measure([RunConfig(str(space["root"] / "models" / "one.gguf"), "pread", {}, "host")], runs=1,
@@ -155,7 +155,7 @@ def test_the_file_picker_offers_model_directories_not_their_shards(space):
 def test_notebook_06s_demo_engine_loads_every_file_of_a_set(space):
     """The default commands of notebook 06 (the demo engine, heap vs mmap) on a model directory and on a
     gguf-split set named by one split: the engine reads every file, the runner sets the state of each."""
-    from workbench.cli.notebook_engines import run_engine_ab
+    from workbench.cli.notebooks.engines import run_engine_ab
 
     split = space["root"] / "models" / "moe-split"
     write_synthetic(split, format="gguf", layout="moe", size=2 << 20, seed=8, shards=3)

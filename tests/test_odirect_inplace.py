@@ -12,7 +12,7 @@ import xxhash
 from workbench.errors import ParamError
 from workbench.formats.index import ExpertBlob
 from workbench.io.direct import direct_io_support
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import get_strategy
 from workbench.upload import open_device
 

@@ -10,7 +10,7 @@ import pytest
 
 import workbench.io.direct as direct
 from workbench.io.direct import direct_io_support
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.registry import Availability
 from workbench.strategies import get_strategy
 from workbench.upload.host import HostDevice

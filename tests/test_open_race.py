@@ -128,7 +128,7 @@ def _reader(kind: str) -> Callable[[str], Any]:
 
 
 def _ceiling_read(p: str) -> Any:
-    from workbench.measure.reads import read_files
+    from workbench.measure.ceilings.reads import read_files
 
     return read_files([(p, os.path.getsize(p) if not os.path.islink(p) else 4096)], 1, False)
 

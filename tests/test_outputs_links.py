@@ -66,7 +66,7 @@ def test_demo_never_writes_into_a_set_directory_that_is_a_link(tmp_path, elsewhe
 def test_the_data_root_and_a_folder_in_it_may_be_links(tmp_path):
     # A user's choice: data/ itself and data/models on another disk. What the workbench makes below
     # them (the set's directory) is its own, made there.
-    from workbench.cli.notebook_actions import ensure_model
+    from workbench.cli.notebooks.actions import ensure_model
 
     disk = tmp_path / "disk"
     (disk / "models").mkdir(parents=True)
@@ -99,7 +99,7 @@ def test_a_link_anywhere_in_the_made_part_is_refused(tmp_path, made):
 
 
 def _broken_set(tmp_path: Path) -> Path:
-    from workbench.cli.notebook_actions import ensure_model
+    from workbench.cli.notebooks.actions import ensure_model
 
     path = tmp_path / "models" / "demo-dense-1MiB-3shards"
     ensure_model(path, layout="dense", format="gguf", size="1MiB", shards=3)
@@ -109,7 +109,7 @@ def _broken_set(tmp_path: Path) -> Path:
 
 def test_a_ledger_at_a_members_name_in_a_broken_set_is_never_replaced(tmp_path):
     # The second break: the set branch of ensure_model wrote with force=True over a ledger.
-    from workbench.cli.notebook_actions import ensure_model
+    from workbench.cli.notebooks.actions import ensure_model
 
     path = _broken_set(tmp_path)
     ledger = path / "model-00002-of-00003.gguf"
@@ -124,7 +124,7 @@ def test_a_ledger_at_a_members_name_in_a_broken_set_is_never_replaced(tmp_path):
 
 @pytest.mark.parametrize("what", ["text", "gguf-py split", "huggingface_hub shard", "link"])
 def test_a_broken_set_is_rewritten_over_nothing_the_workbench_did_not_write(tmp_path, what):
-    from workbench.cli.notebook_actions import ensure_model
+    from workbench.cli.notebooks.actions import ensure_model
 
     path = _broken_set(tmp_path)
     member = path / "model-00001-of-00003.gguf"
@@ -149,7 +149,7 @@ def test_a_broken_set_is_rewritten_over_nothing_the_workbench_did_not_write(tmp_
 @pytest.mark.parametrize("fmt", ["gguf", "safetensors"])
 def test_the_workbenchs_own_broken_files_are_rewritten(tmp_path, fmt):
     # The rewrite the demo exists for: a member missing, another cut short by an old interrupted run.
-    from workbench.cli.notebook_actions import ensure_model
+    from workbench.cli.notebooks.actions import ensure_model
     from workbench.formats import open_index
 
     path = tmp_path / "set"

@@ -171,7 +171,7 @@ def test_export_figures_replace_a_link_to_another_file_instead_of_writing_throug
 def test_a_reports_figure_never_lands_on_its_ledger(tmp_path, ledger):
     from workbench.errors import OutputError
     from workbench.ledger.report import write_report
-    from workbench.ledger.static import render_static
+    from workbench.ledger.figures.static import render_static
 
     out = tmp_path / "report"
     (out / "figures").mkdir(parents=True)
@@ -211,7 +211,7 @@ def test_a_sweep_never_writes_its_notebooks_through_a_link_planted_in_its_output
     was written through, aimed at the ledger: the sweep must neither write through it nor run."""
     import yaml
 
-    from workbench.cli.sweep import expand_grid, load_sweep, run_sweep
+    from workbench.cli.sweep.execute import expand_grid, load_sweep, run_sweep
 
     doc = {"notebook": "05_ledger_report", "campaign": "c", "parameters": {"out_dir": str(tmp_path / "r")}}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
@@ -238,7 +238,7 @@ def test_a_sweep_never_writes_its_notebooks_through_a_link_planted_in_its_output
 def test_a_sweep_replaces_a_link_at_its_output_notebook_instead_of_following_it(tmp_path, ledger, monkeypatch):
     import yaml
 
-    from workbench.cli.sweep import expand_grid, load_sweep, run_sweep
+    from workbench.cli.sweep.execute import expand_grid, load_sweep, run_sweep
 
     doc = {"notebook": "05_ledger_report", "campaign": "c", "parameters": {"out_dir": str(tmp_path / "r")}}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))

@@ -50,11 +50,11 @@ def test_a_worker_imports_what_it_runs_only(tmp_path: Path, isolated_cache: Path
     config.write_text(json.dumps({"file": str(model), "strategy": "pread"}))
     code = (f"import contextlib, io, runpy, sys\nsys.argv = ['worker', {str(config)!r}]\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-            "    try:\n        runpy.run_module('workbench.measure.worker', run_name='__main__')\n"
+            "    try:\n        runpy.run_module('workbench.measure.run.worker', run_name='__main__')\n"
             "    except SystemExit as exc:\n        assert exc.code == 0, exc.code\n"
             "assert '\"verified\": true' in out.getvalue()")
     modules = _modules(code)
     assert sorted({m.split(".")[0] for m in modules} & {"pandas", "plotly", "papermill", "click", "IPython"}) == []
     ours = {m for m in modules if m.startswith("workbench.")}
-    assert not {m for m in ours if m.startswith(("workbench.ledger", "workbench.cli", "workbench.measure.runner"))}
-    assert {"workbench.records", "workbench.measure.verify", "workbench.strategies.pread"} <= ours
+    assert not {m for m in ours if m.startswith(("workbench.ledger", "workbench.cli", "workbench.measure.run.runner"))}
+    assert {"workbench.records", "workbench.measure.run.verify", "workbench.strategies.pread"} <= ours

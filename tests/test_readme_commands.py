@@ -1,7 +1,8 @@
-"""Every command the README shows runs here — its ```sh blocks and the `workbench …` commands in its
-text — in a scratch checkout (``.venv`` and ``notebooks`` linked, a ``data/`` of its own), verbatim but
-for tiny sizes and runs, or is marked: it needs a GPU, or it installs or is CI itself. A command added
-to the README later is picked up by :func:`readme_commands`; the test fails until it is run or marked.
+"""Every command the README and the guides in ``docs/`` show runs here — their ```sh blocks and the
+`workbench …` commands in their text — in a scratch checkout (``.venv`` and ``notebooks`` linked, a
+``data/`` of its own), verbatim but for tiny sizes and runs, or is marked: it needs a GPU, or it installs
+or is CI itself. A command added to the README or to a guide later (a new guide too) is picked up by
+:func:`readme_commands`; the test fails until it is run or marked.
 """
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from guides import ROOT, guide_files
 TINY = "2MiB"  # what a README size becomes here
 TINY_MOE = "8MiB"  # a MoE model's (64 experts a layer need ~7 MiB)
 RUNS = "1"  # how many runs a measuring command makes here: what is checked is that it works as written
@@ -27,7 +27,7 @@ REFUSED = "refused"  # run here too, and refused in one line for the reason give
 HELP = "help"  # a command's name in the text, not a command line: its --help runs
 USAGE = "usage"  # a synopsis: every option it names must be in the command's --help
 
-# Every command the README shows, as it reads there (whitespace collapsed, trailing comment dropped).
+# Every command the README and the guides show, as it reads there (whitespace collapsed, trailing comment dropped).
 COMMANDS: dict[str, tuple[str, str]] = {
     "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/workbench demo":
         (INSTALL, "the quickstart on a fresh clone: a venv, then the demo (tests/test_demo.py runs it small)"),
@@ -102,10 +102,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def readme_commands(text: str | None = None) -> list[str]:
-    """Every command in the README, in order: each line of a ```sh block (backslash continuations
-    joined, a trailing ``  # comment`` dropped), then each `workbench …` in the text."""
-    text = (ROOT / "README.md").read_text() if text is None else text
+def readme_commands(text: str | None = None, root: Path = ROOT) -> list[str]:
+    """Every command in the README and the guides (or in ``text``), in order: per file each line of a
+    ```sh block (backslash continuations joined, a trailing ``  # comment`` dropped), then each
+    `workbench …` in the text."""
+    if text is None:
+        return list(dict.fromkeys(c for path in guide_files(root) for c in readme_commands(path.read_text())))
     out = []
     for block in re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M):
         for line in block.replace("\\\n", " ").splitlines():
@@ -120,10 +122,10 @@ def readme_commands(text: str | None = None) -> list[str]:
 def test_every_readme_command_is_run_or_marked() -> None:
     found = readme_commands()
     unmarked = [c for c in found if c not in COMMANDS]
-    assert not unmarked, ("README commands neither run nor marked (add each to COMMANDS in "
+    assert not unmarked, ("README or guide commands neither run nor marked (add each to COMMANDS in "
                           f"tests/test_readme_commands.py): {unmarked}")
     stale = [c for c in COMMANDS if c not in found]
-    assert not stale, f"COMMANDS lists what the README no longer shows: {stale}"
+    assert not stale, f"COMMANDS lists what neither the README nor a guide shows any longer: {stale}"
     for command, (how, why) in COMMANDS.items():
         if how == GPU:  # a GPU mark must be about a GPU
             assert re.search(r"cuda|gpu", command, re.I), command
@@ -136,6 +138,21 @@ def test_a_command_added_later_is_picked_up() -> None:
             "and `workbench ledger list\n--campaign x` too."
     assert readme_commands(added) == ["workbench synth x.gguf --format gguf --size 9MiB",
                                       "workbench ledger list --campaign x"]
+
+
+def test_a_command_added_to_a_guide_later_is_picked_up(tmp_path: Path) -> None:
+    (tmp_path / "docs" / "benchmarks").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("```sh\nworkbench env\n```\n")
+    (tmp_path / "docs" / "a-new-guide.md").write_text("# New\n\n```sh\nworkbench strategies --json\n```\n"
+                                                      "then `workbench ledger list`.\n")
+    (tmp_path / "docs" / "benchmarks" / "results.md").write_text("```sh\nworkbench not-a-guide\n```\n")
+    assert readme_commands(root=tmp_path) == ["workbench env", "workbench strategies --json", "workbench ledger list"]
+
+
+def test_every_guide_of_the_manual_is_read() -> None:
+    guides = {p.name for p in guide_files()[1:]}
+    assert {"README.md", "strategies.md", "checkpoints.md", "measuring.md"} <= guides
+    assert all(p.parent == ROOT / "docs" for p in guide_files()[1:])
 
 
 def test_the_command_list_block_names_every_command() -> None:
@@ -226,7 +243,7 @@ def _seed_ledgers(ws: Path, env: dict[str, str]) -> None:
         subprocess.run(args, cwd=ws, env={k: v for k, v in sub.items() if v}, check=True, capture_output=True)
     from workbench.ledger import Ledger
     from workbench.measure import RunConfig, measure
-    from workbench.measure.unrecorded import save_unrecorded, unrecorded_payload
+    from workbench.measure.run.unrecorded import save_unrecorded, unrecorded_payload
 
     with Ledger(ws / "scratch.sqlite") as scratch:
         results = measure([RunConfig(str(ws / "m.gguf"), "mmap")], runs=1, cache="asis", ledger=scratch,

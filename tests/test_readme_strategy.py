@@ -1,6 +1,7 @@
-"""The README's "Adding a strategy" works as written: its code block and registry line become a
-temporary strategy (registered through ``$WORKBENCH_STRATEGIES``, the package's registry file untouched),
-and the shared strategy suite runs on it — so the README cannot drift from what the suite accepts."""
+"""The manual's "Adding a strategy" (docs/strategies.md) works as written: its code block and registry
+line become a temporary strategy (registered through ``$WORKBENCH_STRATEGIES``, the package's registry
+file untouched), and the shared strategy suite runs on it — so the guide cannot drift from what the
+suite accepts."""
 from __future__ import annotations
 
 import ast
@@ -12,16 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from workbench import defaults
+from guides import ROOT, section as guide_section
 
-ROOT = Path(__file__).resolve().parents[1]
+from workbench import defaults
 
 
 def readme_strategy() -> tuple[str, str, str, str]:
-    """(code, name, module path, class) from the README's "Adding a strategy" section."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Adding a strategy"):]
-    section = section[:section.index("\n## ", 1)]
+    """(code, name, module path, class) from the "Adding a strategy" section, wherever the README or a
+    guide has it."""
+    _, section = guide_section("Adding a strategy")
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     lines = re.findall(r'`("[\w-]+": \("[\w.]+:\w+", ""\),)`', section)
     assert len(lines) == 1, f"the section must show exactly one registry line, found {lines}"
@@ -70,7 +70,7 @@ def test_the_shared_suite_passes_on_the_readme_template(template: str) -> None:
 
 
 def test_the_template_loads_a_sharded_model_byte_exact(template: str, sharded_model) -> None:
-    from workbench.measure.verify import verify_placements
+    from workbench.measure.run.verify import verify_placements
     from workbench.strategies import get_strategy
     from workbench.upload import open_device
 

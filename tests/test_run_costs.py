@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from workbench.cli import main
-from workbench.cli.notebook_actions import ensure_model
+from workbench.cli.notebooks.actions import ensure_model
 from workbench.ledger import Ledger
-from workbench.measure.spawn import model_files, run_worker
-from workbench.measure.tables import format_table
+from workbench.measure.run.spawn import model_files, run_worker
+from workbench.measure.run.tables import format_table
 from workbench.records import COST_FIELDS, RunConfig, RunCosts, WorkerReport, plural
 from workbench.upload.host import HostDevice
 

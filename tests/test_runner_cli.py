@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from workbench.cli import main
-from workbench.measure.attempt import ATTEMPT_KEYS, RUN_KEYS
+from workbench.measure.run.attempt import ATTEMPT_KEYS, RUN_KEYS
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_ceilings_command(env: Path) -> None:
 def test_unstable_attempt_is_warned_loudly(tmp_path: Path) -> None:
     from workbench.cli.commands.results_out import report_results as _report
     from workbench.measure import AttemptResult, AttemptStats, RunConfig
-    from workbench.measure.stats import stability_warning
+    from workbench.measure.run.stats import stability_warning
 
     stats = AttemptStats(5, 0, 1.0, 0.8, 1.4, 60.0, 2.0, stable=False)
     result = AttemptResult("a" * 32, RunConfig("m.gguf", "pread"), "cold", (), stats, None, 1.0, "baseline",
@@ -120,8 +120,8 @@ def test_unstable_attempt_is_warned_loudly(tmp_path: Path) -> None:
 def _scripted(monkeypatch: pytest.MonkeyPatch, times: dict[str, float], stop_after: int | None = None) -> None:
     """Runs that take ``times[strategy]`` seconds (± a little), without spawning a worker; Ctrl-C
     after ``stop_after`` runs."""
-    from workbench.measure import runner
-    from workbench.measure.spawn import Outcome
+    from workbench.measure.run import runner
+    from workbench.measure.run.spawn import Outcome
 
     calls = []
 
@@ -220,8 +220,8 @@ def test_tables_show_the_interval_and_a_single_runs_spread_as_unmeasured(env: Pa
 
 
 def test_ctrl_c_during_an_external_engine_says_what_was_kept(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workbench.measure import external
-    from workbench.measure.spawn import Outcome
+    from workbench.measure.engine import external
+    from workbench.measure.run.spawn import Outcome
 
     calls = []
 

@@ -17,8 +17,8 @@ import pytest
 from process_helpers import alive, wait_for
 
 from workbench.ledger import Ledger
-from workbench.measure.external import time_external
-from workbench.measure.reaper import descendants
+from workbench.measure.engine.external import time_external
+from workbench.measure.lock.reaper import descendants
 
 ENGINE = """
 import os, sys, time
@@ -164,7 +164,7 @@ def test_a_hung_worker_dies_with_its_sigkilled_runner(tmp_path, model, started):
 
     def worker() -> list[int]:
         return [p for p in descendants(proc.pid)
-                if b"workbench.measure.worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                if b"workbench.measure.run.worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
 
     wait_for(lambda: bool(worker()), 60, "no worker started")
     hung = worker()

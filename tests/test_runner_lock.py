@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.measure.lock import DeviceLock, lock_name
+from workbench.measure.lock.device import DeviceLock, lock_name
 
 HOLDER = """
 import sys, time
-from workbench.measure.lock import DeviceLock
+from workbench.measure.lock.device import DeviceLock
 with DeviceLock(sys.argv[1], sys.argv[2]) as lock:
     t0 = time.time()
     open(sys.argv[3] + ".held", "w").close()

@@ -11,9 +11,9 @@ from workbench.errors import WorkerFailed
 from workbench.ledger import Ledger
 from workbench.errors import WorkbenchError
 from workbench.measure import RunConfig, interleave, measure
-from workbench.measure.runner import measure_with
-from workbench.measure.spawn import run_worker
-from workbench.measure.attempt import ATTEMPT_KEYS, RUN_KEYS
+from workbench.measure.run.runner import measure_with
+from workbench.measure.run.spawn import run_worker
+from workbench.measure.run.attempt import ATTEMPT_KEYS, RUN_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +175,7 @@ def test_interrupted_measurement_keeps_its_runs(model: str, ledger: Ledger, lock
 
 
 def test_verdict_rules() -> None:
-    from workbench.measure.attempt import decide
+    from workbench.measure.run.attempt import decide
     from workbench.records import RunRecord
 
     def run(load: float | None, verified: bool | None = True, error: str | None = None) -> RunRecord:
@@ -201,7 +201,7 @@ def test_verdict_rules() -> None:
 
 
 def test_rounds_are_paired_only_where_both_runs_count() -> None:
-    from workbench.measure.attempt import compare_runs
+    from workbench.measure.run.attempt import compare_runs
     from workbench.records import RunRecord
 
     def run(load: float | None) -> RunRecord:

@@ -15,8 +15,8 @@ from workbench.io.identity import model_identity
 from workbench import defaults
 from workbench.ledger import Ledger
 from workbench.measure import RunConfig, measure
-from workbench.measure.runner import measure_with
-from workbench.measure.spawn import Outcome
+from workbench.measure.run.runner import measure_with
+from workbench.measure.run.spawn import Outcome
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``python -m workbench.measure.worker``: one JSON object out, clear failures."""
+"""``python -m workbench.measure.run.worker``: one JSON object out, clear failures."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 def _worker(config: object, *, raw: str | None = None) -> subprocess.CompletedProcess:
     text = raw if raw is not None else json.dumps(config)
-    return subprocess.run([sys.executable, "-m", "workbench.measure.worker"], input=text, text=True,
+    return subprocess.run([sys.executable, "-m", "workbench.measure.run.worker"], input=text, text=True,
                           capture_output=True, timeout=60)
 
 

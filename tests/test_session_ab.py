@@ -13,7 +13,7 @@ from workbench.errors import ParamError
 from workbench.expert.session import SessionConfig
 from workbench.expert.session_records import TurnRecord
 from workbench.ledger import Ledger
-from workbench.measure.session_ab import parse_ab, run_session_ab
+from workbench.measure.session.ab import parse_ab, run_session_ab
 
 BASE = SessionConfig(turns=3, tokens=2, cache_mib=1.0, experts_per_token=4)
 

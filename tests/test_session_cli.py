@@ -12,8 +12,8 @@ from workbench.cli import main
 from workbench.errors import ParamError, WorkbenchError
 from workbench.expert.session import SessionConfig
 from workbench.ledger import Ledger
-from workbench.measure.lock import DeviceLock
-from workbench.measure.session import measure_session
+from workbench.measure.lock.device import DeviceLock
+from workbench.measure.session.runner import measure_session
 
 ISSUE_KEYS = ["turn", "tokens", "bytes_read", "hits", "misses", "evictions", "minflt", "majflt",
               "accounted_bytes", "actual_anon_bytes", "unreleased_pages", "seconds", "tokens_per_s"]

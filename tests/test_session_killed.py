@@ -14,7 +14,7 @@ import pytest
 from process_helpers import alive, wait_for
 
 from workbench.ledger import Ledger
-from workbench.measure.reaper import descendants
+from workbench.measure.lock.reaper import descendants
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def mid_turn(proc: subprocess.Popen, ledger: Path, worker: list[int]) -> None:
             return b""
 
     def found() -> bool:
-        worker[:] = [p for p in descendants(proc.pid) if b"workbench.measure.session_worker" in cmdline(p)]
+        worker[:] = [p for p in descendants(proc.pid) if b"workbench.measure.session.worker" in cmdline(p)]
         return bool(worker)
 
     wait_for(found, 60, "no session worker started")

@@ -21,10 +21,11 @@ from workbench.expert.session_summary import SessionReport, summarize
 from workbench.io import own_pages
 from workbench.io.own_pages import PAGE, file_mappings, lock_range, pin_own_file_pages, resident_runs
 from workbench.io.pagecache import evict_file_pages
-from workbench.measure import cgroups, pressure
-from workbench.measure.balloon import measure_working_set
-from workbench.measure.pressure import OWN_FAULTS_PER_TURN, MemoryLimit, MemoryPressure
-from workbench.measure.session import OWN_FILES_KIND, _outcome, outcome_kind
+from workbench.measure.session import cgroups
+from workbench.measure.session import pressure
+from workbench.measure.session.balloon import measure_working_set
+from workbench.measure.session.pressure import OWN_FAULTS_PER_TURN, MemoryLimit, MemoryPressure
+from workbench.measure.session.runner import OWN_FILES_KIND, _outcome, outcome_kind
 
 MiB = 1 << 20
 
@@ -105,7 +106,7 @@ def test_pinning_skips_the_model_and_a_refused_mlock_is_one_line(tmp_path, monke
 
 def test_a_session_under_a_balloon_locks_its_own_file_pages_after_turn_0(synth_model, tmp_path, monkeypatch):
     from workbench.expert.session import SessionConfig
-    from workbench.measure.session import measure_session
+    from workbench.measure.session.runner import measure_session
 
     def refused(*_a, **_k):
         raise OSError(13, "Permission denied")
@@ -172,7 +173,7 @@ def _facts(pinned: int = -1) -> SessionFacts:
 
 
 def test_an_ab_with_an_own_files_cell_fails_its_checks_and_exits_1(synth_model, tmp_path, monkeypatch):
-    import workbench.measure.session as session_mod
+    import workbench.measure.session.runner as session_mod
     from workbench.cli import main
     from workbench.records import RunConfig
 
@@ -183,7 +184,7 @@ def test_an_ab_with_an_own_files_cell_fails_its_checks_and_exits_1(synth_model, 
         outcome = _outcome(_balloon(), 0, turns)
         attempt = ledger.start_attempt(campaign=campaign, config=RunConfig(file, "session", {}, device), cache=cache,
                                        label=label, kind="session")
-        from workbench.measure.session_record import session_stats
+        from workbench.measure.session.record import session_stats
 
         ledger.finish_attempt(attempt, session_stats(turns), baseline_id=None, speedup=None, verdict="baseline")
         report = SessionReport(tuple(turns), summarize(turns, _facts(20 * MiB), verified_slices=4))

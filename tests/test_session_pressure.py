@@ -7,14 +7,14 @@ import os
 
 import pytest
 
-import workbench.measure.pressure as pressure
-from workbench.measure import cgroups as cgroup_module
-from workbench.measure.balloon import measure_working_set
+import workbench.measure.session.pressure as pressure
+from workbench.measure.session import cgroups as cgroup_module
+from workbench.measure.session.balloon import measure_working_set
 from workbench.errors import ParamError
 from workbench.expert.procstat import CgroupMemory, CgroupProbe, read_io, read_status
 from workbench.expert.session import SessionConfig
-from workbench.measure.pressure import MemoryPressure
-from workbench.measure.session import measure_session
+from workbench.measure.session.pressure import MemoryPressure
+from workbench.measure.session.runner import measure_session
 
 MiB = 1 << 20
 
@@ -141,7 +141,7 @@ def test_a_balloon_is_not_copied_into_a_forked_worker():
 
 
 def test_a_held_balloon_serves_every_cell_and_is_inflated_once(synth_model, tmp_path, monkeypatch):
-    from workbench.measure import balloon
+    from workbench.measure.session import balloon
 
     index = synth_model("gguf", "moe", alignment=64, size=8 << 20, experts=64)
     inflated = []

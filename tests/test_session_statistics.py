@@ -15,7 +15,7 @@ from workbench.expert.session import ExpertSession, SessionConfig
 from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.expert.session_summary import SessionReport, summarize
 from workbench.ledger import Ledger
-from workbench.measure.session_record import session_stats
+from workbench.measure.session.record import session_stats
 from workbench.records import RunConfig
 from workbench.upload.host import HostDevice
 
@@ -41,7 +41,7 @@ def _fake_cells(monkeypatch, memory: dict[int, tuple[str, str]] | None = None) -
     """``measure_session`` replaced by cells recorded in the ledger it is given: six turns each, turn 0
     at FILLING_TPS, then the candidate 1.2× the baseline's tok/s (a 1 % drift a round). ``memory``: cell
     number → (outcome, error) under a cgroup-v1 limit."""
-    import workbench.measure.session as session_mod
+    import workbench.measure.session.runner as session_mod
 
     calls: list[str] = []
 
@@ -109,8 +109,8 @@ def test_an_ab_at_the_default_rounds_pairs_them_and_can_make_a_claim(moe64, tmp_
     with Ledger(ledger) as led:
         a = led.attempts("ab")
     assert set(a[a["label"].str.startswith("placement=inplace")]["verdict_text"]) == {"faster"}
-    from workbench.measure.effect import MIN_PAIRED_ROUNDS
-    from workbench.measure.session_ab import DEFAULT_ROUNDS
+    from workbench.measure.run.effect import MIN_PAIRED_ROUNDS
+    from workbench.measure.session.ab import DEFAULT_ROUNDS
 
     assert DEFAULT_ROUNDS == MIN_PAIRED_ROUNDS  # the CLI spells it out; this holds them together
     text = CliRunner().invoke(main, ["session", "--help"]).output
@@ -155,7 +155,7 @@ def test_an_ab_under_a_memory_limit_says_how_and_each_cells_outcome(moe64, tmp_p
 
 def test_a_real_ab_under_a_cgroup_limit_reports_it(moe64, tmp_path):
     from workbench.errors import ParamError
-    from workbench.measure.pressure import MemoryPressure
+    from workbench.measure.session.pressure import MemoryPressure
 
     try:
         with MemoryPressure(64, "cgroup"):
@@ -222,7 +222,7 @@ def test_a_turn_recorded_before_bookkeeping_was_timed_reads_back_as_not_timed():
            "residual_s_per_token": 0.5}
     record = TurnRecord.from_json(old)
     assert record.bookkeeping_s == -1
-    from workbench.measure.session import summary_line
+    from workbench.measure.session.runner import summary_line
 
     s = summarize([record], _facts())
     assert s.bookkeeping_s == -1
@@ -232,8 +232,10 @@ def test_a_turn_recorded_before_bookkeeping_was_timed_reads_back_as_not_timed():
 def test_an_ab_without_cgroups_holds_one_balloon_over_every_cell(moe64, tmp_path, monkeypatch):
     """Where no cgroup can be made (the H200), `session --ab --memory-limit` inflates one balloon before
     the first cell and holds it over all of them, instead of locking ~120 GB again for every cell."""
-    from workbench.measure import balloon, cgroups, pressure
-    from workbench.measure.balloon import measure_working_set
+    from workbench.measure.session import balloon
+    from workbench.measure.session import cgroups
+    from workbench.measure.session import pressure
+    from workbench.measure.session.balloon import measure_working_set
 
     def refused(*_a, **_k):
         raise OSError(13, "Permission denied")

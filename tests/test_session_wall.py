@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from workbench.cli import main
 from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.ledger import Ledger
-from workbench.measure.session_wall import NO_MISSES, NO_WALL, session_wall, turn_wall, wall_text
+from workbench.measure.session.wall import NO_MISSES, NO_WALL, session_wall, turn_wall, wall_text
 
 WALLS = {"cold_read_buffered_1t": 0.5, "cold_read_buffered_4t": 1.6, "cold_read_direct_4t": 1.2,
          "page_cache_read_1t": 3.0, "page_cache_read_2t": 5.0, "page_cache_read_8t": 9.0}

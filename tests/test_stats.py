@@ -8,7 +8,7 @@ import pytest
 
 from ledger_helpers import NBYTES, make_run
 from workbench.records import AttemptStats
-from workbench.measure.stats import stability_warning, summarize
+from workbench.measure.run.stats import stability_warning, summarize
 
 
 def stats_of(times: list[float]) -> AttemptStats:

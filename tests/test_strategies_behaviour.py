@@ -13,7 +13,7 @@ from workbench.io.pagecache import filesystem_type, prepare, resident_fraction
 from workbench.strategies import get_strategy
 from workbench.upload import open_device
 from workbench.upload.host import HostDevice
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 
 from device_fakes import DeferredCopyDevice
 
@@ -295,7 +295,7 @@ def test_a_missing_placement_is_a_failure(model):
 
 def test_reference_checksums_are_cached_and_leave_the_cache_alone(synth_model, monkeypatch):
     import workbench.io.untouched as untouched
-    from workbench.measure.verify import reference_checksums
+    from workbench.measure.run.verify import reference_checksums
 
     index = synth_model("safetensors", "dense", size=1 << 20)
     set_cache(index.path, "cold")

@@ -11,7 +11,7 @@ import pytest
 from workbench.errors import ParamError
 from workbench.formats.index import ExpertBlob
 from workbench.io.pagecache import prepare
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import get_strategy
 from workbench.upload import open_device
 

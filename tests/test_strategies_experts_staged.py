@@ -10,7 +10,7 @@ import pytest
 
 from workbench.errors import FormatError
 from workbench.io.pagecache import prepare
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import get_strategy
 from workbench.upload import open_device
 from workbench.upload.staged_read import (Extent, SharedQueue, StagedReader, plan_windows, split_shares)

@@ -23,7 +23,7 @@ from typing import Any, Iterator, Sequence
 
 import pytest
 
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import STRATEGIES, get_strategy
 from workbench.strategies.base import free_placements
 from workbench.upload import Device, DeviceUsage, open_device

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from workbench.errors import StrategyUnavailable, WorkbenchError
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import STRATEGIES, get_strategy, strategy_kind
 from workbench.strategies.peers import safetensors_peer
 from workbench.strategies.peers.common import adopt_tensor

@@ -16,7 +16,7 @@ import types
 import pytest
 
 from test_upload_devices import FakeRuntime
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import get_strategy
 from workbench.strategies.peers import common, fastsafetensors_peer, runai_peer, safetensors_peer
 from workbench.upload.cuda import CudaDevice

@@ -13,7 +13,7 @@ from workbench.errors import StrategyUnavailable
 from workbench.ledger import Ledger
 from workbench.ledger.export import export_csv, markdown_table
 from workbench.measure import RunConfig, measure
-from workbench.measure.tables import attempts_table
+from workbench.measure.run.tables import attempts_table
 from workbench.strategies import get_strategy
 
 pytest.importorskip("torch")

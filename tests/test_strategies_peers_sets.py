@@ -14,7 +14,7 @@ from test_strategies_peers import HOST_VARIANTS, build, load_verified
 from test_strategies_peers_gpu import gpu, run_on_gpu, stand_in_instanttensor  # noqa: F401 - gpu is a fixture
 from workbench.errors import WorkbenchError
 from workbench.formats.index import ModelFile, TensorIndex, TensorInfo
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import get_strategy
 from workbench.strategies.peers import safetensors_peer
 from workbench.strategies.peers.common import adopt_tensor

@@ -23,7 +23,7 @@ from workbench.errors import FormatError
 from workbench.strategies import STRATEGIES, get_strategy
 from workbench.strategies.toolkit import pread_into
 from workbench.upload import open_device
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 
 CHILD = Path(__file__).with_name("race_child.py")
 VARIANTS = [(name, {}) for name in STRATEGIES.names()] + [

@@ -16,7 +16,7 @@ from workbench.io.pagecache import prepare
 from workbench.strategies import STRATEGIES, get_strategy, strategy_kind
 from workbench.strategies.base import PHASES, LoadResult
 from workbench.upload import open_device
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 
 NAMES = STRATEGIES.names()
 # The backend the suite loads onto: host everywhere; WORKBENCH_TEST_DEVICE=cuda runs the same suite

@@ -8,7 +8,7 @@ import pytest
 from workbench.errors import CacheStateError
 from workbench.formats.index import PAGE_SIZE, TensorInfo
 from workbench.io.pagecache import prepare
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import get_strategy
 from workbench.strategies.ring import Region, plan_shares, plan_windows
 from workbench.upload.host import HostDevice

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from workbench.cli import main
 from workbench.errors import SweepError
-from workbench.cli.sweep import expand_grid, load_sweep, point_completed
+from workbench.cli.sweep.execute import expand_grid, load_sweep, point_completed
 
 PARAMS = 'x = 0\nfail_on = -1\ngate = ""\nmarks = ""\ncampaign = "none"\nledger_path = ""\n'
 BODY = """
@@ -245,7 +245,7 @@ def test_dry_run_shows_configs_runs_and_an_estimate_from_the_ledger(tmp_path):
 
 def test_the_progress_bar_counts_runs_inside_a_point(tmp_path):
     from ledger_helpers import make_run, record_attempt
-    from workbench.cli.sweep_plan import RunWatch
+    from workbench.cli.sweep.plan import RunWatch
     from workbench.ledger import Ledger
 
     ledger = tmp_path / "ledger.sqlite"

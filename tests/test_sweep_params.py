@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from workbench import defaults
 from workbench.cli import main
-from workbench.cli.sweep import check_parameters, expand_grid, load_sweep, run_sweep
+from workbench.cli.sweep.execute import check_parameters, expand_grid, load_sweep, run_sweep
 from workbench.errors import SweepError
 
 PARAMS = ('runs = 3\ngate = 0.5\nverify = True\nname = "x"\ncaches = ["cold", "warm"]\nsizes = [1, 8]\n'
@@ -99,8 +99,8 @@ def test_paths_outside_the_data_root_or_missing_are_refused(space, value, needle
 
 
 def test_the_shipped_sweeps_type_check_against_the_shipped_notebooks(tmp_path):
-    from workbench.cli.sweep import _declared_parameters
-    from workbench.cli.sweep_params import check_types
+    from workbench.cli.sweep.execute import _declared_parameters
+    from workbench.cli.sweep.params import check_types
 
     shipped = sorted((Path(__file__).parent.parent / "data" / "sweeps").glob("*.yaml"))
     assert shipped

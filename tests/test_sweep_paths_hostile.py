@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from workbench import defaults
 from workbench.cli import main
-from workbench.cli.sweep import default_out_dir, load_sweep, notebooks_dir
+from workbench.cli.sweep.execute import default_out_dir, load_sweep, notebooks_dir
 from workbench.errors import LedgerError, SweepError
 
 
@@ -64,7 +64,7 @@ def test_declared_paths_inside_the_data_root_are_resolved_and_model_files_must_e
     assert loaded.parameters == {"binaries": [str(data / "models" / "m.gguf")], "out_dir": str(data / "reports/x")}
     path = sweep(tmp_path, "03_expert_slices", {"file_64": "models/missing.gguf"})
     with pytest.raises(SweepError, match="parameter 'file_64': .*missing.gguf: no such file"):
-        from workbench.cli.sweep import run_sweep
+        from workbench.cli.sweep.execute import run_sweep
 
         run_sweep(load_sweep(path), ledger_path=tmp_path / "l.sqlite", progress=False)
 
@@ -88,7 +88,7 @@ def test_a_notebook_of_ones_own_declares_its_paths(tmp_path, data):
 def test_every_shipped_notebook_declares_its_path_parameters():
     import papermill
 
-    from workbench.cli.sweep_params import path_parameters
+    from workbench.cli.sweep.params import path_parameters
 
     expected = {
         "01_load_sweep": {"file": "model", "ledger_path": "ledger"},

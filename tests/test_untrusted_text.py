@@ -202,9 +202,9 @@ def test_the_pr_table_and_report_render_no_markup_from_the_ledger(hostile_ledger
 
 
 def test_notebook_outputs_show_ledger_text_as_text(hostile_ledger, tmp_path):
-    from workbench.cli.notebook_actions import show_attempts
-    from workbench.cli.notebook_report import build_report
-    from workbench.cli.notebook_ui import results_html
+    from workbench.cli.notebooks.actions import show_attempts
+    from workbench.cli.notebooks.report import build_report
+    from workbench.cli.notebooks.ui import results_html
 
     path, campaign = hostile_ledger
     with Ledger(path, readonly=True) as led:
@@ -230,7 +230,7 @@ def test_notebook_outputs_show_ledger_text_as_text(hostile_ledger, tmp_path):
 
 
 def test_the_cli_error_line_and_tables_escape_what_they_quote(tmp_path):
-    from workbench.measure.tables import format_table
+    from workbench.measure.run.tables import format_table
 
     text = format_table(("change",), [("\x1b]52;c;eA==\x07 label\rsplit",)])
     assert not TERMINAL_BAD.search(text.replace("\n", "")) and len(text.splitlines()) == 3
@@ -243,8 +243,8 @@ def test_the_cli_error_line_and_tables_escape_what_they_quote(tmp_path):
 def test_notebook_06s_output_shows_ledger_text_as_text(hostile_ledger, tmp_path):
     # Notebook 06 (engine A/B) shows the campaign's attempts, verdicts and figures from the ledger: a
     # merged ledger's labels, campaign name and file names must come out as text there too.
-    from workbench.cli.notebook_engines import show_engine_ab
-    from workbench.measure.attempt import AttemptResult
+    from workbench.cli.notebooks.engines import show_engine_ab
+    from workbench.measure.run.attempt import AttemptResult
     from workbench.records import AttemptStats, RunConfig
 
     path, campaign = hostile_ledger

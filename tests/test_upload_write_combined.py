@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.io.pagecache import prepare
-from workbench.measure.verify import verify_placements
+from workbench.measure.run.verify import verify_placements
 from workbench.strategies import get_strategy
 from workbench.upload import device_availability, open_device
 from workbench.upload.staging import StagingRing, size_ring

@@ -14,7 +14,7 @@ from ledger_helpers import record_attempt
 from workbench.cli import main
 from workbench.errors import ParamError
 from workbench.ledger import Ledger
-from workbench.measure.attempt import AttemptResult, decide
+from workbench.measure.run.attempt import AttemptResult, decide
 from workbench.records import AttemptStats, RunConfig, format_verdict, keeping_needs_a_note, verdict_n
 
 FAST3 = [0.20, 0.21, 0.20]  # against BASE3: faster, from 3 runs a side
@@ -56,8 +56,8 @@ def _ledger(tmp_path: Path) -> tuple[Path, str, str]:
 
 def test_the_runner_decision_and_the_cli_table_carry_the_caveat():
     from ledger_helpers import make_run
-    from workbench.measure.stats import summarize
-    from workbench.measure.tables import attempts_table
+    from workbench.measure.run.stats import summarize
+    from workbench.measure.run.tables import attempts_table
 
     base = [make_run(i, t) for i, t in enumerate(BASE3)]
     runs = [make_run(i, t) for i, t in enumerate(FAST3)]
@@ -138,9 +138,9 @@ def test_exports_and_report_carry_the_caveat_and_both_verdicts(tmp_path):
 
 def test_notebook_tables_carry_the_caveat(tmp_path):
     from ledger_helpers import make_run
-    from workbench.cli.notebook_actions import attempts_table
-    from workbench.cli.notebook_engines import engine_table, verdict_lines
-    from workbench.measure.stats import summarize
+    from workbench.cli.notebooks.actions import attempts_table
+    from workbench.cli.notebooks.engines import engine_table, verdict_lines
+    from workbench.measure.run.stats import summarize
 
     path, fast, same = _ledger(tmp_path)
     with Ledger(path) as led:

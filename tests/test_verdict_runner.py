@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from workbench.ledger import Ledger
-from workbench.measure.runner import measure_with
-from workbench.measure.spawn import Outcome
+from workbench.measure.run.runner import measure_with
+from workbench.measure.run.spawn import Outcome
 from workbench.records import RunConfig
 
 

@@ -36,8 +36,8 @@ _LAZY = {
     "Ledger": "workbench.ledger",
     "AttemptStats": "workbench.records", "Engaged": "workbench.records", "RunConfig": "workbench.records",
     "RunRecord": "workbench.records", "WorkerReport": "workbench.records",
-    "measure": "workbench.measure.runner",
-    "verify_placements": "workbench.measure.verify",
+    "measure": "workbench.measure.run.runner",
+    "verify_placements": "workbench.measure.run.verify",
     "Availability": "workbench.registry",
     "STRATEGIES": "workbench.strategies", "LoadResult": "workbench.strategies",
     "Placement": "workbench.strategies", "Strategy": "workbench.strategies",
@@ -74,8 +74,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors (never ex
     from workbench.io.pagecache import evict_file_pages, prepare, resident_fraction, warm_file
     from workbench.io.policy import resolve_eviction
     from workbench.ledger import Ledger
-    from workbench.measure.runner import measure
-    from workbench.measure.verify import verify_placements
+    from workbench.measure.run.runner import measure
+    from workbench.measure.run.verify import verify_placements
     from workbench.records import AttemptStats, Engaged, RunConfig, RunRecord, WorkerReport
     from workbench.registry import Availability
     from workbench.strategies import STRATEGIES, LoadResult, Placement, Strategy, get_strategy

@@ -1,3 +1,5 @@
+# Over 300 lines: one module on purpose (CONVENTIONS 13): every WORKBENCH_* variable and the data root
+# resolved in one place, each a getter and its set_* context manager of a few lines.
 """Every ``WORKBENCH_*`` environment variable and the data root, resolved in one place.
 
 Explicit arguments always win; what is here are the defaults behind them. Each getter reads the
@@ -25,7 +27,7 @@ WORKBENCH_CEILINGS_MAX_AGE_DAYS :func:`ceilings_max_age_days` 30: older ceilings
 
 ``WORKBENCH_TEST_DEVICE`` is the test suite's own (which backend the shared strategy suite loads on).
 ``WORKBENCH_TEST_FAULT`` is the tests' too: a worker crashes, hangs or goes silent on purpose when it
-is set (see ``workbench/measure/faults.py``); nothing the workbench ships sets it.
+is set (see ``workbench/measure/run/faults.py``); nothing the workbench ships sets it.
 """
 from __future__ import annotations
 
@@ -246,7 +248,7 @@ def set_ledger_busy_timeout(seconds: float | None) -> Iterator[None]:
 
 def injected_fault() -> str:
     """``$WORKBENCH_TEST_FAULT``: the fault a test asks workers to inject ('' when unset; see
-    ``workbench.measure.faults``). Only tests set it."""
+    ``workbench.measure.run.faults``). Only tests set it."""
     return _env(TEST_FAULT)
 
 

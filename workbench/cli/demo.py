@@ -100,7 +100,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = print, progress
 
     from workbench.ledger import Ledger
     from workbench.ledger.report import write_report
-    from workbench.cli.sweep import run_sweep
+    from workbench.cli.sweep.execute import run_sweep
 
     from workbench.outdir import OutDir
 
@@ -125,7 +125,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = print, progress
 
 def demo_sweep(options: DemoOptions, models: list[Path]) -> Any:
     """The shipped sweep with the generated models as its files and the demo's runs and device."""
-    from workbench.cli.sweep import load_sweep
+    from workbench.cli.sweep.execute import load_sweep
 
     sweep = load_sweep(demo_sweep_file())
     parameters = {**sweep.parameters, "device": options.device}
@@ -136,7 +136,7 @@ def demo_sweep(options: DemoOptions, models: list[Path]) -> Any:
 
 
 def _model(options: DemoOptions, layout: str, fmt: str) -> Path:
-    from workbench.cli.notebook_actions import ensure_model, model_path
+    from workbench.cli.notebooks.actions import ensure_model, model_path
 
     path = model_path(layout, fmt, options.size, root=options.data_dir, shards=options.shards)
     return ensure_model(path, layout=layout, format=fmt, size=options.size, shards=options.shards)
@@ -146,7 +146,7 @@ def _ceilings(options: DemoOptions) -> str:
     """Measure this host's walls unless the ledger has them already; one line saying which."""
     from workbench.defaults import host_id
     from workbench.ledger import Ledger
-    from workbench.measure.ceilings import measure_ceilings
+    from workbench.measure.ceilings.walls import measure_ceilings
 
     with Ledger(options.ledger_path) as ledger:
         known = ledger.ceilings(host=host_id())

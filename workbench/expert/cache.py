@@ -31,17 +31,14 @@ from typing import Hashable, NamedTuple, Sequence
 import numpy as np
 
 from workbench.errors import ParamError
+from workbench.expert.cache_options import BOUNDARY_RELEASE, DEFAULT_READER, GATE_SCOPES, _check_args
 from workbench.expert.cache_state import CacheCounters, CacheFacts, CacheMemory, MutableCounters
-from workbench.expert.layout import PLACEMENTS, leak_bound_pages, layout_blobs
+from workbench.expert.layout import leak_bound_pages, layout_blobs
 from workbench.expert.memory import PAGE, Reservation
 from workbench.expert.placement import pages_fully_covered, pages_touched, releasable_pages
 from workbench.expert.policy import EvictionPolicy, make_policy
-from workbench.expert.readers import READERS, ReadOutcome, SliceReader, make_reader, resolve_reader
+from workbench.expert.readers import ReadOutcome, SliceReader, make_reader, resolve_reader
 from workbench.formats.index import ExpertBlob
-
-BOUNDARY_RELEASE = ("on", "off")
-GATE_SCOPES = ("blob", "file")
-DEFAULT_READER = {"inplace": "direct-inplace", "bounce": "direct-bounce", "aligned": "pread"}
 
 __all__ = ["BOUNDARY_RELEASE", "DEFAULT_READER", "GATE_SCOPES", "CacheCounters", "CacheFacts", "CacheMemory",
            "ExpertCache", "SliceKey"]
@@ -289,21 +286,3 @@ def _file_resident(files: Sequence[str]) -> float:
 
     counts = [resident_pages(f) for f in files]
     return sum(r for r, _ in counts) / max(1, sum(t for _, t in counts))
-
-
-def _check_args(blobs: Sequence[ExpertBlob], budget: int, placement: str, release: str, reader: str,
-                gate: float | None, gate_scope: str) -> None:
-    if not blobs:
-        raise ParamError("cache", "blobs", "no expert blobs: the model is not a MoE")
-    for name, value, known in (("placement", placement, PLACEMENTS), ("boundary_release", release, BOUNDARY_RELEASE),
-                               ("reader", reader, ("auto", *READERS)), ("gate_scope", gate_scope, GATE_SCOPES)):
-        if value not in known:
-            raise ParamError("cache", name, f"{value!r} is not one of {', '.join(known)}")
-    if gate is not None and not 0.0 <= gate <= 1.0:
-        raise ParamError("cache", "gate", f"must be a resident fraction in [0, 1], got {gate!r}")
-    empty = next((b for b in blobs if any(n <= 0 for _, n in b.slices)), None)
-    if empty is not None:
-        raise ParamError("cache", "blobs", f"layer {empty.layer} {empty.name} has an empty expert slice")
-    largest = max(n for b in blobs for _, n in b.slices)
-    if budget < largest:
-        raise ParamError("cache", "budget", f"{budget} B cannot hold one expert slice ({largest} B)")

@@ -63,7 +63,7 @@ class TurnRecord:
     the device. ``read_busy_s``: time at least one read was in flight; ``read_queue_depth`` the mean
     number in flight then; ``staged_gbps`` = ``bytes_read / read_busy_s``, held against the machine's
 read wall for the turn's reads (``wall_name``, ``wall_gbps``, ``staged_of_wall``; ``wall_note`` says why not: no misses, no
-ceilings recorded — filled in by the runner, :mod:`workbench.measure.session_wall`). ``cg_*``: the memory
+ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.wall`). ``cg_*``: the memory
     cgroup's usage and counter deltas under ``--memory-limit`` (-1 without one, or not kept).
     :data:`PRESSURE_KEYS`: the process's mapped file pages (``file_rss_bytes``, ``RssFile``: libraries,
     Python, a device's libraries; never the model, which a session reads and does not map), then under
@@ -125,7 +125,7 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session_w
     vm_refault_file: int = -1
     vm_refault_anon: int = -1
     swap_used_bytes: int = -1
-    wall_name: str = ""  # the wall this turn's misses are held against (measure/session_wall.py)
+    wall_name: str = ""  # the wall this turn's misses are held against (measure/session/wall.py)
     wall_gbps: float | None = None
     staged_of_wall: float | None = None  # staged_gbps over wall_gbps (None: see wall_note)
     wall_note: str = ""  # why there is no fraction: "no misses", "no wall: run `workbench ceilings`"

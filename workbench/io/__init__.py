@@ -27,9 +27,9 @@ from workbench.io.pagecache import (
     resident_fraction,
     resident_map,
     resident_pages,
-    restore_residency,
     warm_file,
 )
+from workbench.io.restore import restore_residency
 from workbench.io.policy import resolve_eviction
 from workbench.io.untouched import iter_untouched, range_checksums
 

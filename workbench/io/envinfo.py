@@ -1,5 +1,5 @@
 """Host and file-system facts a result was measured in: machine, kernel, CPU, RAM, commit, and the
-file system of the model's directory. ``workbench.measure.environment`` adds the device backends.
+file system of the model's directory. ``workbench.measure.run.environment`` adds the device backends.
 
 Everything here is cheap: files under /proc and /sys, one 64 KiB probe file in the directory, two git
 calls.

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from workbench.io.machine import read_or_unknown, read_text, is_unknown, unknown
+from workbench.io.sysfs import is_unknown, read_or_unknown, read_text, unknown
 
 PCI = Path("/sys/bus/pci/devices")
 GPU_CLASSES = ("0x0300", "0x0302", "0x0380")  # VGA, 3D controller, other display controller

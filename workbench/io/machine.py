@@ -15,28 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from workbench.io.sysfs import is_unknown, read_or_unknown, read_text, unknown
+
 GiB = 1 << 30
-
-
-def unknown(why: str) -> str:
-    """The value of a setting that could not be read, with why."""
-    return f"unknown ({why})"
-
-
-def is_unknown(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("unknown")
-
-
-def read_text(path: str | Path) -> str:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return fh.read().strip()
-
-
-def read_or_unknown(path: str | Path, what: str) -> str:
-    try:
-        return read_text(path)
-    except OSError as exc:
-        return unknown(f"{what}: {path}: {exc.strerror or exc}")
 
 
 def bracketed(text: str) -> str:

@@ -2,7 +2,7 @@
 
 Why: under a memory cgroup the pages of Python, torch and the CUDA libraries stay charged to the process
 that first cached them (the runner), so the session's limit never reclaims them — the pressure stays on
-the model's pages and the session's own memory. A locked balloon (:mod:`workbench.measure.balloon`)
+the model's pages and the session's own memory. A locked balloon (:mod:`workbench.measure.session.balloon`)
 squeezes the whole machine instead, and the kernel's reclaim takes whatever its LRU points at: on the
 H200 (2026-12-03) a session's own library pages, re-read at 2,088–4,778 major faults per cell, with
 ``compute_s`` 3.5–30 s against ~0.06 s a turn unlimited. :func:`pin_own_file_pages` gives the worker the

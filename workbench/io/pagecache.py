@@ -22,6 +22,7 @@ import numpy as np
 
 from workbench.errors import CacheStateError, FormatError
 from workbench.formats.opening import open_regular
+from workbench.io.mounts import filesystem_type, mount_of  # noqa: F401 (mount_of: callers read it here too)
 
 MINCORE_WINDOW = 1 << 30  # bytes mapped per mincore probe; tests shrink it
 WARM_CHUNK = 8 << 20
@@ -218,31 +219,6 @@ def warm_file(path: str | os.PathLike, offset: int = 0, length: int | None = Non
         os.close(fd)
 
 
-def mount_of(path: str | os.PathLike) -> tuple[str, str, str]:
-    """(file system type, mount point, source) holding ``path``, from /proc/mounts."""
-    real = os.path.realpath(path)
-    best = ("unknown", "/", "")
-    try:
-        with open("/proc/mounts", encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return best
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        mnt = parts[1].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
-        inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
-        if inside and len(mnt) >= len(best[1]):  # later mounts shadow earlier ones at the same point
-            best = (parts[2], mnt, parts[0])
-    return best
-
-
-def filesystem_type(path: str | os.PathLike) -> str:
-    """The file system type (ext4, xfs, tmpfs, ...) holding ``path``."""
-    return mount_of(path)[0]
-
-
 def _make_cold(path: str | os.PathLike, cold_max: float) -> float:
     fs = filesystem_type(path)
     if fs in MEMORY_FILESYSTEMS:
@@ -301,22 +277,6 @@ def prepare(path: str | os.PathLike, state: str, *, cold_max: float = 0.02, warm
         if exc.wanted != "measured":
             raise
         raise CacheStateError(path, state, exc.detail) from None
-
-
-def restore_residency(path: str | os.PathLike, offset: int, before: np.ndarray) -> None:
-    """Put pages back the way :func:`resident_map` ``(path, offset, ...)`` saw them in ``before``.
-
-    Pages resident then but dropped since are read back first, then pages not resident then are
-    evicted — in that order, because reading back triggers readahead past what it asked for.
-    Eviction works on whole folios (see :func:`evict_file_pages`), so check with :func:`resident_map`
-    where exactness matters.
-    """
-    ps, first = page_size(), offset // page_size()
-    for value, fix in ((True, warm_file), (False, evict_file_pages)):
-        now = resident_map(path, offset, before.size * ps - offset % ps)
-        wrong = (before[: now.size] == value) & (now != value)
-        for a, b in page_runs(wrong):
-            fix(path, (first + a) * ps, (b - a) * ps)
 
 
 def page_runs(mask: np.ndarray) -> list[tuple[int, int]]:

@@ -4,7 +4,7 @@ Everything lands in ``data/reports/<campaign>/`` (or a directory you name): ``at
 ``runs.csv``, ``report.md`` (the attempts table and the attempt history, failed and reverted
 attempts included, linking every figure's PNG), ``report.html`` (the same, with every figure embedded
 and plotly.js inline, so the page opens offline and can be attached to a pull request as one file) and
-``figures/<key>.png`` + ``.svg``, drawn by kaleido (``workbench.ledger.static``; where no browser can
+``figures/<key>.png`` + ``.svg``, drawn by kaleido (``workbench.ledger.figures.static``; where no browser can
 draw them the Markdown says why in one line).
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
         lists every attempt either way).
     """
     from workbench.ledger import export_csv, markdown_table
-    from workbench.ledger.static import render_static, static_paths, write_static
+    from workbench.ledger.figures.static import render_static, static_paths, write_static
 
     attempts, runs, ceilings = campaign_frames(ledger, campaign)
     directory = report_dir(campaign, out_dir)
@@ -122,8 +122,8 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
 
 def all_figures(ledger: Ledger, campaign: str, frames: tuple[pd.DataFrame, ...] | None = None) -> dict[str, Any]:
     """Every figure of the campaign by key: the campaign's and, when it has long sessions, per turn."""
-    from workbench.ledger.expert_figures import session_figures
-    from workbench.ledger.figures import campaign_figures
+    from workbench.ledger.figures.experts import session_figures
+    from workbench.ledger.figures.campaign import campaign_figures
 
     attempts, runs, ceilings = frames or campaign_frames(ledger, campaign)
     return {**campaign_figures(attempts, runs, ceilings), **session_figures(ledger.turns(campaign=campaign), attempts)}
@@ -144,7 +144,7 @@ def write_figures(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str]
     interactive in ``figures.html`` (written even where no browser can draw the images). None of them
     lands on the ledger read (or an existing ledger or model without ``force``): every path is checked
     before any is written."""
-    from workbench.ledger.static import render_static, static_paths, write_interactive, write_static
+    from workbench.ledger.figures.static import render_static, static_paths, write_interactive, write_static
 
     figures = all_figures(ledger, campaign)
     directory = Path(out_dir)

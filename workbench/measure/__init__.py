@@ -2,7 +2,7 @@
 
 ``measure(configs, ...)`` is the entry point; ``measure_engines`` times engine commands (A/B, interleaved)
 up to a log marker and ``measure_external`` one of them; ``measure_ceilings`` records this machine's walls; ``measure_h2d`` the upload paths. Every
-name is imported on first use, so a worker process (``python -m workbench.measure.worker``) pays only
+name is imported on first use, so a worker process (``python -m workbench.measure.run.worker``) pays only
 for the modules it runs.
 """
 from __future__ import annotations
@@ -11,12 +11,12 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "AttemptResult": "attempt", "DeviceLock": "lock", "interleave": "order", "measure": "runner",
-    "measure_with": "runner", "measure_external": "external", "time_external": "external",
-    "measure_engines": "external", "EngineCommand": "engine_command",
-    "measure_ceilings": "ceilings", "Ceiling": "ceilings", "CeilingsReport": "ceilings",
-    "measure_h2d": "h2d", "record_h2d": "h2d", "collect_environment": "environment",
-    "verify_placements": "verify",
+    "AttemptResult": "run.attempt", "DeviceLock": "lock.device", "interleave": "run.order",
+    "measure": "run.runner", "measure_with": "run.runner", "measure_external": "engine.external",
+    "time_external": "engine.external", "measure_engines": "engine.external", "EngineCommand": "engine.command",
+    "measure_ceilings": "ceilings.walls", "Ceiling": "ceilings.walls", "CeilingsReport": "ceilings.walls",
+    "measure_h2d": "ceilings.h2d", "record_h2d": "ceilings.h2d", "collect_environment": "run.environment",
+    "verify_placements": "run.verify",
 }
 _RECORDS = ("AttemptStats", "RunConfig", "RunRecord")  # the data model, re-exported for convenience
 

@@ -1,7 +1,7 @@
 """An effect as a reviewer reads it: a speedup with its confidence interval and the verdict it earns
 (and the attempt's spread, formatted the one way every table shows it).
 
-Computed by :func:`workbench.measure.effect.ratio_effect`; stored by the ledger (``speedup``,
+Computed by :func:`workbench.measure.run.effect.ratio_effect`; stored by the ledger (``speedup``,
 ``ci_low``, ``ci_high``, ``verdict``, ``verdict_reason``) and formatted the same way everywhere.
 """
 from __future__ import annotations

@@ -61,7 +61,7 @@ class BinaryFile:
 class ReadEvidence:
     """What shows that an external engine read the model inside its load window (or that nothing does).
 
-    Only what is attributable to the model's files counts (see :mod:`workbench.measure.engine_evidence`):
+    Only what is attributable to the model's files counts (see :mod:`workbench.measure.engine.evidence`):
     ``fd_bytes`` how far the tree's descriptors on them read (bounded by ``rchar``), ``mapped_bytes`` the
     most of their pages its mappings had resident, ``resident_before``/``resident_after`` the model's
     bytes in the page cache at spawn and at the marker; ``seen_bytes`` the files' sum, each at its best

@@ -1,7 +1,7 @@
 """What one run reported, typed: the one message a worker process prints and its parent reads back.
 
-The worker (``measure/worker.py``) builds a :class:`WorkerReport` and prints ``to_json()``; the spawner
-(``measure/spawn.py``) reads it with ``from_json``; an external engine's run and the runner's own notes
+The worker (``measure/run/worker.py``) builds a :class:`WorkerReport` and prints ``to_json()``; the spawner
+(``measure/run/spawn.py``) reads it with ``from_json``; an external engine's run and the runner's own notes
 about a run (the cache state it could not reach, memory the VM handed back) live in the same object.
 ``to_json`` writes exactly the keys the ledger's ``runs.result`` column has always held, so ledgers
 written before these types existed read back unchanged.

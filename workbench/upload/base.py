@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from workbench.errors import DeviceError
 from workbench.registry import Availability
+from workbench.upload.buffer import DeviceBuffer
 
 if TYPE_CHECKING:
     from workbench.upload.compute import DeviceCompute
@@ -41,28 +42,6 @@ class DeviceUsage:
     registered_bytes: int = 0
     events: int = 0
     fences: int = 0
-
-
-class DeviceBuffer:
-    """A device allocation. ``ptr`` is the device address (an int); ``host_view`` only for host.
-
-    ``owner`` is set on memory taken over with :meth:`Device.adopt`: the object whose lifetime keeps
-    that memory allocated (a framework's tensor). Freeing such a buffer drops the reference and never
-    calls the runtime's free: the memory belongs to the owner's allocator.
-    """
-
-    __slots__ = ("nbytes", "ptr", "handle", "freed", "owner")
-
-    def __init__(self, nbytes: int, ptr: int, handle: Any = None, owner: Any = None):
-        self.nbytes, self.ptr, self.handle, self.freed, self.owner = nbytes, ptr, handle, False, owner
-
-    @property
-    def adopted(self) -> bool:
-        """Whether this buffer is someone else's memory (see :meth:`Device.adopt`)."""
-        return self.owner is not None
-
-    def __repr__(self) -> str:
-        return f"DeviceBuffer(nbytes={self.nbytes}, ptr=0x{self.ptr:x})"
 
 
 def carve(sizes: Sequence[int], align: int) -> tuple[list[int], int]:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from workbench.upload.base import DeviceBuffer
+from workbench.upload.buffer import DeviceBuffer
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 

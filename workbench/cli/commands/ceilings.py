@@ -30,9 +30,9 @@ def ceilings(directory: str | None, devices: tuple[str, ...], size: str | None, 
     """Measure this machine's bandwidth walls and store them in the ledger for this host, with the date
     and the load-path settings they were measured under."""
     from workbench.formats.synth import parse_size
-    from workbench.measure.ceiling_age import refresh_plan
-    from workbench.measure.ceilings import measure_ceilings, thread_counts
-    from workbench.measure.runner import open_ledger
+    from workbench.measure.ceilings.age import refresh_plan
+    from workbench.measure.ceilings.walls import measure_ceilings, thread_counts
+    from workbench.measure.run.runner import open_ledger
 
     refuse_duplicates("workbench ceilings", "--device", devices)
     ledger = open_ledger(ledger_path)
@@ -45,7 +45,7 @@ def ceilings(directory: str | None, devices: tuple[str, ...], size: str | None, 
     if as_json:
         click.echo(json.dumps({**report.to_json(), "ledger": str(ledger.path)}, indent=2))
         return
-    from workbench.measure.tables import ceilings_table
+    from workbench.measure.run.tables import ceilings_table
 
     click.echo(ceilings_table(report))
     for name, reason in report.skipped:

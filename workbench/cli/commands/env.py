@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from workbench.measure.environment import collect_environment
+from workbench.measure.run.environment import collect_environment
 
 
 def _gib(n: int) -> str:
@@ -59,7 +59,7 @@ def _rows(env: dict[str, Any]) -> list[tuple[str, str]]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def env(directory: str, device: str | None, as_json: bool) -> None:
     """Machine, file system and device backends."""
-    from workbench.measure.model import model_facts
+    from workbench.measure.run.model import model_facts
 
     facts = collect_environment(directory, device=device)
     model = model_facts(directory)  # a directory, index file or shard of a set: its files too

@@ -8,7 +8,7 @@ import click
 from workbench.cli.commands.measure_options import measure_options
 from workbench.cli.commands.results_out import Progress, report_results, unrecorded_printed
 from workbench.cli.exits import EXIT_HELP_EXTERNAL, finish_external, tally_attempts
-from workbench.measure.order import DEFAULT_ORDER, ORDERS
+from workbench.measure.run.order import DEFAULT_ORDER, ORDERS
 
 
 @click.command(epilog=EXIT_HELP_EXTERNAL)
@@ -59,11 +59,11 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
     descriptors on the model's files read, their pages it had mapped, the pages it brought into the page
     cache); otherwise the run says "no evidence the engine read MODEL", shows its time only, and the
     command exits 4 unless --time-only."""
-    from workbench.measure.engine_command import check_command, describe_build
-    from workbench.measure.engine_evidence import evidence_tally
-    from workbench.measure.external import EngineCommand, measure_engines
+    from workbench.measure.engine.command import check_command, describe_build
+    from workbench.measure.engine.evidence import evidence_tally
+    from workbench.measure.engine.external import EngineCommand, measure_engines
     from workbench.untrusted import for_terminal
-    from workbench.measure.runner import open_ledger
+    from workbench.measure.run.runner import open_ledger
 
     n = len(commands)
     if labels and len(labels) != n:

@@ -206,7 +206,7 @@ def upgrade(ctx: click.Context, sub_ledger: str | None) -> None:
 def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_ledger: str | None) -> None:
     """Record what a failed ledger write left in a workbench-unrecorded-*.json dump (idempotent:
     importing twice adds nothing)."""
-    from workbench.measure.unrecorded_import import import_unrecorded as record, read_dump
+    from workbench.measure.run.unrecorded_import import import_unrecorded as record, read_dump
 
     read_dump(dump)  # a file that is no dump is one line before the ledger is opened (or created)
     done = record(_opened(ctx, sub_ledger, create=True), dump, campaign=campaign)

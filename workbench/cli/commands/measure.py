@@ -67,8 +67,8 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
                  device: str, order: str, seed: int, verify: bool, caches: tuple[str, ...], runs: int,
                  campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
                  min_effect_pct: float, timeout_s: float, as_json: bool) -> None:
-    from workbench.measure.model import model_name
-    from workbench.measure.runner import measure, open_ledger, preflight
+    from workbench.measure.run.model import model_name
+    from workbench.measure.run.runner import measure, open_ledger, preflight
     from workbench.records import RunConfig
 
     refuse_duplicates(f"workbench {click.get_current_context().info_name}", "--cache", caches)

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import click
 
-from workbench.measure.order import DEFAULT_ORDER, ORDERS
+from workbench.measure.run.order import DEFAULT_ORDER, ORDERS
 from workbench.records import CACHE_STATES
 
 

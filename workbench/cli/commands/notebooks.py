@@ -25,7 +25,7 @@ from workbench.untrusted import for_terminal
               help="Where output notebooks go (default data/runs/<campaign>).")
 def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None, out_dir: str | None) -> None:
     """Run SWEEP_FILE: one papermill execution per grid point, recorded in the ledger."""
-    from workbench.cli.sweep import check_parameters, default_out_dir, expand_grid, load_sweep, run_sweep
+    from workbench.cli.sweep.execute import check_parameters, default_out_dir, expand_grid, load_sweep, run_sweep
     from workbench.ledger.schema import resolve_path
 
     spec = load_sweep(sweep_file)
@@ -91,8 +91,8 @@ def _flag(value: Any) -> bool | None:
 
 def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
     """Each point, what it will measure and about how long that takes; runs nothing, creates nothing."""
-    from workbench.cli.sweep import describe_point, point_completed
-    from workbench.cli.sweep_plan import RunHistory, describe_plan, notebook_defaults
+    from workbench.cli.sweep.execute import describe_point, point_completed
+    from workbench.cli.sweep.plan import RunHistory, describe_plan, notebook_defaults
     from workbench.ledger import Ledger
 
     lid, history = "", None

@@ -1,11 +1,11 @@
 """``workbench session``: a long-lived MoE decode session through the expert cache, recorded per turn —
 or, with ``--ab``, sessions compared arm against arm with verdicts.
 
-The session runs in one worker process (``python -m workbench.measure.session_worker``), not in this
+The session runs in one worker process (``python -m workbench.measure.session.worker``), not in this
 one: the memory and faults every turn records are the whole process's, so they must be the session's
 alone (not click's, pandas' or SQLite's), this process never opens the device it measures (as the
 runner's never does), and a session that crashes at turn 17 leaves 16 turns in the ledger. The device
-lock (``measure/lock.py``) is held from the cache preparation to the last turn.
+lock (``measure/lock/device.py``) is held from the cache preparation to the last turn.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from workbench.cli.exits import EXIT_HELP, finish, tally_run
 
 PLACEMENTS = ("inplace", "bounce", "aligned")  # workbench.expert.PLACEMENTS, spelled out: --help stays light
 READERS = ("auto", "pread", "direct-bounce", "direct-inplace", "pread-random")
-AB_ROUNDS = 6  # measure.session_ab.DEFAULT_ROUNDS, spelled out: the fewest paired by round, and a claim (>= 5)
+AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest paired by round, and a claim (>= 5)
 
 
 @click.command(epilog=EXIT_HELP.replace("every run", "the session").replace("a run", "the session"))
@@ -87,7 +87,7 @@ def session(file: str, device: str, cache: str, ab: tuple[str, ...], rounds: int
     if ab:
         _run_ab(file, config, ab, rounds, device, cache, as_json, common)
         return
-    from workbench.measure.session import measure_session
+    from workbench.measure.session.runner import measure_session
 
     say = None if as_json else _print_turn
     result = measure_session(file, config, device=device, cache=cache, label=label, on_turn=say,
@@ -106,10 +106,10 @@ def _run_ab(file: str, config: Any, specs: tuple[str, ...], rounds: int, device:
             common: dict[str, Any]) -> None:
     import contextlib
 
-    from workbench.measure.pressure import held_for_cells
-    from workbench.measure.runner import open_ledger
-    from workbench.measure.session import measure_session
-    from workbench.measure.session_ab import parse_ab, record_verdicts, run_session_ab
+    from workbench.measure.session.pressure import held_for_cells
+    from workbench.measure.run.runner import open_ledger
+    from workbench.measure.session.runner import measure_session
+    from workbench.measure.session.ab import parse_ab, record_verdicts, run_session_ab
 
     arms = [parse_ab(spec, config, cache, device) for spec in specs]
     limits = {arm.config.memory_limit_mib for arm in arms}
@@ -190,7 +190,7 @@ def _print_start(facts: Any) -> None:
 def _print_turn(r: Any) -> None:
     if r.turn == 0:  # the header with the first turn: a refusal before it stays one line
         click.echo(_TURN_HEADER, err=True)
-    from workbench.measure.session_wall import wall_text
+    from workbench.measure.session.wall import wall_text
 
     gap = (r.actual_anon_bytes - r.accounted_bytes) / 2**20 if r.actual_anon_bytes >= 0 else float("nan")
     click.echo(f"{r.turn:>4} {r.tokens_per_s:>8.1f} {r.hit_rate:>5.0%} {r.stall_read_s:>7.3f} {r.stall_upload_s:>6.3f} "

@@ -1,0 +1,32 @@
+"""What an :class:`~workbench.expert.cache.ExpertCache` can be asked for, and the check of what it is given
+(one :class:`~workbench.errors.ParamError` naming the option, before anything is reserved)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from workbench.errors import ParamError
+from workbench.expert.layout import PLACEMENTS
+from workbench.expert.readers import READERS
+from workbench.formats.index import ExpertBlob
+
+BOUNDARY_RELEASE = ("on", "off")
+GATE_SCOPES = ("blob", "file")
+DEFAULT_READER = {"inplace": "direct-inplace", "bounce": "direct-bounce", "aligned": "pread"}
+
+
+def _check_args(blobs: Sequence[ExpertBlob], budget: int, placement: str, release: str, reader: str,
+                gate: float | None, gate_scope: str) -> None:
+    if not blobs:
+        raise ParamError("cache", "blobs", "no expert blobs: the model is not a MoE")
+    for name, value, known in (("placement", placement, PLACEMENTS), ("boundary_release", release, BOUNDARY_RELEASE),
+                               ("reader", reader, ("auto", *READERS)), ("gate_scope", gate_scope, GATE_SCOPES)):
+        if value not in known:
+            raise ParamError("cache", name, f"{value!r} is not one of {', '.join(known)}")
+    if gate is not None and not 0.0 <= gate <= 1.0:
+        raise ParamError("cache", "gate", f"must be a resident fraction in [0, 1], got {gate!r}")
+    empty = next((b for b in blobs if any(n <= 0 for _, n in b.slices)), None)
+    if empty is not None:
+        raise ParamError("cache", "blobs", f"layer {empty.layer} {empty.name} has an empty expert slice")
+    largest = max(n for b in blobs for _, n in b.slices)
+    if budget < largest:
+        raise ParamError("cache", "budget", f"{budget} B cannot hold one expert slice ({largest} B)")

@@ -1,0 +1,1 @@
+"""External engines: another program's load timed from spawn to a log-line marker, its build identified, its output read, the evidence that it read the model's own bytes, and A/B of several engine commands."""

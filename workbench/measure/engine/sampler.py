@@ -1,0 +1,158 @@
+"""Sampling an external engine's process tree for what it does with the model's files.
+
+Each sample walks the tree (:mod:`~workbench.measure.engine.proc`) and keeps, per file of the model,
+the best it has seen: the furthest offset each descriptor on the file reached (a descriptor that went
+away keeps what it reached last), the most of the file's pages the tree had mapped at one instant, and
+each process's ``rchar`` (a bound on what its read calls can have returned). The tree is sampled every
+:data:`SAMPLE_S` while it holds none of the model's files, every :data:`FAST_S` while it holds one (a
+shard mapped, read and dropped is seen near its end), at once when inotify reports one of them opened
+(:mod:`~workbench.measure.engine.watch`), and at the markers — but never for more than :data:`DUTY` of
+the time: a sample that took 1 ms waits 10 ms for the next. :func:`~workbench.measure.engine.evidence.judge`
+turns what it kept into the run's evidence.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from workbench.measure.engine.proc import io_counters, model_fds, model_mappings, tree_of
+from workbench.measure.engine.target import ReadTarget
+from workbench.measure.engine.watch import OpenWatch
+from workbench.records import ReadEvidence
+
+SAMPLE_S = 0.1  # the period while the tree holds none of the model's files
+FAST_S = 0.002  # the period while it holds one
+DUTY = 0.1  # the most of the wall time sampling may take
+
+
+@dataclass
+class Descriptor:
+    """One descriptor on a model file: its offset at the window's start (0: opened inside it) and the
+    furthest it reached."""
+
+    file: int
+    base: int
+    reach: int
+
+
+@dataclass
+class TreeSampler:
+    """Samples an engine's process tree while it runs; :meth:`finish` judges what it saw, once."""
+
+    root: int
+    model: ReadTarget
+    resident_before: tuple[int, ...] | None = None
+    watch: OpenWatch | None = None
+    samples: int = 0
+    processes: set[int] = field(default_factory=set)
+    unreadable: str = ""
+    rchar: dict[int, list[int]] = field(default_factory=dict)  # pid -> [at the window's start, last seen]
+    read_bytes: dict[int, list[int]] = field(default_factory=dict)
+    descriptors: dict[tuple[int, int, int], Descriptor] = field(default_factory=dict)  # (pid, fd, file)
+    mapped: list[int] = field(default_factory=list)  # per file: the most resident at one sample
+    mapped_start: list[int] = field(default_factory=list)
+    held: set[int] = field(default_factory=set)  # files the tree was seen holding (a descriptor or mapping)
+    holding: bool = False
+    next_at: float = 0.0
+    busy_s: float = 0.0  # time spent sampling
+    final: ReadEvidence | None = None
+    _links: dict[tuple[int, str, str], int | None] = field(default_factory=dict)
+    _now: list[int] = field(default_factory=list)
+    _last: tuple[float, float] = (0.0, 0.0)  # the last sample's start and duration
+
+    def __post_init__(self) -> None:
+        n = len(self.model.paths)
+        self.mapped, self.mapped_start, self._now = [0] * n, [0] * n, [0] * n
+
+    @classmethod
+    def at_spawn(cls, model: ReadTarget) -> TreeSampler:
+        """A sampler for an engine about to start: the model's residency now, and the watch on its files
+        (opened after the residency is read, so the workbench's own look is not an open of the window)."""
+        resident = model.resident()
+        watch = OpenWatch(model.paths)
+        return cls(0, model, resident_before=resident, watch=watch if watch.fileno() >= 0 else None)
+
+    @property
+    def wake_fd(self) -> int | None:
+        return None if self.watch is None else self.watch.fileno()
+
+    def due(self, now: float) -> bool:
+        return self.final is None and now >= self.next_at
+
+    def wait_s(self, now: float) -> float:
+        """Seconds until the next sample is due."""
+        return max(0.0, self.next_at - now)
+
+    def woken(self) -> None:
+        """inotify said one of the model's files was opened: the next sample is due now (or as soon as
+        :data:`FAST_S` and :data:`DUTY` allow after the last one)."""
+        if self.watch is not None:
+            self.watch.drain()
+        self.next_at = min(self.next_at, self._last[0] + max(FAST_S, self._last[1] / DUTY))
+
+    def sample(self) -> None:
+        """Read every process of the tree once."""
+        if self.final is not None:
+            return
+        t0 = time.perf_counter()
+        self.samples += 1
+        now, holding = [0] * len(self.model.paths), False
+        for pid in tree_of(self.root):
+            self.processes.add(pid)
+            self._counters(pid)
+            for fd, index, pos in model_fds(pid, self.model, self._links):
+                held = self.descriptors.get((pid, fd, index))
+                if held is None:
+                    self.descriptors[(pid, fd, index)] = Descriptor(index, 0, pos)
+                else:
+                    held.reach = max(held.reach, pos)
+                self.held.add(index)
+                holding = True
+            for index, resident in model_mappings(pid, self.model).items():
+                now[index] += resident
+                self.held.add(index)
+                holding = True
+        self.mapped = [max(a, b) for a, b in zip(self.mapped, now)]
+        self._now, self.holding = now, holding
+        took = time.perf_counter() - t0
+        self.busy_s, self._last = self.busy_s + took, (t0, took)
+        self.next_at = t0 + max(FAST_S if holding else SAMPLE_S, took / DUTY)
+
+    def _counters(self, pid: int) -> None:
+        try:
+            counters = io_counters(pid)
+        except PermissionError:
+            self.unreadable = self.unreadable or f"/proc/{pid}/io unreadable"
+            return
+        if counters is None:
+            return
+        for table, value in ((self.rchar, counters[0]), (self.read_bytes, counters[1])):
+            table.setdefault(pid, [0, value])[1] = value  # a process first seen: born in the window
+
+    def mark_start(self) -> None:
+        """The start marker: what was read or mapped before it is not the window's."""
+        self.sample()
+        for table in (self.rchar, self.read_bytes):
+            for values in table.values():
+                values[0] = values[1]
+        for held in self.descriptors.values():
+            held.base = held.reach
+        self.mapped_start, self.mapped = list(self._now), list(self._now)
+
+    def finish(self) -> ReadEvidence:
+        """The last sample, at the end marker, and the model's residency then; judged once."""
+        from workbench.measure.engine.evidence import judge
+
+        if self.final is None:
+            self.sample()
+            self.final = judge(self, self.model.resident())
+            self.close()
+        return self.final
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+
+
+__all__ = ["DUTY", "FAST_S", "SAMPLE_S", "Descriptor", "TreeSampler"]

@@ -1,0 +1,1 @@
+"""What a runner holds on the machine, and how the next runner takes back what a killed one left: the device lock and its files, the processes it started (the reaper), the scratch files beside a model."""

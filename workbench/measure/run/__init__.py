@@ -1,0 +1,1 @@
+"""The run: one load in a fresh worker process, measured and recorded — the runner and its worker, the spawn, the model and its cache state, verification, the order of runs, the statistics and verdicts, the tables the CLI prints, and the dump of what the ledger could not take."""

@@ -1,0 +1,1 @@
+"""Decode sessions as a measurement: one long-lived worker running turns x tokens, every turn recorded, A/B of session options, and the memory pressure put around it (a cgroup, a balloon, a swap file)."""
