@@ -186,7 +186,11 @@ def test_the_gate_reads_resident_misses_buffered_per_blob_or_once_per_file(moe64
     records, report = run(moe64, turns=2, gate=0.9, gate_scope="blob")
     assert sum(r.gated_reads for r in records) == sum(r.misses for r in records) > 0  # resident: page cache serves
     assert report.summary.facts.gate == "0.9 per blob (at every miss)"
-    assert all(r.disk_bytes_per_token == 0 for r in records)
+    # the page cache serves them: what came from the disk is at most what a 0.9 gate lets through (the
+    # pages the machine reclaimed since warm_file — under a parallel suite — and the process's own other
+    # reads; read_bytes counts every file), never the misses' bytes themselves as O_DIRECT would
+    disk = sum(r.disk_bytes_per_token * r.tokens for r in records)
+    assert disk <= 0.1 * sum(r.bytes_read for r in records), (disk, [r.bytes_read for r in records])
     evict_file_pages(moe64.path)
     records, report = run(moe64, turns=2, gate=0.9, gate_scope="file")
     assert sum(r.gated_reads for r in records) == 0  # cold when the process started: never gated again
