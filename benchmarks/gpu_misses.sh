@@ -14,6 +14,7 @@
 #    Every turn's line holds its misses' GB/s against its wall (the ledger export keeps each turn).
 # Budget (≤ 600 s): model write ≤ 40 s, ceilings ≈ 30 s, probe (27 cases × 192 MiB) ≤ 150 s, 24 cells ×
 # ≈ 11 s (worker + CUDA ≈ 8 s, 3 turns × 4 tokens) ≈ 270 s, cut at 340 s (finished cells stay in the ledger).
+# A smaller call: MISSES_PROBE_MIB=0 (no probe), MISSES_ROUNDS=4, MISSES_AB_LIMIT (the A/B's cut, s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_misses.sh OUT}
@@ -32,10 +33,12 @@ wb=(python3 -m workbench.cli)
 { date -u +%FT%TZ; nproc; uname -r; cat /proc/loadavg; } > "$out/machine.txt"
 [ -f "$model" ] || timeout 60 "${wb[@]}" synth "$model" --format gguf --layout moe --size "$size" --experts 64 --alignment 64 --seed 11
 timeout 90 "${wb[@]}" ceilings --dir $dir --size "$size" --threads 16 --file "$model" > "$out/ceilings.txt" 2>&1
-timeout 150 python3 benchmarks/probe_slices.py "$model" --threads 1,4,16 --mib "${MISSES_PROBE_MIB:-192}" --out "$out/probe-slices.json" \
-    > /dev/null 2> "$out/probe-slices.txt"
-timeout 340 "${wb[@]}" session "$model" --device "$device" --cache cold --lanes 4 --overlap --turns 3 --tokens 4 \
-    --ab "reader=direct-inplace" --ab "reader=pread" --ab "reader=pread-random" --ab "lanes=16" --rounds 6 \
+if [ "${MISSES_PROBE_MIB:-192}" != 0 ]; then  # MISSES_PROBE_MIB=0: no probe (a call that has no room for it)
+    timeout 150 python3 benchmarks/probe_slices.py "$model" --threads 1,4,16 --mib "${MISSES_PROBE_MIB:-192}" \
+        --out "$out/probe-slices.json" > /dev/null 2> "$out/probe-slices.txt"
+fi
+timeout "${MISSES_AB_LIMIT:-340}" "${wb[@]}" session "$model" --device "$device" --cache cold --lanes 4 --overlap --turns 3 --tokens 4 \
+    --ab "reader=direct-inplace" --ab "reader=pread" --ab "reader=pread-random" --ab "lanes=16" --rounds "${MISSES_ROUNDS:-6}" \
     --campaign i25-misses > "$out/session-ab.txt" 2>&1
 echo "session A/B exit $?" >> "$out/session-ab.txt"
 cat /proc/loadavg >> "$out/machine.txt"

@@ -14,6 +14,11 @@
 #   big    — the full 16 GB Llama-3-8B-shaped checkpoint: ring against the old ring, n=3
 # Files in OUT: machine.txt, probe.json, summary.md (every step's bench.md), results.tgz (their
 # bench.json), all.log. Run from a checkout with PYTHONPATH holding it and the wheels (gpu_session.sh).
+# Environment (defaults: the first call's, 2026-12-03 11:13): SIZES_STEPS (which steps, in order),
+# DENSE_SIZES, and the configs of each step as |-separated lists: DENSE_SPECS, MOE_SPECS, PEER_SPECS,
+# BIG_SPECS (the first of each list is its table's baseline). The second call (first-read slots, the
+# same day): SIZES_STEPS="dense moe" DENSE_SPECS="ring provision=first-read|ring provision=readers|ring
+# provision=upfront" MOE_SPECS="ring provision=first-read|ring provision=readers|experts provision=first-read|experts".
 set -uo pipefail
 out=${1:?usage: gpu_sizes.sh OUT [DEADLINE_S]}
 deadline=${2:-540}
@@ -34,16 +39,25 @@ step() {  # NAME LIMIT CMD...: run CMD under min(LIMIT, what is left of the dead
   echo "== $name: rc=$? at ${SECONDS} s" | tee -a "$out/all.log"
 }
 R="ring provision=readers"; U="ring provision=upfront"; O="ring fit=0 provision=upfront"
-dd if=/dev/urandom of=/tmp/bench/probe.bin bs=1M count=256 status=none
-step probe 40 python3 benchmarks/probe_staging.py --device cuda --file /tmp/bench/probe.bin --out "$out/probe.json"
-step dense 200 python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes 64MiB,256MiB,1GiB,2GiB \
-  --runs 6 --spec "$R" --spec "$U" --spec "$O" --out /tmp/sizes/dense
-step moe 80 python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes "" --moe 2GiB --runs 6 \
-  --spec "$R" --spec experts --spec "$O" --out /tmp/sizes/moe
-step peers 110 python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes ${PEER_SIZES:-256MiB,2GiB,1GiB} --runs 6 \
-  --spec "$R" --spec "peer-instanttensor direct=0" --out /tmp/sizes/peers
-step big 200 python3 benchmarks/bench_sizes.py --device cuda --dir /tmp/bench --sizes full --runs 3 \
-  --spec "$R" --spec "$O" --out /tmp/sizes/big
+specs() {  # "A|B|C" -> --spec A --spec B --spec C
+  local IFS='|' x; for x in $1; do printf '%s\0%s\0' --spec "$x"; done
+}
+run_specs() {  # NAME LIMIT SPECS BENCH-ARGS...: bench_sizes.py with each config of SPECS
+  local name=$1 limit=$2 list=$3; shift 3
+  local args=(); while IFS= read -r -d '' a; do args+=("$a"); done < <(specs "$list")
+  step "$name" "$limit" python3 benchmarks/bench_sizes.py --device "${SIZES_DEVICE:-cuda}" --dir "${SIZES_DIR:-/tmp/bench}" "$@" "${args[@]}" --out "/tmp/sizes/$name"
+}
+for s in ${SIZES_STEPS:-probe dense moe peers big}; do
+  case $s in
+    probe) dd if=/dev/urandom of=/tmp/bench/probe.bin bs=1M count=256 status=none
+           step probe 40 python3 benchmarks/probe_staging.py --device cuda --file /tmp/bench/probe.bin --out "$out/probe.json" ;;
+    dense) run_specs dense 200 "${DENSE_SPECS:-$R|$U|$O}" --sizes "${DENSE_SIZES:-64MiB,256MiB,1GiB,2GiB}" --runs 6 ;;
+    moe)   run_specs moe 80 "${MOE_SPECS:-$R|experts|$O}" --sizes "" --moe 2GiB --runs 6 ;;
+    peers) run_specs peers 110 "${PEER_SPECS:-$R|peer-instanttensor direct=0}" --sizes "${PEER_SIZES:-256MiB,2GiB,1GiB}" --runs 6 ;;
+    big)   run_specs big 200 "${BIG_SPECS:-$R|$O}" --sizes full --runs 3 ;;
+    *)     echo "gpu_sizes.sh: unknown step '$s' (probe dense moe peers big)" >&2; exit 2 ;;
+  esac
+done
 for s in dense moe peers big; do [ -f /tmp/sizes/$s/bench.md ] && { echo "## $s"; cat /tmp/sizes/$s/bench.md; }; done > "$out/summary.md"
 tar -czf "$out/results.tgz" -C /tmp/sizes . 2>/dev/null
 tail -c 2000 "$out/summary.md"

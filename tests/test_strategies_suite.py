@@ -110,11 +110,15 @@ def test_every_strategy_loads_a_sharded_model_byte_exact(name, fmt, layout, cach
 @pytest.mark.parametrize("layout", ["dense", "moe"])
 @pytest.mark.parametrize("fmt", ["gguf", "safetensors"])
 @pytest.mark.parametrize("staging", ["auto", "alloc"])
-def test_ring_with_background_provisioning_loads_byte_exact(staging, fmt, layout, cache, synth_model):
+@pytest.mark.parametrize("provision", ["background", "first-read"])
+def test_ring_with_background_or_first_read_provisioning_loads_byte_exact(provision, staging, fmt, layout, cache,
+                                                                          synth_model):
     index = synth_model(fmt, layout)
     set_cache(index.path, cache)
-    result = load_and_verify("ring", index, provision="background", staging=staging, direct="off")  # staged on host too
-    assert "in the background" in result.engaged_by("pinned_staging").note
+    result = load_and_verify("ring", index, provision=provision, staging=staging, direct="off")  # staged on host too
+    note = result.engaged_by("pinned_staging").note
+    assert ("in the background" if provision == "background" else
+            "faulted in by its first read" if staging == "auto" else "made by the reader that first took it") in note
 
 
 @pytest.mark.parametrize("fmt", ["gguf", "safetensors"])

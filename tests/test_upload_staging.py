@@ -61,6 +61,7 @@ def push_through_ring(device: Any, ring: StagingRing, data: bytes, piece: int, t
                 n = min(piece, len(data) - off)
                 with ring.slot() as slot, slot.view[:n] as view:
                     view[:] = data[off : off + n]
+                    ring.filled(slot)  # first-read: registered now; a no-op for every other provision
                     device.copy_h2d(dst, off, view, asynchronous=True)
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             errors.append(exc)
@@ -472,3 +473,91 @@ def test_a_readers_ring_failing_to_make_a_slot_raises_in_that_reader_and_frees_t
     ring.release(first)
     ring.close()
     assert device.usage() == before and len(ring.slots) == 1
+
+
+# --- provision=first-read: a bare mapping, faulted in by its first fill, then registered --------------
+
+
+def resident_pages(view: memoryview) -> int:
+    """Pages of ``view`` (page-aligned) resident now, by mincore(2)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    addr = np.frombuffer(view, dtype=np.uint8).ctypes.data
+    pages = -(-len(view) // mmap.PAGESIZE)
+    vec = (ctypes.c_ubyte * pages)()
+    assert libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(len(view)), vec) == 0, ctypes.get_errno()
+    return sum(b & 1 for b in vec)
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("piece", [4096 + 5, 3 * 4096, HUGE_PAGE + 12289])  # odd, a page multiple, > a huge page
+def test_first_read_ring_lands_exact_bytes_and_gives_everything_back(device: Any, threads: int, piece: int) -> None:
+    before = device.usage()
+    data = pattern(3 * piece + 4096 * 7 + 123, seed=threads + piece)
+    ring = StagingRing(device, 3, piece, provision="first-read")
+    assert ring.slots == [] and ring.nbytes == 0  # nothing made before the first acquire
+    dst = push_through_ring(device, ring, data, piece, threads)
+    ring.close()
+    device.synchronize()
+    assert device.read_back(dst, 0, len(data)) == data
+    device.free(dst)
+    assert device.usage() == before  # every slot made was registered and released
+    assert ring.deferred_made == len(ring.slots) >= 1 and ring.locked
+    assert "faulted in by its first read, then registered" in ring.describe()
+
+
+@pytest.mark.parametrize("prefix", ["cuda", "hip"])
+def test_a_first_read_slot_is_neither_populated_nor_registered_until_its_first_fill(prefix: str) -> None:
+    dev, fake = open_fake(prefix)
+    ring = StagingRing(dev, 2, 3 * HUGE_PAGE, provision="first-read")
+    fake.calls.clear()
+    slot = ring.acquire()
+    assert not [c for c in fake.names() if c.endswith("HostRegister")] and slot.pending is not None
+    assert resident_pages(slot.view) == 0  # no MADV_POPULATE_WRITE: the fill is what faults it in
+    assert ring.how == "pending" and not ring.locked and "NOT yet registered" in ring.describe()
+    slot.view[: HUGE_PAGE + 5] = b"\x5a" * (HUGE_PAGE + 5)  # a short first fill: a window smaller than the slot
+    ring.filled(slot)
+    registered = [args for name, args in fake.calls if name.endswith("HostRegister")]
+    assert len(registered) == 1 and registered[0][1] == 3 * HUGE_PAGE and registered[0][0] % HUGE_PAGE == 0
+    assert bytes(slot.view[: HUGE_PAGE + 5]) == b"\x5a" * (HUGE_PAGE + 5)  # registering kept what was read
+    ring.release(slot)
+    again = ring.acquire()  # the same slot, locked once and for all
+    assert again is slot and again.pending is None
+    ring.filled(again)
+    ring.release(again)
+    assert len([c for c in fake.names() if c.endswith("HostRegister")]) == 1 and ring.how == "registered"
+    ring.close()
+    assert not fake.registered and fake.names().count("HostUnregister") == 1
+
+
+@pytest.mark.parametrize("prefix", ["cuda", "hip"])
+def test_a_first_read_slot_released_unsaid_is_registered_before_it_is_reused(prefix: str) -> None:
+    dev, fake = open_fake(prefix)
+    ring = StagingRing(dev, 1, 4096, provision="first-read")
+    slot = ring.acquire()
+    slot.view[:] = b"x" * 4096
+    ring.release(slot)  # the caller never called filled(): the ring registers it here
+    assert slot.pending is None and len(fake.registered) == 1
+    ring.close()
+    assert not fake.registered
+
+
+@pytest.mark.parametrize("prefix", ["cuda", "hip"])
+def test_a_refused_first_read_registration_leaves_that_slot_unlocked_and_allocates_the_rest(prefix: str) -> None:
+    dev, fake = open_fake(prefix, fail={f"{prefix}HostRegister": "ErrorMemoryAllocation"})
+    data = pattern(9 * 4096 + 77, seed=5)
+    ring = StagingRing(dev, 3, 4096 + 3, provision="first-read")
+    dst = push_through_ring(dev, ring, data, 4096 + 3, 1)  # one thread: the first slot is refused first
+    ring.close()
+    dev.synchronize()
+    assert dev.read_back(dst, 0, len(data)) == data  # an unlocked slot still lands the bytes
+    assert ring.deferred_made == 1 and ring.how == "unlocked" and not ring.locked
+    assert "NOT page-locked" in ring.describe() and not fake.host_mem  # every allocation given back
+    anon = StagingRing(dev, 2, 4096, provision="first-read", source="anon")  # the mapping only: every slot tried
+    for _ in range(2):
+        slot = anon.acquire()
+        anon.filled(slot)
+    assert anon.deferred_made == 2 and anon.how == "unlocked"
+    anon.close()

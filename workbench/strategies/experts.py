@@ -55,7 +55,7 @@ class ExpertsParams(BaseParams):
     warm (staged: for the whole model, sampled, picking the plan; otherwise per blob: the borrowed
     slice's gate; 0: always). Staged: ``readers`` and ``slot_mib`` windows warm, ``cold_readers`` and
     ``cold_mib`` reads cold, ``spare`` slots, ``staging`` source (auto | anon | alloc | wc) and
-    ``provision`` (upfront | background) as ``ring``'s, ``sized``: the ring no larger than the load
+    ``provision`` (upfront | background | readers | first-read) as ``ring``'s, ``sized``: the ring no larger than the load
     needs (0: readers + spare slots of ``slot_mib`` whatever the model, for comparison); ``direct``: ``auto``
     reads straight into the device's memory where it is host memory (no staging hop; warm readers and
     windows fitted to the load and the usable cores), ``off`` always stages. The other modes: ``threads``
@@ -70,7 +70,8 @@ class ExpertsParams(BaseParams):
         MappingProxyType({**small_pieces, "gate": 0.0}),  # straight into host memory on the host backends
         MappingProxyType({**small_pieces, "gate": 0.0, "direct": "off"}),  # staged wherever it runs
         MappingProxyType({**small_pieces, "staging": "wc", "direct": "off"}),
-        MappingProxyType({**small_pieces, "provision": "background", "staging": "wc", "direct": "off"}))
+        MappingProxyType({**small_pieces, "provision": "background", "staging": "wc", "direct": "off"}),
+        MappingProxyType({**small_pieces, "provision": "first-read", "direct": "off"}))
 
     gate: float = 0.9
     threads: int = 4

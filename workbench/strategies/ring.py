@@ -56,8 +56,9 @@ class RingParams(BaseParams):
     ``spare``: slots beyond one per reader; ``arena``: one device allocation for every tensor;
     ``staging``: where slots come from (auto: mmap + huge pages + register_host, else alloc_pinned);
     ``provision``: ``upfront`` (the whole ring registered before any reader starts), ``background``
-    (slots registered one by one while the readers already run) or ``readers`` (each slot made by the
-    reader that first takes it); ``fit``: warm readers and windows sized to the load, the usable cores
+    (slots registered one by one while the readers already run), ``readers`` (each slot made by the
+    reader that first takes it) or ``first-read`` (as ``readers``, but the slot is only mapped: its first
+    pread faults its pages in, then it is registered before its copies); ``fit``: warm readers and windows sized to the load, the usable cores
     and the available memory (``upload/staging_plan.py``; 0: as asked); ``direct``: ``auto`` reads
     straight into the device's memory where it is host memory (no staging hop), ``off`` always stages."""
 
@@ -72,7 +73,9 @@ class RingParams(BaseParams):
         MappingProxyType({**small_pieces, "staging": "wc"}),
         MappingProxyType({**small_pieces, "provision": "background", "staging": "wc"}),
         MappingProxyType({**small_pieces, "provision": "readers"}),
-        MappingProxyType({**small_pieces, "provision": "readers", "staging": "alloc", "fit": False}))
+        MappingProxyType({**small_pieces, "provision": "readers", "staging": "alloc", "fit": False}),
+        MappingProxyType({**small_pieces, "provision": "first-read"}),
+        MappingProxyType({**small_pieces, "provision": "first-read", "staging": "anon"}))
 
     threads: int = 16
     cold_threads: int = 8

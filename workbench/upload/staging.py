@@ -22,7 +22,11 @@ already in use, so the first reader waits for one slot instead of the whole ring
 ``provision="readers"`` each slot is provisioned by the reader that first takes it, so the slots' first
 touch and registration run in the readers, side by side and beside the reads of slots already made,
 and nothing is provisioned before the first read (issue 25: on the H200 the upfront ring was 28-43 ms
-of a 50 ms load of 256 MiB).
+of a 50 ms load of 256 MiB); with ``provision="first-read"`` a reader's slot is a mapping advised onto
+huge pages and nothing more: the reader's first pread into it faults its pages in (side by side in
+every reader, where populating them serialized machine-wide on the H200), and :meth:`StagingRing.filled`
+registers it before the copies out of it are issued (``alloc``/``wc`` sources are allocated page-locked,
+as with ``readers``).
 """
 from __future__ import annotations
 
@@ -30,27 +34,15 @@ import queue
 import threading
 import time
 from workbench.records import Engaged
-from workbench.upload.base import Device, Fence
+from workbench.upload.base import Device
 from workbench.upload.pinned import HUGE_PAGE, MADV_POPULATE_WRITE, SOURCES, PinnedBlock
+from workbench.upload.slot import Held, Slot
 from workbench.upload.staging_plan import size_ring
 
-PROVISIONS = ("upfront", "background", "readers")
+PROVISIONS = ("upfront", "background", "readers", "first-read")
 
 __all__ = ["HUGE_PAGE", "MADV_POPULATE_WRITE", "PROVISIONS", "SOURCES", "PinnedBlock", "Slot", "StagingRing",
            "size_ring"]
-
-
-class Slot:
-    """One staging slot: ``view`` (writable, ``nbytes`` long) and the fence of the copies out of it."""
-
-    __slots__ = ("index", "view", "fence")
-
-    def __init__(self, index: int, view: memoryview, fence: Fence):
-        self.index, self.view, self.fence = index, view, fence
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.view)
 
 
 class StagingRing:
@@ -65,7 +57,10 @@ class StagingRing:
     :meth:`acquire` as soon as it is ready: the first reader waits for one slot, not the whole ring;
     :meth:`close` stops that thread first, so a load that finishes early provisions fewer slots) or
     ``readers`` (the first :meth:`acquire` of a slot provisions it, in the caller's thread: readers
-    make their own slots at once; ``reader_provision_s`` sums the time they spent on it).
+    make their own slots at once; ``reader_provision_s`` sums the time they spent on it) or
+    ``first-read`` (as ``readers``, but the slot is only mapped: the caller's fill faults it in and
+    :meth:`filled` registers it; ``reader_provision_s`` then sums mapping and registering, the fill's
+    page faults are in the caller's read).
     A background provisioning failure is raised by :meth:`acquire` (every waiter, and every later
     call); :meth:`close` still releases what was provisioned.
 
@@ -99,7 +94,9 @@ class StagingRing:
         self.reader_provision_s = 0.0
         self._made = threading.Lock()
         self._unmade: list[Slot] = []  # readers: placeholders, made by the first acquire that needs one
-        if provision == "readers":
+        self._deferred = provision == "first-read" and source in ("auto", "anon")
+        self.deferred_made = 0  # first-read: slots made as bare mappings, registered after their first fill
+        if provision in ("readers", "first-read"):
             self._unmade = [Slot(i, None, None) for i in reversed(range(slots))]  # type: ignore[arg-type]
             self.provision_s = time.perf_counter() - t0
             self._t0 = t0
@@ -150,7 +147,7 @@ class StagingRing:
         """How the slots' memory was obtained; background with mixed blocks: the weakest of them
         (``none`` while nothing is provisioned)."""
         hows = {b.how for b in self._blocks}
-        for how in ("unlocked", "pinned", "write-combined", "registered"):
+        for how in ("unlocked", "pending", "pinned", "write-combined", "registered"):
             if how in hows:
                 return how
         return "none"
@@ -210,8 +207,11 @@ class StagingRing:
         """``readers``: provision ``slot`` in the calling thread (a slot that fails goes back unmade):
         slots are made only while every made one is busy, so a load makes as many as it keeps in use."""
         t0 = time.perf_counter()
+        deferred, source = self._deferred, self.source
+        if self.provision == "first-read" and source == "auto" and not deferred:
+            source = "alloc"  # a first-read slot's registration was refused: the rest are allocated locked
         try:
-            block = PinnedBlock(self.device, self.slot_bytes, self.source)
+            block = PinnedBlock(self.device, self.slot_bytes, source, deferred=deferred)
         except BaseException:
             with self._made:
                 self._unmade.append(slot)
@@ -219,6 +219,8 @@ class StagingRing:
         with self._made:
             self._blocks.append(block)
             slot.view, slot.fence = block.view[:], self.device.create_fence()
+            slot.pending = block if deferred else None
+            self.deferred_made += deferred
             self.slots.append(slot)
             now = time.perf_counter()
             self.reader_provision_s += now - t0
@@ -227,13 +229,30 @@ class StagingRing:
             if len(self.slots) == self.wanted:
                 self.provisioned_s = now - self._t0
 
+    def filled(self, slot: Slot) -> None:
+        """The caller has filled ``slot`` and is about to copy out of it: a ``first-read`` slot filled
+        for the first time is registered now (its fill faulted its pages in). Where the device refuses
+        (source ``auto``), the slot stays unlocked and the slots made after it are ``alloc_pinned``."""
+        block = slot.pending
+        if block is None:
+            return
+        t0 = time.perf_counter()
+        slot.pending = None
+        if not block.lock() and self.source == "auto":
+            self._deferred = False  # registration refused: the next slots are page-locked allocations
+        with self._made:
+            self.reader_provision_s += time.perf_counter() - t0
+
     def release(self, slot: Slot) -> None:
-        """Fence the slot behind every copy issued so far and hand it back."""
+        """Fence the slot behind every copy issued so far and hand it back (a first-read slot its
+        caller never said it :meth:`filled` is registered now, before anyone reuses it)."""
+        if slot.pending is not None:
+            self.filled(slot)
         self.device.record_fence(slot.fence)
         self._free.put(slot)
 
-    def slot(self) -> "_Held":
-        return _Held(self)
+    def slot(self) -> Held:
+        return Held(self)
 
     def close(self, strict: bool = True) -> None:
         """Stop and join the background provisioning, wait for every slot's copies, then release
@@ -277,20 +296,3 @@ class StagingRing:
         note = "" if done == len(self.slots) else (f"unsupported on {backend or 'this backend'}: ordinary "
                                                    "page-locked slots")
         return Engaged("write_combined", done, len(self.slots), "slots", note)
-
-
-class _Held:
-    """``with ring.slot() as slot:`` — acquire on entry, release on exit (also on error)."""
-
-    __slots__ = ("ring", "slot")
-
-    def __init__(self, ring: StagingRing):
-        self.ring, self.slot = ring, None
-
-    def __enter__(self) -> Slot:
-        self.slot = self.ring.acquire()
-        return self.slot
-
-    def __exit__(self, *exc: object) -> None:
-        self.ring.release(self.slot)
-

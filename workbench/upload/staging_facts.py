@@ -10,11 +10,14 @@ def describe_ring(ring: Any) -> str:
     after 1.9 ms, all after 36.0 ms), 0.1 ms to provision, 2.0 ms to release``."""
     source = {"registered": "registered (mmap + huge pages)", "pinned": "alloc_pinned",
               "write-combined": "alloc_pinned write-combined",
-              "unlocked": "alloc_pinned, NOT page-locked", "none": "nothing provisioned"}[ring.how]
-    if ring.provision == "readers":
+              "unlocked": "NOT page-locked", "pending": "mmap + huge pages, NOT yet registered",
+              "none": "nothing provisioned"}[ring.how]
+    if ring.provision in ("readers", "first-read"):
         made = f"{len(ring.slots)}" if len(ring.slots) == ring.wanted else f"{len(ring.slots)} of {ring.wanted}"
-        return (f"{made} x {ring.slot_bytes / 2**20:g} MiB {source}, each made by the reader that first took "
-                f"it ({ring.reader_provision_s * 1e3:.1f} ms in readers, first slot after "
+        how = ("each made by the reader that first took it" if not ring.deferred_made else
+               "each mapped by the reader that first took it, faulted in by its first read, then registered")
+        return (f"{made} x {ring.slot_bytes / 2**20:g} MiB {source}, {how} "
+                f"({ring.reader_provision_s * 1e3:.1f} ms in readers, first slot after "
                 f"{(ring.first_slot_s or 0) * 1e3:.1f} ms), {ring.release_s * 1e3:.1f} ms to release")
     if ring.provision == "upfront":
         return (f"{len(ring.slots)} x {ring.slot_bytes / 2**20:g} MiB {source}, "
