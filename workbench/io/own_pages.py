@@ -37,6 +37,8 @@ from typing import Iterable
 
 import numpy as np
 
+from workbench.io.proc_status import status_bytes
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 1 << 20
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -185,11 +187,8 @@ def pin_own_file_pages(exclude: Iterable[str] = (), budget_bytes: int | None = N
 
 def vmlck_bytes(status: str = "/proc/self/status") -> int:
     """VmLck of a process (bytes; -1 where unreadable)."""
-    try:
-        with open(status, encoding="ascii") as fh:
-            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmLck:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return -1
+    value = status_bytes("VmLck", status)
+    return -1 if value is None else value
 
 
 def _why(err: int) -> str:

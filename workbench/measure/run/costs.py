@@ -13,6 +13,7 @@ import resource
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from workbench.io.proc_status import status_bytes
 from workbench.records import RunCosts
 
 SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
@@ -28,7 +29,7 @@ class _Counters:
 
 def _read_counters(devices: Sequence[tuple[int, int]]) -> _Counters:
     return _Counters(_proc_io(), _disk_sectors(devices), resource.getrusage(resource.RUSAGE_SELF),
-                     _status_bytes("VmRSS"))
+                     status_bytes("VmRSS"))
 
 
 def _proc_io() -> dict[str, int] | None:
@@ -51,17 +52,6 @@ def _disk_sectors(devices: Sequence[tuple[int, int]]) -> dict[str, int]:
     except (OSError, ValueError):
         return {}
     return out
-
-
-def _status_bytes(key: str) -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _resident_bytes(files: Sequence[str]) -> int | None:
@@ -98,7 +88,7 @@ class CostProbe:
     def close(self, model_bytes: int) -> RunCosts:
         """Just after the window: the counters first, then what is read at leisure."""
         after = _read_counters(self.devices)
-        peak_rss = _status_bytes("VmHWM")
+        peak_rss = status_bytes("VmHWM")
         pinned, registered = self.device.locked.peak["pinned"], self.device.locked.peak["registered"]
         extra, source = self._device_extra(model_bytes)
         cache_after = _resident_bytes(self.files)

@@ -40,6 +40,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from workbench.io.proc_status import status_bytes
+
 MiB = 1 << 20
 _MLOCK_ONFAULT, _MADV_POPULATE_WRITE = 1, 23
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -68,7 +70,7 @@ class WorkingSet:
 
 def measure_working_set(worker_file_bytes: int | None = None) -> WorkingSet:
     """The machine's working set now (see the module doc)."""
-    own = _status_kib("RssFile")
+    own = status_bytes("RssFile") or 0
     measured = worker_file_bytes is not None and worker_file_bytes >= 0
     return WorkingSet(meminfo("Mapped"), int(worker_file_bytes) if measured else own, measured,
                       meminfo("Active(file)"))
@@ -125,15 +127,4 @@ def meminfo(key: str) -> int:
         for line in fh:
             if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
-    return 0
-
-
-def _status_kib(key: str) -> int:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     return 0
