@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,27 @@ import click
 from workbench.cli.exits import EXIT_HELP, EXIT_RUNS_FAILED, RunTally, finish, tally_run
 from workbench.records import plural
 from workbench.untrusted import for_terminal
+
+
+@contextmanager
+def _ctrl_c_latch():  # noqa: ANN202 - yields a callable
+    """Ctrl-C raises KeyboardInterrupt as always, and is also remembered: the yielded callable says
+    whether it came. A KeyboardInterrupt raised while Python runs a finalizer or a callback is printed
+    and dropped ("Exception ignored in ..."), so a sweep asks after every point and stops there."""
+    came = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield came.is_set
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        came.set()
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield came.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 
@@ -46,9 +70,12 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
         if outcome.status == "failed":
             click.echo(for_terminal(f"  failed: {outcome.point.name}: {outcome.error} (notebook: {outcome.output})"),
                        err=True)
+        if interrupted():  # a Ctrl-C something swallowed (see _ctrl_c_latch): no further point starts
+            raise KeyboardInterrupt
 
     try:
-        report = run_sweep(spec, ledger_path=ledger_path, resume=resume, out_dir=out, on_point=say)
+        with _ctrl_c_latch() as interrupted:
+            report = run_sweep(spec, ledger_path=ledger_path, resume=resume, out_dir=out, on_point=say)
     except KeyboardInterrupt:
         finished = sum(o.status in ("done", "skipped") for o in done)
         click.secho(f"interrupted: {finished}/{len(points)} points completed (notebooks in {out}); the point "
