@@ -167,7 +167,7 @@ class StagingRing:
         background provisioning's error once it has failed."""
         if self.error is not None:
             raise self.error
-        if self._unmade:  # readers: make an unmade slot while there is one, else wait for a free one
+        if self._unmade:  # readers: a free made slot first, else make one, else wait for one
             slot = self._made_or_unmade()
             if slot is not None:
                 return slot
@@ -190,19 +190,22 @@ class StagingRing:
         return slot
 
     def _made_or_unmade(self) -> Slot | None:
-        """``readers``/``first-read``: an unmade slot, made now; None once every slot is made. A
-        released slot is reused only once the ring is whole: its copies may still be queued, and a
-        reader that waits on their fence while a slot could still be made stalls the pipeline (on the
-        H200, 2026-12-03, the spare slots of a ring that reused first were never made: the ring ran
-        with one slot a reader and every reader waited on the copy engine in turn)."""
-        with self._made:
-            slot = self._unmade.pop() if self._unmade else None
-        if slot is not None:
-            self._make(slot)
+        """``readers``: a made slot that is free now, else an unmade one made now (None: neither)."""
+        try:
+            slot = self._free.get_nowait()
+        except queue.Empty:
+            with self._made:
+                slot = self._unmade.pop() if self._unmade else None
+            if slot is not None:
+                self._make(slot)
+                return slot
+            return None
+        self.device.wait_fence(slot.fence)
         return slot
 
     def _make(self, slot: Slot) -> None:
-        """``readers``: provision ``slot`` in the calling thread (a slot that fails goes back unmade)."""
+        """``readers``: provision ``slot`` in the calling thread (a slot that fails goes back unmade):
+        slots are made only while every made one is busy, so a load makes as many as it keeps in use."""
         t0 = time.perf_counter()
         deferred, source = self._deferred, self.source
         if self.provision == "first-read" and source == "auto" and not deferred:
