@@ -38,3 +38,15 @@ def test_usable_cores_follow_the_affinity_mask(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
     assert usable_cores() == 3
+
+
+def test_more_than_eight_readers_only_at_one_per_crowd_bytes() -> None:
+    # H200, 2026-12-03 14:20 (n=6): 8 readers against 16 were 1.56x at 256 MiB, 1.13x at 1 GiB, level at 2 GiB.
+    def readers(total: int, crowd: int = 128 * MiB) -> int:
+        return fit_warm(total, 16, 8 * MiB, spare=4, cores=16, memory=64 << 30, crowd=crowd).readers
+
+    assert [readers(n * MiB) for n in (64, 256, 1024, 2048, 16384)] == [4, 8, 8, 16, 16]
+    assert readers(1536 * MiB) == 12 and readers(256 * MiB, crowd=0) == 16  # 0: off
+    fit = fit_warm(256 * MiB, 16, 8 * MiB, spare=4, cores=16, memory=64 << 30, crowd=128 * MiB)
+    assert "8 of 16 readers (256 MiB: more than 8 readers only at one per 128 MiB)" in fit.why
+    assert fit_warm(256 * MiB, 4, 8 * MiB, spare=4, cores=16, memory=64 << 30, crowd=128 * MiB).readers == 4

@@ -58,7 +58,9 @@ class RingParams(BaseParams):
     ``provision``: ``upfront`` (the whole ring registered before any reader starts), ``background``
     (slots registered one by one while the readers already run), ``readers`` (each slot made by the
     reader that first takes it) or ``first-read`` (as ``readers``, but the slot is only mapped: its first
-    pread faults its pages in, then it is registered before its copies); ``fit``: warm readers and windows sized to the load, the usable cores
+    pread faults its pages in, then it is registered before its copies); ``crowd_mib``: beyond 8 warm
+    readers, one more only per ``crowd_mib`` of the load (0: off); ``fit``: warm readers and windows
+    sized to the load, the usable cores
     and the available memory (``upload/staging_plan.py``; 0: as asked); ``direct``: ``auto`` reads
     straight into the device's memory where it is host memory (no staging hop), ``off`` always stages."""
 
@@ -88,13 +90,17 @@ class RingParams(BaseParams):
     gate: float = 0.9
     arena: bool = True
     staging: str = "auto"
-    # readers, measured on the H200 (2026-12-03, bf16 safetensors, warm, n=6 interleaved, all verified;
-    # docs/benchmarks/sizes-h200.md): against the same fitted ring provisioned upfront 1.07x faster at
-    # 1 GiB (upfront 0.93x [0.86-0.95]), level at 64 MiB, 256 MiB and 2 GiB (0.91-1.03x, inconclusive);
-    # upfront cost 29-35 ms of staging inside every window from 1 GiB up.
-    provision: str = "readers"
+    # first-read, measured on the H200 (2026-12-03 13:57, bf16 safetensors, warm, n=6 interleaved, all
+    # verified; docs/benchmarks/sizes-h200.md): against slots made (populated + registered) by their
+    # readers 1.22x at 1 GiB (readers 0.82x [0.79-0.89]), 1.17x at 2 GiB (0.85x [0.74-0.92]), 1.05x at
+    # 16 GB (0.95x [0.87-0.97], n=3), level at 64 MiB-256 MiB and the MoE GGUF.
+    provision: str = "first-read"
     fit: bool = True
     min_share_mib: int = 16
+    # crowd: on the H200 (2026-12-03 14:20, n=6) 8 readers against 16: 1.56x [1.26-1.88] at 256 MiB,
+    # 1.13x [1.03-1.39] at 1 GiB, 1.02x [0.87-1.19] at 2 GiB (each reader's registration, copies and
+    # fences queue on the driver's lock: their summed time fell 5x at 256 MiB with half the readers).
+    crowd_mib: int = 128
     direct: str = "auto"
 
     def __post_init__(self) -> None:
@@ -107,6 +113,7 @@ class RingParams(BaseParams):
         check_param("ring", "provision", self.provision in PROVISIONS,
                     f"one of {', '.join(PROVISIONS)}, got {self.provision!r}")
         check_param("ring", "min_share_mib", self.min_share_mib >= 1, f"must be >= 1, got {self.min_share_mib}")
+        check_param("ring", "crowd_mib", self.crowd_mib >= 0, f"must be >= 0 (0: off), got {self.crowd_mib}")
         check_param("ring", "direct", self.direct in DIRECT, f"one of {', '.join(DIRECT)}, got {self.direct!r}")
 
 
@@ -210,7 +217,7 @@ class RingStrategy(Strategy):
         total = sum(r.hi - r.lo for r in regions)
         if warm:
             fit = fit_warm(total, p.threads, p.slot_mib * MiB, spare=0 if direct else p.spare,
-                           min_share=p.min_share_mib * MiB) if p.fit else None
+                           min_share=p.min_share_mib * MiB, crowd=p.crowd_mib * MiB) if p.fit else None
             size = fit.window if fit else p.slot_mib * MiB
             windows = [w for r in regions for w in plan_windows(r, size)]  # one queue, model order
             readers, sources = min(fit.readers if fit else p.threads, len(windows)), None

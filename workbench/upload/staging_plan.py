@@ -64,19 +64,28 @@ class WarmFit:
     why: str
 
 
+FEW = 8  # readers a load gets before ``crowd`` applies
+
+
 def fit_warm(total: int, threads: int, window: int, *, spare: int, min_share: int = 16 * MiB,
-             per_reader: int = 4, cores: int | None = None, memory: int | None = None) -> WarmFit:
+             per_reader: int = 4, cores: int | None = None, memory: int | None = None,
+             crowd: int = 0) -> WarmFit:
     """Readers and window for a warm load of ``total`` bytes, at most ``threads`` readers and
-    ``window``-byte windows (see the module docstring): readers ≤ usable cores and ≤ total/min_share;
+    ``window``-byte windows (see the module docstring): readers ≤ usable cores and ≤ total/min_share,
+    and (``crowd``) more than :data:`FEW` only at one per ``crowd`` bytes — every reader's device calls
+    (registration, copies, fences) queue on the driver's lock;
     the window about total/(readers × per_reader), a whole number of huge pages, at most ``window``;
     (readers + spare) windows of staging ≤ 1/8 of the available memory (smaller windows first, down to
     a huge page, then fewer readers)."""
     cores = usable_cores() if cores is None else cores
     why = []
-    readers = max(1, min(threads, cores, -(-total // max(min_share, 1))))
+    by_share = -(-total // max(min_share, 1))
+    by_crowd = max(FEW, total // crowd) if crowd else threads
+    readers = max(1, min(threads, cores, by_share, by_crowd))
     if readers < threads:
         limits = [f"{cores} usable cores" if readers == cores else
-                  f"{total / MiB:.0f} MiB at >= {min_share / MiB:g} MiB a reader"]
+                  f"{total / MiB:.0f} MiB at >= {min_share / MiB:g} MiB a reader" if readers == by_share else
+                  f"{total / MiB:.0f} MiB: more than {FEW} readers only at one per {crowd / MiB:g} MiB"]
         why.append(f"{readers} of {threads} readers ({limits[0]})")
     fitted = total // (readers * max(per_reader, 1)) // HUGE * HUGE
     size = max(min(HUGE, window), min(window, fitted))
