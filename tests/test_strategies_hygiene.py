@@ -371,13 +371,22 @@ def check_finished_and_failed_loads(name: str, params: dict[str, Any], index: An
         with pytest.raises(InjectedCopyFailure, match="refused on purpose"):
             load(name, params, index, FailingCopies(real, copies // 2 + 1))
 
+        def load_once() -> None:
+            result = load(name, params, index, real)
+            report = verify_placements(index, real, result.placements)
+            assert report.ok, report.detail
+            free_placements(real, result)
+
         before = settled_snapshot(real, index)
-        result = load(name, params, index, real)
-        report = verify_placements(index, real, result.placements)
-        assert report.ok, report.detail
-        free_placements(real, result)
-        result = report = None
-        check_clean(before, settled_snapshot(real, index, before), f"{name} {params} after a load")
+        load_once()
+        after = settled_snapshot(real, index, before)
+        if after.anon - before.anon > ANON_SLACK:
+            # Once per process, whichever load runs first after a given mix of earlier tests (940 KiB:
+            # experts upload=pinned on fake-cuda after the ring's variants, -k "ring or experts", not in
+            # the file's order, 2026-12-03): load once more and hold that one — a leak grows per run.
+            load_once()
+            before, after = after, settled_snapshot(real, index, after)
+        check_clean(before, after, f"{name} {params} after a load")
 
         def fail_half_way() -> None:
             with pytest.raises(InjectedCopyFailure, match="refused on purpose"):
