@@ -137,9 +137,10 @@ def measure_file(path: Path, trees: dict[str, Path], runs: int) -> dict[str, Any
         raise SystemExit(f"{path}: the two versions give different indexes ({sorted(digests)})")
     secs = {name: [r["index_s"] for r in rs] for name, rs in samples.items()}
     effect = ratio_effect(secs["base"], secs["this"], paired=True)
+    imported = {name: sorted({m for r in rs for m in r["window_imports"]}) for name, rs in samples.items()}
     return {"file": str(path), "size": path.stat().st_size, "tensors": samples["this"][0]["tensors"],
-            "digest": digests.pop(), "runs": runs, "seconds": secs, "effect": effect.to_json(), "effect_text": str(effect),
-            "window_imports": {name: sorted({m for r in rs for m in r["window_imports"]}) for name, rs in samples.items()}}
+            "digest": digests.pop(), "runs": runs, "seconds": secs, "effect": effect.to_json(),
+            "effect_text": str(effect), "window_imports": imported}
 
 
 def machine() -> dict[str, Any]:
