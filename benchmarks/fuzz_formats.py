@@ -1,4 +1,4 @@
-"""Fuzz both model-file parsers (GGUF through gguf-py, safetensors) and record what happened.
+"""Fuzz both model-file parsers (GGUF: the header walk with gguf-py's tables; safetensors) and record what happened.
 
     python benchmarks/fuzz_formats.py                                # 2000 random cases + every truncation
     python benchmarks/fuzz_formats.py --cases 10000 --seed 1 --out docs/hardening/fuzz

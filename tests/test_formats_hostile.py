@@ -190,25 +190,6 @@ def test_gguf_dimension_past_int64_is_named(tmp_path):
         index_within(write_gguf(tmp_path / "m.gguf", infos=infos, data=bytes(32)))
 
 
-def test_gguf_bad_file_is_not_parsed_twice(tmp_path, monkeypatch):
-    # A file gguf-py refused was parsed again by the plain reader (arrays and all: ~10 s on a real
-    # vocabulary) as if the fast reader's hook were the problem.
-    import gguf
-
-    calls = []
-    real_init = gguf.GGUFReader.__init__
-
-    def counting_init(self, *args, **kw):
-        calls.append(type(self).__name__)
-        return real_init(self, *args, **kw)
-
-    monkeypatch.setattr(gguf.GGUFReader, "__init__", counting_init)
-    monkeypatch.setattr(gguf.GGUFReader, "_build_tensors", lambda *a: (_ for _ in ()).throw(ValueError("boom")))
-    with pytest.raises(FormatError, match="boom"):
-        open_index(write_gguf(tmp_path / "m.gguf"))
-    assert len(calls) == 1, calls
-
-
 @pytest.mark.parametrize("key", [b"", b"   ", b"\x00"])
 def test_gguf_blank_key_is_named_by_its_place(tmp_path, key):
     # An empty key gave the error field '' ("file: : not valid UTF-8"): no field named at all.
