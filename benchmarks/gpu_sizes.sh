@@ -45,6 +45,7 @@ specs() {  # "A|B|C" -> --spec A --spec B --spec C
 run_specs() {  # NAME LIMIT SPECS BENCH-ARGS...: bench_sizes.py with each config of SPECS
   local name=$1 limit=$2 list=$3; shift 3
   local args=(); while IFS= read -r -d '' a; do args+=("$a"); done < <(specs "$list")
+  rm -rf "/tmp/sizes/$name"  # a box kept from an earlier call: only this call's results go in OUT
   step "$name" "$limit" python3 benchmarks/bench_sizes.py --device "${SIZES_DEVICE:-cuda}" --dir "${SIZES_DIR:-/tmp/bench}" "$@" "${args[@]}" --out "/tmp/sizes/$name"
 }
 for s in ${SIZES_STEPS:-probe dense moe peers big}; do
@@ -58,6 +59,6 @@ for s in ${SIZES_STEPS:-probe dense moe peers big}; do
     *)     echo "gpu_sizes.sh: unknown step '$s' (probe dense moe peers big)" >&2; exit 2 ;;
   esac
 done
-for s in dense moe peers big; do [ -f /tmp/sizes/$s/bench.md ] && { echo "## $s"; cat /tmp/sizes/$s/bench.md; }; done > "$out/summary.md"
-tar -czf "$out/results.tgz" -C /tmp/sizes . 2>/dev/null
+for s in ${SIZES_STEPS:-dense moe peers big}; do [ -f /tmp/sizes/$s/bench.md ] && { echo "## $s"; cat /tmp/sizes/$s/bench.md; }; done > "$out/summary.md"
+steps=(${SIZES_STEPS:-dense moe peers big}); tar -czf "$out/results.tgz" -C /tmp/sizes "${steps[@]}" 2>/dev/null
 tail -c 2000 "$out/summary.md"
