@@ -327,3 +327,19 @@ def test_the_ring_fitted_to_the_load_with_slots_made_by_its_readers_lands_every_
     assert "made by the reader that first took it" in staging.note and staging.total <= readers.done + 4
     assert dev.in_flight == 0 and dev.usage().registered == 0 and dev.usage().pinned == 0
     assert {"provision_us", "first_read_us", "unstage_us"} <= set(result.counters)
+
+
+def test_more_than_eight_staged_readers_only_at_one_per_crowd_mib_never_direct(raw_model, monkeypatch):
+    import workbench.upload.staging_plan as plan
+
+    monkeypatch.setattr(plan, "usable_cores", lambda: 16)  # the 2-core VM would cap it first
+    index = raw_model([(6 << 20) + 5, 3000, (6 << 20) + 77], **ODD)  # 12.0x MiB: 13 readers at >= 1 MiB each
+    set_cache(index.path, "warm")
+    common = dict(threads=16, slot_mib=1, min_share_mib=1, crowd_mib=4, fit=True)
+    staged = load(index, DeferredCopyDevice(), direct="off", **common)
+    readers = staged.engaged_by("ring_readers")
+    assert readers.done == 8 and "more than 8 readers only at one per 4 MiB" in readers.note, str(readers)
+    direct = load(index, HostDevice(), direct="auto", **common)  # host memory: no driver queue to spare, every reader
+    assert direct.engaged_by("ring_readers").done == 13 and direct.path["copy_from"] == "none"  # 12.0x MiB
+    off = load(index, DeferredCopyDevice(), direct="off", **{**common, "crowd_mib": 0})
+    assert off.engaged_by("ring_readers").done == 13

@@ -59,7 +59,8 @@ class RingParams(BaseParams):
     (slots registered one by one while the readers already run), ``readers`` (each slot made by the
     reader that first takes it) or ``first-read`` (as ``readers``, but the slot is only mapped: its first
     pread faults its pages in, then it is registered before its copies); ``crowd_mib``: beyond 8 warm
-    readers, one more only per ``crowd_mib`` of the load (0: off); ``fit``: warm readers and windows
+    readers, one more only per ``crowd_mib`` of the load (0: off; staged loads only: the queue it avoids
+    is the device driver's); ``fit``: warm readers and windows
     sized to the load, the usable cores
     and the available memory (``upload/staging_plan.py``; 0: as asked); ``direct``: ``auto`` reads
     straight into the device's memory where it is host memory (no staging hop), ``off`` always stages."""
@@ -217,7 +218,8 @@ class RingStrategy(Strategy):
         total = sum(r.hi - r.lo for r in regions)
         if warm:
             fit = fit_warm(total, p.threads, p.slot_mib * MiB, spare=0 if direct else p.spare,
-                           min_share=p.min_share_mib * MiB, crowd=p.crowd_mib * MiB) if p.fit else None
+                           min_share=p.min_share_mib * MiB,
+                           crowd=0 if direct else p.crowd_mib * MiB) if p.fit else None  # the driver's queue
             size = fit.window if fit else p.slot_mib * MiB
             windows = [w for r in regions for w in plan_windows(r, size)]  # one queue, model order
             readers, sources = min(fit.readers if fit else p.threads, len(windows)), None
