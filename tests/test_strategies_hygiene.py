@@ -377,28 +377,26 @@ def check_finished_and_failed_loads(name: str, params: dict[str, Any], index: An
             assert report.ok, report.detail
             free_placements(real, result)
 
-        before = settled_snapshot(real, index)
-        load_once()
-        after = settled_snapshot(real, index, before)
-        if after.anon - before.anon > ANON_SLACK:
-            # Once per process, whichever load runs first after a given mix of earlier tests (940 KiB:
-            # experts upload=pinned on fake-cuda after the ring's variants, -k "ring or experts", not in
-            # the file's order, 2026-12-03): load once more and hold that one — a leak grows per run.
-            load_once()
-            before, after = after, settled_snapshot(real, index, after)
-        check_clean(before, after, f"{name} {params} after a load")
+        def settled_after(run: Any) -> tuple[Snapshot, Snapshot]:
+            """``run`` once from a settled snapshot; where it kept memory, once more and hold that one:
+            a first run after some mix of earlier tests keeps ~1-3 MiB once per process (940 KiB:
+            experts upload=pinned on fake-cuda after the ring's variants under -k; pread pinned
+            staging_mib=1 on fake-cuda failing half-way after the issue-25 merge, 2026-12-03), a leak
+            grows with every run."""
+            before = settled_snapshot(real, index)
+            run()
+            after = settled_snapshot(real, index, before)
+            if after.anon - before.anon > ANON_SLACK:
+                run()
+                before, after = after, settled_snapshot(real, index, after)
+            return before, after
+
+        check_clean(*settled_after(load_once), f"{name} {params} after a load")
 
         def fail_half_way() -> None:
             with pytest.raises(InjectedCopyFailure, match="refused on purpose"):
                 load(name, params, index, FailingCopies(real, copies // 2 + 1))  # pytest drops the traceback
             gc.collect()  # frames in a cycle with their exception go only when the collector runs
 
-        fail_half_way()
-        after = settled_snapshot(real, index, before)
-        if after.anon - before.anon > ANON_SLACK:
-            # The failure path can keep ~1-3 MiB once per process whatever the warm-up (which tests ran
-            # before it decides where: pread pinned staging_mib=1 on fake-cuda after the issue-25 merge,
-            # not alone, 2026-12-03); a leak grows with every run: fail once more and hold that one.
-            fail_half_way()
-            before, after = after, settled_snapshot(real, index, after)
+        before, after = settled_after(fail_half_way)
         check_clean(before, after, f"{name} {params} after a load failed half-way")
