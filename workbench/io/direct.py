@@ -10,9 +10,9 @@ import ctypes
 import errno
 import mmap
 import os
-import tempfile
 
 from workbench.formats.opening import open_regular
+from workbench.owned import make_owned
 from workbench.registry import Availability
 
 DEFAULT_ALIGNMENT = 4096
@@ -162,7 +162,7 @@ def direct_io_support(path_or_dir: str | os.PathLike) -> Availability:
     if not os.path.isdir(path_or_dir):
         return Availability(False, f"no such file or directory: {path_or_dir}")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".wb-odirect-", dir=path_or_dir)
+        fd, tmp = make_owned(path_or_dir, ".wb-odirect-")  # a probe killed here is reaped by the next one
     except OSError as exc:
         return Availability(False, f"untested: cannot create a file in {path_or_dir} ({exc.strerror})")
     try:

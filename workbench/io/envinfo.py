@@ -10,7 +10,6 @@ import os
 import platform
 import socket
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from workbench.errors import ParamError
 from workbench.io import pagecache
 from workbench.io.hostmem import memory_reporting
 from workbench.io.direct import direct_io_support, logical_block_size
+from workbench.owned import make_owned
 from workbench.registry import Availability
 
 PROBE_BYTES = 64 << 10
@@ -43,7 +43,7 @@ def _ram_bytes() -> int:
 def eviction_support(directory: str | os.PathLike) -> Availability:
     """Whether fadvise(DONTNEED) really drops file pages here: a probe file is warmed, evicted, measured."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".wb-evict-", dir=directory)
+        fd, tmp = make_owned(directory, ".wb-evict-")  # a probe killed here is reaped by the next one
     except OSError as exc:
         return Availability(False, f"untested: cannot create a file in {directory} ({exc.strerror})")
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from workbench.defaults import host_id
+from workbench.owned import boot_id as _boot_id, pid_ns as _pid_ns, start_ticks as _start_ticks
 from workbench.ledger.schema import decode, now, transaction
 
 RUNNING = "running"  # verdict of an attempt whose runner has not finished it (yet, or ever)
@@ -69,40 +70,6 @@ def owner_state(owner: Owner | None, here: Owner | None = None) -> str:
     if ticks is None or ticks != owner.start_ticks:
         return GONE  # no such pid, or a new process that reused it
     return ALIVE
-
-
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
-def _pid_ns(pid: str) -> str:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return ""
-
-
-def _start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (start time in clock ticks since boot); None if no such process.
-
-    A zombie still has its entry: it has stopped running, so it counts as gone once its parent reaps
-    it, which for a dead runner is at once (its parent is init or a shell)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()  # after the command name, which may hold spaces
-    try:
-        if fields[0] == "Z":
-            return None
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
 
 
 def abandoned(conn: sqlite3.Connection) -> dict[str, Owner]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping
 
+from workbench.owned import make_owned
 from workbench.strategies.base import BaseParams, LoadContext, check_param
 from workbench.strategies.peers.common import (
     INSTALL_TORCH, PeerStrategy, adopt_tensor, model_paths, timed, torch_device,
@@ -90,7 +91,8 @@ class RunaiPeerStrategy(PeerStrategy):
     def log_path(self) -> str:
         """Where the library logs for this strategy instance (chosen once: the C++ side may keep it)."""
         if not getattr(self, "_log_path", None):
-            fd, self._log_path = tempfile.mkstemp(prefix="workbench-runai-", suffix=".log")
+            # owner-named: the log of a run killed before its cleanup is reaped by the next one
+            fd, self._log_path = make_owned(tempfile.gettempdir(), "workbench-runai-", ".log")
             os.close(fd)
         return self._log_path
 
