@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from workbench.errors import LedgerError, UnrecordedResults
 from workbench.measure.run.attempt import AttemptResult
+from workbench.owned import make_owned
 from workbench.records import AttemptStats
 
 if TYPE_CHECKING:
@@ -71,14 +72,20 @@ def _attempt_json(result: AttemptResult) -> dict[str, Any]:
     return out
 
 
+PARTIAL = ".workbench-unrecorded-"  # a dump being written: owner-named, reaped once its writer is gone
+
+
 def save_unrecorded(ledger_path: Path, payload: dict[str, Any]) -> Path | None:
-    """Write ``payload`` to the first of the candidate directories that takes it; None if none does."""
+    """Write ``payload`` to the first of the candidate directories that takes it; None if none does.
+
+    The dump is written under an owner-named partial name (:mod:`workbench.owned`), synced, then linked
+    to its final name (which never exists half-written: a run killed in the write leaves only the
+    partial, which the next dump into that directory removes) and the partial name unlinked."""
     text = json.dumps(payload, indent=1, default=str) + "\n"
     name = f"workbench-unrecorded-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}.json"
     for directory in _candidates(ledger_path):
-        path = directory / name
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd, partial = make_owned(directory, PARTIAL, ".partial")
         except OSError:
             continue
         try:
@@ -86,10 +93,27 @@ def save_unrecorded(ledger_path: Path, payload: dict[str, Any]) -> Path | None:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
-            return path
-        except OSError:  # full, or past the file-size limit: a partial dump is no dump
-            _remove(path)
+            os.chmod(partial, 0o644)
+            _publish(partial, directory / name)
+            return directory / name
+        except OSError:  # full, past the file-size limit, or the name taken: a partial dump is no dump
+            continue
+        finally:
+            _remove(Path(partial))
     return None
+
+
+def _publish(partial: str, final: Path) -> None:
+    """Give the written ``partial`` its ``final`` name, never replacing a file of that name (a link,
+    or a rename where the file system has no links)."""
+    try:
+        os.link(partial, final)
+    except FileExistsError:
+        raise
+    except OSError:
+        if os.path.lexists(final):
+            raise FileExistsError(final) from None
+        os.rename(partial, final)
 
 
 def _candidates(ledger_path: Path) -> list[Path]:
