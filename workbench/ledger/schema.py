@@ -151,6 +151,9 @@ def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
         raise LedgerError(path, _foreign(path, tables))
 
 
+FULL_BELOW = 1 << 20  # free bytes under which a file system counts as full for the ledger's -wal/-shm
+
+
 def _unwritable(path: Path) -> str:
     """Why SQLite cannot write there, when the reason is the file system rather than the file."""
     for place in (path.parent, path):
@@ -158,6 +161,14 @@ def _unwritable(path: Path) -> str:
             what = "directory" if place.is_dir() else "file"
             return (f" (the ledger's {what} {place} is read-only; the ledger needs to write itself and "
                     "its -wal and -shm files beside it)")
+    try:  # SQLite words a full disk as "disk I/O error" when it fails to grow its -wal or -shm file
+        fs = os.statvfs(path.parent)
+    except OSError:
+        return ""
+    free = fs.f_bavail * fs.f_frsize
+    if free < FULL_BELOW:
+        return (f" (the file system holding {path.parent} is full: {free:,} bytes free; the ledger needs "
+                "room for itself and its -wal and -shm files)")
     return ""
 
 
