@@ -39,12 +39,7 @@ def make_v2(limit: int) -> Cgroup:
     with open(os.path.join(root, "cgroup.controllers"), encoding="ascii") as fh:
         if "memory" not in fh.read().split():
             raise OSError(0, f"the unified hierarchy at {root} has no memory controller")
-    path, reaped = _child_dir(root, 2)
-    try:
-        _write(os.path.join(path, "memory.max"), str(limit))
-    except OSError:
-        remove_cgroup(path)
-        raise
+    path, reaped = _limited_child(root, 2, "memory.max", limit)
     swap = _read(os.path.join(path, "memory.swap.max")) or "n/a"
     return Cgroup(path, 2, f"cgroup v2 {path}: memory.max {limit / 2**20:,.0f} MiB, memory.swap.max {swap}", reaped)
 
@@ -53,14 +48,21 @@ def make_v1(limit: int, swap_total: int = 0) -> Cgroup:
     root = V1_ROOT
     if not os.path.exists(os.path.join(root, "memory.limit_in_bytes")):
         raise OSError(0, f"no v1 memory controller at {root}")
-    path, reaped = _child_dir(root, 1)
+    path, reaped = _limited_child(root, 1, "memory.limit_in_bytes", limit)
+    swap = "no swap on this machine" if swap_total == 0 else "swap allowed"
+    return Cgroup(path, 1, f"cgroup v1 {path}: memory.limit_in_bytes {limit / 2**20:,.0f} MiB ({swap})", reaped)
+
+
+def _limited_child(root: str, version: int, limit_file: str, limit: int) -> tuple[str, tuple[str, ...]]:
+    """A new child of ``root`` with ``limit`` written to ``limit_file`` (removed again if that fails),
+    and the stale children reaped first."""
+    path, reaped = _child_dir(root, version)
     try:
-        _write(os.path.join(path, "memory.limit_in_bytes"), str(limit))
+        _write(os.path.join(path, limit_file), str(limit))
     except OSError:
         remove_cgroup(path)
         raise
-    swap = "no swap on this machine" if swap_total == 0 else "swap allowed"
-    return Cgroup(path, 1, f"cgroup v1 {path}: memory.limit_in_bytes {limit / 2**20:,.0f} MiB ({swap})", reaped)
+    return path, reaped
 
 
 def join_cgroup(path: str) -> None:
