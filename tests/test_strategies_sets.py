@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from test_strategies_suite import load_and_verify, set_cache_all
-from workbench.strategies import STRATEGIES, get_strategy, toolkit
+from workbench.strategies import STRATEGIES, get_strategy, ring_readers, toolkit
 from workbench.upload.direct_read import DirectReader
 from workbench.upload.host import HostDevice
 
@@ -75,6 +75,12 @@ def test_a_set_with_odd_layouts_one_descriptor_per_file_each_tensor_from_its_own
         sample()
         return real_direct(self, fd, w, stop)
 
+    real_pread = ring_readers.pread_into
+
+    def sampling_pread(fd, view, offset, path=""):  # ring copier=one: its copies run after the readers left
+        sample()
+        return real_pread(fd, view, offset, path)
+
     mapped: Counter = Counter()
     real_map = toolkit.FileMapping.__init__
 
@@ -84,6 +90,7 @@ def test_a_set_with_odd_layouts_one_descriptor_per_file_each_tensor_from_its_own
 
     monkeypatch.setattr(HostDevice, "copy_h2d", sampling)
     monkeypatch.setattr(DirectReader, "read_window", sampling_direct)
+    monkeypatch.setattr(ring_readers, "pread_into", sampling_pread)
     monkeypatch.setattr(toolkit.FileMapping, "__init__", counting)
     set_cache_all(index, "cold")
     result = load_and_verify(name, index, "host", **params)

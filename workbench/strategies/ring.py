@@ -33,20 +33,23 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
-from workbench.formats.index import PAGE_SIZE, TensorInfo
 from workbench.strategies.base import BaseParams, LoadContext, Strategy, check_param
+from workbench.strategies.ring_plan import Piece, Region, Window, model_regions, plan_shares, plan_windows
 from workbench.strategies.ring_readers import Readers
 from workbench.strategies.toolkit import (
     Evictor, MiB, StagingRing, ThreadGuard, engage_write_combined, files_note, probe_resident, settle_staged,
 )
 from workbench.upload.base import DeviceBuffer
+from workbench.upload.copier import Copier
 from workbench.upload.staged_read import SharedQueue
 from workbench.upload.staging import PROVISIONS, SOURCES, size_ring
 from workbench.upload.staging_plan import fit_warm
 
 DIRECT = ("auto", "off")
+COPIERS = ("readers", "one")
+__all__ = ["Piece", "Region", "RingParams", "RingStrategy", "Window", "model_regions", "plan_shares", "plan_windows"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,10 @@ class RingParams(BaseParams):
     ``provision``: ``upfront`` (the whole ring registered before any reader starts), ``background``
     (slots registered one by one while the readers already run), ``readers`` (each slot made by the
     reader that first takes it) or ``first-read`` (as ``readers``, but the slot is only mapped: its first
-    pread faults its pages in, then it is registered before its copies); ``crowd_mib``: beyond 8 warm
+    pread faults its pages in, then it is registered before its copies); ``copier``: who makes a staged
+    load's device calls — ``readers`` (each reader registers, copies and fences for itself) or ``one`` (one
+    issuer and one fence-waiting thread for all readers, ``upload/copier.py``: the readers only read);
+    ``crowd_mib``: beyond 8 warm
     readers, one more only per ``crowd_mib`` of the load (0: off; staged loads only: the queue it avoids
     is the device driver's); ``fit``: warm readers and windows
     sized to the load, the usable cores
@@ -78,7 +84,9 @@ class RingParams(BaseParams):
         MappingProxyType({**small_pieces, "provision": "readers"}),
         MappingProxyType({**small_pieces, "provision": "readers", "staging": "alloc", "fit": False}),
         MappingProxyType({**small_pieces, "provision": "first-read"}),
-        MappingProxyType({**small_pieces, "provision": "first-read", "staging": "anon"}))
+        MappingProxyType({**small_pieces, "provision": "first-read", "staging": "anon"}),
+        MappingProxyType({**small_pieces, "provision": "first-read", "copier": "one"}),
+        MappingProxyType({**small_pieces, "provision": "upfront", "staging": "alloc", "copier": "one"}))
 
     threads: int = 16
     cold_threads: int = 8
@@ -103,6 +111,7 @@ class RingParams(BaseParams):
     # fences queue on the driver's lock: their summed time fell 5x at 256 MiB with half the readers).
     crowd_mib: int = 128
     direct: str = "auto"
+    copier: str = "readers"
 
     def __post_init__(self) -> None:
         for name in ("threads", "cold_threads", "slot_mib", "cold_mib"):
@@ -116,86 +125,7 @@ class RingParams(BaseParams):
         check_param("ring", "min_share_mib", self.min_share_mib >= 1, f"must be >= 1, got {self.min_share_mib}")
         check_param("ring", "crowd_mib", self.crowd_mib >= 0, f"must be >= 0 (0: off), got {self.crowd_mib}")
         check_param("ring", "direct", self.direct in DIRECT, f"one of {', '.join(DIRECT)}, got {self.direct!r}")
-
-
-class Piece(NamedTuple):
-    tensor: int  # index into the load's tensors / buffers
-    dst: int  # offset inside the tensor's buffer
-    start: int  # offset inside the window
-    nbytes: int
-
-
-class Window(NamedTuple):
-    file: str  # the model file it reads: a window never crosses a file
-    lo: int  # offsets in that file, [lo, hi)
-    hi: int
-    pieces: tuple[Piece, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(p.nbytes for p in self.pieces)
-
-
-class Region(NamedTuple):
-    """A stretch [lo, hi) of one file to read, the file's tensors in file order, and ``base``: the
-    index of ``tensors[0]`` among the load's tensors (what a piece names)."""
-
-    file: str
-    tensors: Sequence[TensorInfo]
-    lo: int
-    hi: int
-    base: int = 0
-
-
-def model_regions(ctx: LoadContext) -> list[Region]:
-    """Each file's data region, in model order (the order of ``ctx.tensors``, file by file)."""
-    regions, base = [], 0
-    for f, tensors in ctx.by_file():
-        if tensors:
-            regions.append(Region(f.path, tensors, *f.data_range, base))
-        base += len(tensors)
-    return regions
-
-
-def plan_windows(region: Region, size: int) -> list[Window]:
-    """Windows of ``size`` bytes over the region (``lo`` page-aligned down), each with the pieces of the
-    tensors it holds; a tensor crossing a window edge is split there."""
-    tensors, lo, hi = region.tensors, region.lo - region.lo % PAGE_SIZE, region.hi
-    windows, first = [], 0
-    for a in range(lo, hi, size):
-        b = min(a + size, hi)
-        while first < len(tensors) and tensors[first].offset + tensors[first].nbytes <= a:
-            first += 1
-        pieces, k = [], first
-        while k < len(tensors) and tensors[k].offset < b:
-            t = tensors[k]
-            s, e = max(a, t.offset), min(b, t.offset + t.nbytes)
-            if e > s:
-                pieces.append(Piece(region.base + k, s - t.offset, s - a, e - s))
-            k += 1
-        if pieces:
-            windows.append(Window(region.file, a, b, tuple(pieces)))
-    return windows
-
-
-def plan_shares(regions: Sequence[Region], readers: int, size: int) -> list[list[Window]]:
-    """One contiguous share of the regions' bytes per reader — cut over all of them in model order, so
-    a share may run from the end of one file into the next — each cut into ``size`` windows. Each file
-    counts from its region's page-aligned start to the page after its end: cuts land on page boundaries."""
-    spans = [(r, r.lo - r.lo % PAGE_SIZE, -(-r.hi // PAGE_SIZE) * PAGE_SIZE) for r in regions]
-    total = sum(b - a for _, a, b in spans)
-    share = -(-total // readers // PAGE_SIZE) * PAGE_SIZE or PAGE_SIZE
-    shares: list[list[Window]] = [[]]
-    room = share
-    for r, a, b in spans:
-        while a < b:
-            take = min(room, b - a)
-            shares[-1] += plan_windows(r._replace(lo=a, hi=min(a + take, r.hi)), size)
-            a, room = a + take, room - take
-            if not room:
-                shares.append([])
-                room = share
-    return [s for s in shares if s]
+        check_param("ring", "copier", self.copier in COPIERS, f"one of {', '.join(COPIERS)}, got {self.copier!r}")
 
 
 class RingStrategy(Strategy):
@@ -261,11 +191,16 @@ class RingStrategy(Strategy):
             ctx.engage("write_combined", 0, 1, unit="rings", note="no staging ring: read straight into host memory")
 
     def _spawn(self, ctx: LoadContext, readers: Readers, sources: Sequence[Any]) -> None:
+        copier = readers.copier
         with ThreadGuard("ring") as guard, ctx.phase("read"):  # readers start working as they spawn
             t0 = time.perf_counter_ns()
+            if copier is not None:
+                copier.start(guard.stop)  # a copier's failure stops the readers
             for source in sources:
                 guard.spawn(readers.run, source, guard.stop)
             guard.join()
+            if copier is not None:
+                copier.finish()  # every copy issued and done; the copier's error is raised here
         first = readers.first_read_ns
         ctx.count("first_read_us", max(0, (first or t0) - t0) // 1000)  # reader start (+ its first slot)
 
@@ -279,12 +214,21 @@ class RingStrategy(Strategy):
                                provision=self.params.provision)
             ctx.count("provision_us", (time.perf_counter_ns() - t0) // 1000)
         ctx.cleanup(ring.close, False)  # error path only: closed below otherwise
-        self._spawn(ctx, Readers(ctx, ring, bufs, evictor), sources)
+        copier = Copier(ctx.device, ring, name="ring-copier") if self.params.copier == "one" else None
+        if copier is not None:
+            ctx.cleanup(copier.close)  # joined before the ring closes (the last cleanup runs first)
+        self._spawn(ctx, Readers(ctx, ring, bufs, evictor, copier), sources)
         t1 = time.perf_counter_ns()
         settle_staged(ctx, ring, evictor)
         ctx.count("reader_provision_us", int(ring.reader_provision_s * 1e6))
         ctx.count("unstage_us", int(ring.release_s * 1e6))
         ctx.count("settle_us", (time.perf_counter_ns() - t1) // 1000)
+        if copier is not None:
+            for key, value in copier.counters().items():
+                ctx.count(key, value)
+            ctx.engage("one_copier", 1, 1, unit="threads",
+                       note=f"one thread issued the {copier.copies} copies of {copier.windows} windows and one "
+                            f"waited their fences; the {readers} readers only read")
         ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots),
                    unit="slots", note=ring.describe() + files_note(ctx))
         engage_write_combined(ctx, ring)

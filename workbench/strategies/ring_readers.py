@@ -1,7 +1,9 @@
 """The ``ring`` strategy's reader threads: each takes a window, reads it and lands its pieces.
 
 Staged (a GPU): pread the window into a free slot of the shared staging ring, issue the asynchronous
-copies of its pieces from the reader itself, hand the slot back fenced behind them. Direct (a device
+copies of its pieces from the reader itself, hand the slot back fenced behind them — or, with a
+:class:`~workbench.upload.copier.Copier` (``copier=one``), hand the filled slot and its copies to the
+copier's threads, the only ones that call the device. Direct (a device
 whose memory is host memory, :meth:`~workbench.upload.base.Device.host_view`): pread each piece
 straight into its tensor's buffer — the read is the upload, a staging hop would be a second memcpy of
 every byte on the same cores.
@@ -20,6 +22,7 @@ from workbench.io.descriptors import ReaderFiles
 from workbench.strategies.base import LoadContext
 from workbench.strategies.toolkit import Evictor, StagingRing, pread_into, reader_opener
 from workbench.upload.base import DeviceBuffer
+from workbench.upload.copier import Copier, Copy
 
 
 class Readers:
@@ -28,8 +31,8 @@ class Readers:
     TALLIES = ("wait_us", "read_us", "issue_us", "release_us")
 
     def __init__(self, ctx: LoadContext, ring: StagingRing | None, bufs: Sequence[DeviceBuffer],
-                 evictor: Evictor):
-        self.ctx, self.ring, self.bufs, self.evictor = ctx, ring, bufs, evictor
+                 evictor: Evictor, copier: Copier | None = None):
+        self.ctx, self.ring, self.bufs, self.evictor, self.copier = ctx, ring, bufs, evictor, copier
         self.views = None if ring is not None else [ctx.device.host_view(b) for b in bufs]
         self.first_read_ns: int | None = None  # perf_counter_ns of the earliest pread of any reader
         self._lock = threading.Lock()
@@ -38,7 +41,7 @@ class Readers:
         fds = ReaderFiles(reader_opener(self.ctx))  # this reader's own descriptors (its own readahead), a few at once
         ns = dict.fromkeys(self.TALLIES, 0)
         moved = 0
-        one = self._staged if self.ring is not None else self._direct
+        one = self._direct if self.ring is None else self._staged if self.copier is None else self._handed
         try:
             for w in windows:
                 if not one(fds.fd(w.file), w, stop, ns):
@@ -95,4 +98,28 @@ class Readers:
         ns["read_us"] += t2 - t1
         ns["issue_us"] += t3 - t2b
         ns["release_us"] += t4 - t3
+        return True
+
+    def _handed(self, fd: int, w: Any, stop: threading.Event, ns: dict[str, int]) -> bool:
+        """Staged with a :class:`Copier`: read into a free slot and hand it over with its copies — this
+        thread makes no device call (``issue_us`` is the hand-over)."""
+        clock = time.perf_counter_ns
+        t0 = clock()
+        slot = self.ring.acquire(stop)  # its fence already passed: the copier's retirer waited it
+        if slot is None:
+            return False
+        t1 = clock()
+        self._started(t1, ns)
+        try:
+            with slot.view[: w.hi - w.lo] as view:
+                pread_into(fd, view, w.lo, w.file)
+        except BaseException:
+            self.ring.hand_back(slot)  # nothing was copied out of it: free as it is
+            raise
+        self.evictor.drop(w.file, w.lo, w.hi - w.lo)  # only under the evict policy
+        t2 = clock()
+        self.copier.submit(slot, [Copy(self.bufs[p.tensor], p.dst, p.start, p.nbytes) for p in w.pieces])
+        ns["wait_us"] += t1 - t0
+        ns["read_us"] += t2 - t1
+        ns["issue_us"] += clock() - t2
         return True

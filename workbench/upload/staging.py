@@ -4,19 +4,17 @@ Every strategy that stages through pinned memory uses :class:`StagingRing`. A sl
 shared free queue, its fence is waited on (the copies that last read it are done), the caller fills it
 and issues its own asynchronous copies, and :meth:`StagingRing.release` records the slot's fence after
 those copies and hands the slot back. Several threads may do this at once on one device stream; every
-device call involved releases the GIL in the bindings measured (cuda-bindings 13.3, the H200 profile).
+device call involved releases the GIL in the bindings measured (cuda-bindings 13.3, the H200 profile);
+or one :class:`~workbench.upload.copier.Copier` makes those calls for every reader.
 
-Provisioning is what costs: fresh page-locked memory ran at 0.2–0.43 s/GiB on the H200 VM and did not
-get faster with threads, so the ring is small (slots = readers + a few, MiB-sized slots) and comes from
-an anonymous mapping advised onto huge pages (which halved the cost there), populated, then registered
-with the device (``register_host``); where registration is refused, from ``alloc_pinned``. Source
-``wc``: write-combined ``alloc_pinned`` slots (cudaHostAllocWriteCombined / hipHostMallocWriteCombined):
-a pread into them skips the read-for-ownership of every destination line (on the H200, 2026-12-01,
-16 readers into 8 MiB slots: 45.6 GB/s against 40.3 into default pinned slots), but the CPU must never
-read them — nothing here does (preads write them, the device's DMA reads them, verification reads the
-device into its own buffer, and the GPU backends refuse a read-back into them); the host backend has
-no write-combined memory and says so (``write_combined`` fact INERT). Both the
-provisioning and the release happen inside the load window, where a loader pays them; with
+Provisioning is what costs (0.2–0.43 s/GiB of fresh page-locked memory on the H200 VM, not faster with
+threads), so the ring is small (readers + a few MiB-sized slots) from an anonymous mapping on huge pages,
+populated, then registered (``register_host``); where registration is refused, from ``alloc_pinned``. Source
+``wc``: write-combined ``alloc_pinned`` slots: a pread into them skips the read-for-ownership of every
+destination line (H200, 2026-12-01, 16 readers into 8 MiB slots: 45.6 GB/s against 40.3 into default
+pinned slots), but the CPU must never read them — nothing here does (preads write them, the DMA reads
+them, verification reads into its own buffer, the GPU backends refuse a read-back into them); the host
+backend has none and says so (``write_combined`` fact INERT). Both the provisioning and the release happen inside the load window, where a loader pays them; with
 ``provision="background"`` a thread provisions the slots one by one (a block each) while the ring is
 already in use, so the first reader waits for one slot instead of the whole ring; with
 ``provision="readers"`` each slot is provisioned by the reader that first takes it, so the slots' first
@@ -249,6 +247,10 @@ class StagingRing:
         if slot.pending is not None:
             self.filled(slot)
         self.device.record_fence(slot.fence)
+        self._free.put(slot)
+
+    def hand_back(self, slot: Slot) -> None:
+        """Put back a slot whose fence has passed (a :class:`~workbench.upload.copier.Copier` waited it)."""
         self._free.put(slot)
 
     def slot(self) -> Held:
