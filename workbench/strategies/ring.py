@@ -226,7 +226,7 @@ class RingStrategy(Strategy):
         if copier is not None:
             for key, value in copier.counters().items():
                 ctx.count(key, value)
-            ctx.engage("one_copier", 1, 1, unit="threads",
+            ctx.engage("one_copier", 1, 1, unit="copiers",
                        note=f"one thread issued the {copier.copies} copies of {copier.windows} windows and one "
                             f"waited their fences; the {readers} readers only read")
         ctx.engage("pinned_staging", len(ring.slots) if ring.locked else 0, len(ring.slots),

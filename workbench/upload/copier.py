@@ -58,6 +58,7 @@ class Copier:
         self.copies = self.windows = 0
         self._threads: list[threading.Thread] = []
         self._finished = False
+        ring.registered_by = "the copier"  # said in the ring's staging fact
 
     def start(self, stop: threading.Event) -> None:
         """Start both threads; ``stop`` is the event the readers poll (set here on a failure)."""

@@ -93,7 +93,7 @@ class StagingRing:
         self._made = threading.Lock()
         self._unmade: list[Slot] = []  # readers: placeholders, made by the first acquire that needs one
         self._deferred = provision == "first-read" and source in ("auto", "anon")
-        self.deferred_made = 0  # first-read: slots made as bare mappings, registered after their first fill
+        self.deferred_made, self.registered_by = 0, ""  # first-read: slots mapped bare, registered after their first fill (by)
         if provision in ("readers", "first-read"):
             self._unmade = [Slot(i, None, None) for i in reversed(range(slots))]  # type: ignore[arg-type]
             self.provision_s = time.perf_counter() - t0

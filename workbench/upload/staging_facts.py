@@ -14,10 +14,13 @@ def describe_ring(ring: Any) -> str:
               "none": "nothing provisioned"}[ring.how]
     if ring.provision in ("readers", "first-read"):
         made = f"{len(ring.slots)}" if len(ring.slots) == ring.wanted else f"{len(ring.slots)} of {ring.wanted}"
+        by = ring.registered_by  # a copier registers the slots its readers filled
         how = ("each made by the reader that first took it" if not ring.deferred_made else
-               "each mapped by the reader that first took it, faulted in by its first read, then registered")
+               "each mapped by the reader that first took it, faulted in by its first read, then registered"
+               + (f" by {by}" if by else ""))
+        where = f"in readers and {by}" if by and ring.deferred_made else "in readers"
         return (f"{made} x {ring.slot_bytes / 2**20:g} MiB {source}, {how} "
-                f"({ring.reader_provision_s * 1e3:.1f} ms in readers, first slot after "
+                f"({ring.reader_provision_s * 1e3:.1f} ms {where}, first slot after "
                 f"{(ring.first_slot_s or 0) * 1e3:.1f} ms), {ring.release_s * 1e3:.1f} ms to release")
     if ring.provision == "upfront":
         return (f"{len(ring.slots)} x {ring.slot_bytes / 2**20:g} MiB {source}, "
