@@ -7,7 +7,8 @@ Each line times one thing, best of ``--repeat`` (fresh memory each time):
 
 * first touch of anonymous memory (huge pages advised, MADV_POPULATE_WRITE), by 1, 4 and 16 threads
   together (each its own part): does provisioning scale with threads on this machine?
-* registering memory already touched (``register_host``), per MiB;
+* registering memory already touched (``register_host``), per MiB; and each of a load's first twelve
+  6 MiB slots in turn, alone and while eight threads pread the warm file (``register_each_*``);
 * a pread from the warm page cache into fresh memory vs into touched memory, 16 threads: is the
   first touch inside the reads parallel?
 * registering a read-only mapping of the warm model file (4 KiB page-cache pages) in 8 MiB pieces by 1
@@ -115,6 +116,43 @@ def pread_case(path: str, each: int, threads: int, touched: bool, repeat: int) -
     return best
 
 
+def register_each(device: Any, nbytes: int, count: int, path: str | None = None, readers: int = 8) -> list[float]:
+    """ms to register each of ``count`` touched ``nbytes`` slots in turn (the first ones of the process
+    first); with ``path``, while ``readers`` threads pread the warm file in 8 MiB pieces the whole time —
+    a staged load's slots are registered while its readers read."""
+    slots = [fresh(nbytes) for _ in range(count)]
+    for p in slots:
+        touch(p)
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    if path is not None:
+        size = os.path.getsize(path)
+
+        def read(k: int) -> None:
+            fd, buf, off = os.open(path, os.O_RDONLY), bytearray(8 * MiB), k * 8 * MiB
+            while not stop.is_set():
+                off = off + 8 * MiB if off + 16 * MiB <= size else 0
+                os.preadv(fd, [buf], off)
+            os.close(fd)
+        threads = [threading.Thread(target=read, args=(k,), daemon=True) for k in range(readers)]
+        for t in threads:
+            t.start()
+        time.sleep(0.05)
+    took, handles = [], []
+    for m, v in slots:
+        t0 = time.perf_counter()
+        handles.append(device.register_host(v))
+        took.append(round((time.perf_counter() - t0) * 1e3, 3))
+    stop.set()
+    for t in threads:
+        t.join()
+    for h, (m, v) in zip(handles, slots):
+        device.unregister_host(h)
+        v.release()
+        m.close()
+    return took
+
+
 def pagecache_case(device: Any, path: str, nbytes: int, threads: int) -> dict[str, float]:
     fd = os.open(path, os.O_RDONLY)
     m = mmap.mmap(fd, nbytes, access=mmap.ACCESS_READ)
@@ -164,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             pass
     with open_device(args.device) as device:
         device.info()
+        # first: the process's first registrations (a staged load's slots), alone, then under 8 readers
+        out["register_each_12x6MiB_ms"] = register_each(device, 6 * MiB, 12)
+        out["register_each_12x6MiB_under_8_readers_ms"] = register_each(device, 6 * MiB, 12, args.file)
         for total in (16 * MiB, 64 * MiB):
             for threads in (1, 4, 16):
                 s = touch_case(total, threads, args.repeat)

@@ -111,6 +111,10 @@ class RingParams(BaseParams):
     # fences queue on the driver's lock: their summed time fell 5x at 256 MiB with half the readers).
     crowd_mib: int = 128
     direct: str = "auto"
+    # copier=one, measured on the H200 (2026-12-03 16:48, warm, n=6 interleaved, n=3 at 16 GB, all verified;
+    # docs/benchmarks/sizes-h200.md "Third pass"): 0.86x [0.78-0.93] at 256 MiB, 0.86x [0.82-0.96] at 1 GiB,
+    # 0.87x [0.83-0.91] at 2 GiB, 0.89x [0.73-0.92] on the MoE GGUF, 0.91x [0.70-0.99] at 16 GB: slower,
+    # so the readers keep their own device calls; kept to reproduce the measurement.
     copier: str = "readers"
 
     def __post_init__(self) -> None:
