@@ -85,7 +85,9 @@ class _Staging:
         self.ring = StagingRing(ctx.device, window, chunk, source=source) if pinned else None
         if self.ring is not None:
             ctx.cleanup(self.ring.close, False)  # error path: a lane's piece may still view a slot
-        self.tokens: queue.SimpleQueue[int] = queue.SimpleQueue()
+        # queue.Queue, never SimpleQueue: on CPython 3.11 a SimpleQueue timed get woken by a put whose
+        # item another lane takes, and back on the GIL after its deadline, waits forever (tests/test_staging_waits.py)
+        self.tokens: queue.Queue[int] = queue.Queue()
         for i in range(window):
             self.tokens.put(i)
 

@@ -78,7 +78,8 @@ class StagingRing:
         t0 = time.perf_counter()
         self.device, self.slot_bytes, self.source, self.provision = device, slot_bytes, source, provision
         self.wanted = slots
-        self._free: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()  # None: provisioning failed
+        # None: provisioning failed. Not a SimpleQueue: its timed get can wait forever on 3.11 (see lanes.py)
+        self._free: queue.Queue[Slot | None] = queue.Queue()
         self._closed = False
         self.release_s = 0.0
         self.first_slot_s: float | None = None
