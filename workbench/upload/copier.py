@@ -50,8 +50,8 @@ class Copier:
 
     def __init__(self, device: Device, ring: StagingRing, name: str = "copier"):
         self.device, self.ring, self.name = device, ring, name
-        self._work: queue.SimpleQueue[tuple[Slot, Sequence[Copy]] | None] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
+        self._work: queue.Queue[tuple[Slot, Sequence[Copy]] | None] = queue.Queue()  # never SimpleQueue: lanes.py
+        self._done: queue.Queue[Slot | None] = queue.Queue()
         self.error: BaseException | None = None
         self.stop: threading.Event | None = None
         self.register_us = self.issue_us = self.fence_us = 0

@@ -76,8 +76,7 @@ class StagingRing:
         if provision not in PROVISIONS:
             raise ValueError(f"staging provision {provision!r} is not one of {', '.join(PROVISIONS)}")
         t0 = time.perf_counter()
-        self.device, self.slot_bytes, self.source, self.provision = device, slot_bytes, source, provision
-        self.wanted = slots
+        self.device, self.slot_bytes, self.source, self.provision, self.wanted = device, slot_bytes, source, provision, slots
         # None: provisioning failed. Not a SimpleQueue: its timed get can wait forever on 3.11 (see lanes.py)
         self._free: queue.Queue[Slot | None] = queue.Queue()
         self._closed = False
