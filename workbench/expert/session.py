@@ -150,6 +150,7 @@ class ExpertSession:
             rss_bytes=status.rss_bytes, swap_bytes=status.swap_bytes, cg_usage_bytes=cg.usage_bytes,
             cg_pgmajfault=cg.pgmajfault, cg_refaults=cg.refaults, cg_reclaimed=cg.reclaimed,
             cg_limit_hits=cg.limit_hits, cg_swap_bytes=cg.swap_bytes, swap_in=cg.swap_in, swap_out=cg.swap_out,
+            cg_lazyfreed=cg.lazyfreed,
             shift_copy_bytes=c.shift_copy_bytes, shift_copy_s=c.shift_copy_s, resident_bytes=mem.resident_bytes,
             gated_reads=c.gated_reads, lazyfree_bytes=mem.lazyfree_bytes, file_rss_bytes=status.file_bytes,
             **(self._pressure.after(disk) if self._pressure is not None else {}))

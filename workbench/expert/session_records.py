@@ -38,7 +38,7 @@ DECODE_TURN_KEYS = ("hit_rate", "compute_s", "stall_read_s", "stall_upload_s", "
                     "disk_bytes_per_token", "io_bytes", "landed_bytes", "read_busy_s", "read_queue_depth",
                     "staged_gbps")
 MEMORY_TURN_KEYS = ("rss_bytes", "swap_bytes", "cg_usage_bytes", "cg_pgmajfault", "cg_refaults", "cg_reclaimed",
-                    "cg_limit_hits", "cg_swap_bytes", "swap_in", "swap_out")
+                    "cg_limit_hits", "cg_swap_bytes", "swap_in", "swap_out", "cg_lazyfreed")
 TURN_EXTRAS = ("shift_copy_bytes", "shift_copy_s", "resident_bytes", "gated_reads", "lazyfree_bytes")
 # the process's mapped file pages (every turn), then, under --memory-limit, what the turn's pressure hit:
 # the model against everything else (workbench.expert.pressure_turn; -1 without a limit)
@@ -114,6 +114,7 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     cg_swap_bytes: int = -1
     swap_in: int = -1
     swap_out: int = -1
+    cg_lazyfreed: int = -1  # lazily-freed pages (MADV_FREE) the cgroup's reclaim took (v2 only)
     shift_copy_bytes: int = 0
     shift_copy_s: float = 0.0
     resident_bytes: int = 0

@@ -223,7 +223,7 @@ def _outcome(pressure: Any, code: int | None, records: list[TurnRecord], pinned:
     cgroup = any(r.cg_refaults >= 0 for r in records)
     refaults = known("cg_refaults") if cgroup else known("vm_refault_file") + known("vm_refault_anon")
     said = pressure.outcome(code, refaults, sum(r.majflt for r in records), known("cg_limit_hits"),
-                            known("model_reread_bytes"), [r.majflt for r in records])
+                            known("model_reread_bytes"), [r.majflt for r in records], known("cg_lazyfreed"))
     said = f"{said}, after {len(records)} turns" if said.startswith("OOM") else said
     return f"{said}; {pinned}" if pinned else said
 
