@@ -49,12 +49,15 @@ def release_advice_flag(advice: str, scope: str = "cache") -> int:
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 class Reservation:
     """``nbytes`` (rounded up to whole pages) of reserved, uncommitted anonymous memory.
 
-    ``view`` is a writable memoryview of all of it; ``address`` is its (page-aligned) start.
+    ``view`` is a writable memoryview of all of it; ``address`` is its (page-aligned) start. One more
+    page is mapped after it and made inaccessible (``PROT_NONE``): a guard that keeps the kernel from
+    merging it with an adjacent reservation into one mapping, so smaps reports each one's own pages.
     """
 
     def __init__(self, nbytes: int, release_advice: str = "dontneed"):
@@ -62,11 +65,13 @@ class Reservation:
             raise ValueError(f"Reservation({nbytes}): need a positive size")
         self.release_advice, self._advice = release_advice, release_advice_flag(release_advice)
         self.nbytes = -(-nbytes // PAGE) * PAGE
-        self._map = mmap.mmap(-1, self.nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._map = mmap.mmap(-1, self.nbytes + PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if hasattr(mmap, "MADV_NOHUGEPAGE"):
             self._map.madvise(mmap.MADV_NOHUGEPAGE)
         self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))  # export dropped at once
-        self.view = memoryview(self._map)
+        _libc.mprotect(ctypes.c_void_p(self.address + self.nbytes), PAGE, 0)  # PROT_NONE: the guard (best effort)
+        self._whole = memoryview(self._map)
+        self.view = self._whole[:self.nbytes]
 
     @property
     def pages(self) -> int:
@@ -95,6 +100,7 @@ class Reservation:
         if self._map.closed:
             return
         self.view.release()
+        self._whole.release()
         self._map.close()
 
 
