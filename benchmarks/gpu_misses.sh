@@ -17,6 +17,9 @@
 # A smaller call: MISSES_PROBE_MIB=0 (no probe), MISSES_ROUNDS=4, MISSES_AB_LIMIT (the A/B's cut, s).
 # MISSES_CACHE=warm: the page cache warm before every cell, buffered readers only, and `ring`'s warm rate on
 # the same file first (the goal's other half: misses at >= 0.8 x the ring's rate warm).
+# MISSES_ARMS: the A/B's arms instead of the defaults, ';'-separated, the first the baseline, e.g.
+# MISSES_ARMS="reader=pread;reader=pread release_advice=free" (the cache's MADV_FREE release against MADV_DONTNEED);
+# MISSES_TURNS, MISSES_TOKENS: the session's shape (default 3 × 4).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_misses.sh OUT}
@@ -48,8 +51,13 @@ if [ "$cache" = warm ]; then  # warm: O_DIRECT reads the disk whatever the cache
 else
     readers=(--ab "reader=direct-inplace" --ab "reader=pread" --ab "reader=pread-random" --ab "lanes=16")
 fi
-timeout "${MISSES_AB_LIMIT:-340}" "${wb[@]}" session "$model" --device "$device" --cache "$cache" --lanes 4 --overlap --turns 3 \
-    --tokens 4 "${readers[@]}" --rounds "${MISSES_ROUNDS:-6}" --campaign "i25-misses-$cache" > "$out/session-ab.txt" 2>&1
+if [ -n "${MISSES_ARMS:-}" ]; then
+    IFS=';' read -ra arms <<< "$MISSES_ARMS"
+    readers=()
+    for arm in "${arms[@]}"; do readers+=(--ab "$arm"); done
+fi
+timeout "${MISSES_AB_LIMIT:-340}" "${wb[@]}" session "$model" --device "$device" --cache "$cache" --lanes 4 --overlap \
+    --turns "${MISSES_TURNS:-3}" --tokens "${MISSES_TOKENS:-4}" "${readers[@]}" --rounds "${MISSES_ROUNDS:-6}" --campaign "i25-misses-$cache" > "$out/session-ab.txt" 2>&1
 echo "session A/B exit $?" >> "$out/session-ab.txt"
 cat /proc/loadavg >> "$out/machine.txt"
 "${wb[@]}" ledger export --csv "$out/ledger" > /dev/null 2>&1

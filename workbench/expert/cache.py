@@ -2,20 +2,19 @@
 
 Entries are (blob, expert) slices staged into their slot of the blob's :class:`Reservation` (slots
 per placement: :mod:`workbench.expert.layout`). Staging commits the pages the entry touches;
-eviction releases pages with ``madvise(MADV_DONTNEED)`` by one of two rules:
+eviction releases pages (``madvise`` with the ``release_advice``: :class:`Reservation`) by one of two rules:
 
 * ``boundary_release="off"`` — only the pages the entry *fully* covers: exact while slots own whole
   pages, but under the in-place placement every slice shares its first and last page with a
   neighbour, and those pages are never handed back, even once the neighbour is gone too. This is
   the leak of the second write-up, reproduced on purpose; :attr:`CacheFacts.leak_bound_pages` is
   the most it can leak (every page some slot only partly covers).
-* ``"on"`` — :func:`~workbench.expert.placement.releasable_pages`: also a boundary page, once no live
-  entry touches it.
+* ``"on"`` — :func:`~workbench.expert.placement.releasable_pages`: also a boundary page, once no live entry touches it.
 
 The cache keeps a per-page count of live entries touching each page and whether it committed the
 page, so it can say what it believes it holds (``accounted_pages``: pages some live entry touches)
-and what it failed to give back (``unreleased_pages``: committed, touched by nobody); mincore over its
-reservations measures what is really resident (:meth:`ExpertCache.memory`).
+and what it failed to give back (``unreleased_pages``: committed, touched by nobody, whatever the advice);
+mincore measures what is resident, smaps' ``LazyFree`` what of that the kernel may take back at will.
 
 A model may be a set of files: every blob names its file (:attr:`ExpertBlob.file`) and the cache
 opens one reader per file. Misses can be read by other threads (a session's reader lanes): the
@@ -34,7 +33,7 @@ from workbench.errors import ParamError
 from workbench.expert.cache_options import BOUNDARY_RELEASE, DEFAULT_READER, GATE_SCOPES, _check_args
 from workbench.expert.cache_state import CacheCounters, CacheFacts, CacheMemory, MutableCounters
 from workbench.expert.layout import leak_bound_pages, layout_blobs
-from workbench.expert.memory import PAGE, Reservation
+from workbench.expert.memory import PAGE, Reservation, resident_and_lazyfree
 from workbench.expert.placement import pages_fully_covered, pages_touched, releasable_pages
 from workbench.expert.policy import EvictionPolicy, make_policy
 from workbench.expert.readers import ReadOutcome, SliceReader, make_reader, resolve_reader
@@ -63,8 +62,9 @@ class ExpertCache:
         Payload bytes the live entries may hold; at least the largest slice.
     placement
         ``"inplace"``, ``"bounce"`` or ``"aligned"`` (see :mod:`workbench.expert.layout`).
-    boundary_release
-        ``"on"`` (release a boundary page once no live entry touches it) or ``"off"`` (the leak).
+    boundary_release, release_advice
+        ``"on"`` (release a boundary page once no live entry touches it) or ``"off"`` (the leak);
+        ``"dontneed"`` or ``"free"`` (``MADV_FREE``: lazily) — how pages are handed back.
     reader
         ``"pread"``, ``"direct-bounce"``, ``"direct-inplace"`` or ``"auto"`` (by placement:
         :data:`DEFAULT_READER`); O_DIRECT falls back to pread per file where refused, noted in :attr:`facts`.
@@ -77,8 +77,8 @@ class ExpertCache:
         whole model once, when the cache opens (the first write-up's once-per-process gate).
     """
 
-    def __init__(self, path: str | os.PathLike, blobs: Sequence[ExpertBlob], *, budget_bytes: int,
-                 placement: str = "inplace", boundary_release: str = "on", reader: str = "auto",
+    def __init__(self, path: str | os.PathLike, blobs: Sequence[ExpertBlob], *, budget_bytes: int, reader: str = "auto",
+                 placement: str = "inplace", boundary_release: str = "on", release_advice: str = "dontneed",
                  policy: str | EvictionPolicy = "lru", gate: float | None = None, gate_scope: str = "blob"):
         _check_args(blobs, budget_bytes, placement, boundary_release, reader, gate, gate_scope)
         self.path, self.blobs, self.budget = os.fspath(path), tuple(blobs), budget_bytes
@@ -91,7 +91,7 @@ class ExpertCache:
         self.reader_kinds = {f: kind for f, (kind, _) in resolved.items()}
         note = "; ".join(dict.fromkeys(n for _, n in resolved.values() if n))
         self._readers: dict[tuple[str, str], SliceReader] = {}
-        self._maps = [Reservation(lay.reserve) for lay in self.layouts]
+        self._maps = [Reservation(lay.reserve, release_advice) for lay in self.layouts]
         self._refs = [np.zeros(m.pages, dtype=np.int32) for m in self._maps]
         self._committed = [np.zeros(m.pages, dtype=bool) for m in self._maps]
         self._live: dict[SliceKey, int] = {}  # key → payload bytes
@@ -104,7 +104,7 @@ class ExpertCache:
         self.facts = CacheFacts(placement, report, self.reader_kinds[self.files[0]], note, boundary_release,
                                 getattr(self._policy, "name", type(self._policy).__name__), budget_bytes,
                                 sum(m.nbytes for m in self._maps), leak_bound_pages(self.layouts, PAGE),
-                                len(self.files))
+                                len(self.files), release_advice)
 
     # --- the decode thread: lookups, admissions, completions --------------------------------------
     def lookup(self, key: SliceKey, pin: bool = False) -> bool:
@@ -259,12 +259,12 @@ class ExpertCache:
         return self._c.snapshot()
 
     def memory(self, measure: bool = True) -> CacheMemory:
-        """Accounted vs committed vs unreleased pages, and (``measure``) mincore-resident pages."""
+        """Accounted vs committed vs unreleased pages, and (``measure``) resident and lazily-freed pages."""
         accounted = sum(int(np.count_nonzero(r > 0)) for r in self._refs)
         committed = sum(int(np.count_nonzero(c)) for c in self._committed)
         unreleased = sum(int(np.count_nonzero(c & (r == 0))) for c, r in zip(self._committed, self._refs))
-        resident = sum(int(np.count_nonzero(m.resident_map())) for m in self._maps) if measure else -1
-        return CacheMemory(len(self._live), self._live_bytes, accounted, committed, unreleased, resident)
+        resident, lazy = resident_and_lazyfree(self._maps) if measure else (-1, -1)
+        return CacheMemory(len(self._live), self._live_bytes, accounted, committed, unreleased, resident, lazy)
 
     def close(self) -> None:
         for r in self._readers.values():

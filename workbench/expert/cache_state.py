@@ -41,6 +41,9 @@ class CacheMemory:
     committed_pages: int  # pages the cache wrote and has not released
     unreleased_pages: int  # committed but touched by no live entry: the leak
     resident_pages: int  # measured by mincore over the reservations
+    # of those, handed back with MADV_FREE and not yet reclaimed (smaps LazyFree): resident to mincore and
+    # RSS, released to the cache and the kernel's to take at will; 0 under MADV_DONTNEED, -1 unknown
+    lazyfree_pages: int = 0
 
     @property
     def accounted_bytes(self) -> int:
@@ -49,6 +52,15 @@ class CacheMemory:
     @property
     def resident_bytes(self) -> int:
         return self.resident_pages * PAGE
+
+    @property
+    def lazyfree_bytes(self) -> int:
+        return self.lazyfree_pages * PAGE if self.lazyfree_pages >= 0 else -1
+
+    @property
+    def held_pages(self) -> int:
+        """Resident pages the kernel may not take back at will: resident less lazily freed."""
+        return self.resident_pages - max(0, self.lazyfree_pages) if self.resident_pages >= 0 else -1
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,7 @@ class CacheFacts:
     reserved_bytes: int
     leak_bound_pages: int = 0  # pages some slot only partly covers: what release=off can leak at most
     files: int = 1
+    release_advice: str = "dontneed"  # how released pages are handed back: dontneed | free (MADV_FREE)
 
 
 class MutableCounters:

@@ -1,14 +1,20 @@
 """Anonymous reservations an expert cache lives in, and what the process really holds.
 
 A :class:`Reservation` is a private anonymous mapping: reserving it commits nothing, a page is
-committed the first time it is written, and ``madvise(MADV_DONTNEED)`` hands it back (the next read
-of it sees zeros). Transparent huge pages are switched off for it — with THP one written byte could
+committed the first time it is written, and :meth:`Reservation.release` hands it back with its
+``release_advice``: ``"dontneed"`` (``MADV_DONTNEED``: the kernel takes the page now; the next write
+faults a fresh zeroed page in) or ``"free"`` (``MADV_FREE``, Linux >= 4.5: the kernel keeps the page
+until memory pressure and takes lazily-freed pages first; a write before then reuses it without a
+fault or zeroing, and the page is the process's again). Either way the cache counts the page as
+released. Transparent huge pages are switched off for it — with THP one written byte could
 commit 2 MiB and a 4 KiB release would split or keep it, and page accounting would mean nothing.
 
 What is really resident is measured two ways: :meth:`Reservation.resident_map` asks mincore about the
 reservation's own pages (exact, and blind to everything else the process does), and
 :func:`process_memory` reads the whole process's ``Rss`` / ``Anonymous`` from
-``/proc/self/smaps_rollup`` (what an operator or the OOM killer sees).
+``/proc/self/smaps_rollup`` (what an operator or the OOM killer sees). Both still count a
+lazily-freed page as resident until the kernel reclaims it, so :func:`lazyfree_bytes` reads the
+reservations' own ``LazyFree:`` from ``/proc/self/smaps`` for the comparisons to take out.
 """
 from __future__ import annotations
 
@@ -17,40 +23,64 @@ import ctypes.util
 import mmap
 import os
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
+from workbench.errors import ParamError
+
 PAGE = mmap.PAGESIZE
 SMAPS_ROLLUP = "/proc/self/smaps_rollup"
+SMAPS = "/proc/self/smaps"
+# how a released page is handed back: the madvise advice's name in mmap, None where the platform has none
+RELEASE_ADVICES = {"dontneed": "MADV_DONTNEED", "free": "MADV_FREE"}
+
+
+def release_advice_flag(advice: str, scope: str = "cache") -> int:
+    """The madvise flag for ``advice``; a one-line ParamError for an unknown advice or one this
+    platform lacks (``MADV_FREE`` needs Linux >= 4.5 and a Python built against it): no fallback."""
+    if advice not in RELEASE_ADVICES:
+        raise ParamError(scope, "release_advice", f"{advice!r} is not one of {', '.join(RELEASE_ADVICES)}")
+    flag = getattr(mmap, RELEASE_ADVICES[advice], None)
+    if flag is None:
+        raise ParamError(scope, "release_advice", f"{advice}: this platform's mmap has no "
+                         f"{RELEASE_ADVICES[advice]} (Linux >= 4.5 needed)")
+    return flag
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 class Reservation:
     """``nbytes`` (rounded up to whole pages) of reserved, uncommitted anonymous memory.
 
-    ``view`` is a writable memoryview of all of it; ``address`` is its (page-aligned) start.
+    ``view`` is a writable memoryview of all of it; ``address`` is its (page-aligned) start. One more
+    page is mapped after it and made inaccessible (``PROT_NONE``): a guard that keeps the kernel from
+    merging it with an adjacent reservation into one mapping, so smaps reports each one's own pages.
     """
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, release_advice: str = "dontneed"):
         if nbytes <= 0:
             raise ValueError(f"Reservation({nbytes}): need a positive size")
+        self.release_advice, self._advice = release_advice, release_advice_flag(release_advice)
         self.nbytes = -(-nbytes // PAGE) * PAGE
-        self._map = mmap.mmap(-1, self.nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._map = mmap.mmap(-1, self.nbytes + PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if hasattr(mmap, "MADV_NOHUGEPAGE"):
             self._map.madvise(mmap.MADV_NOHUGEPAGE)
         self.address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))  # export dropped at once
-        self.view = memoryview(self._map)
+        _libc.mprotect(ctypes.c_void_p(self.address + self.nbytes), PAGE, 0)  # PROT_NONE: the guard (best effort)
+        self._whole = memoryview(self._map)
+        self.view = self._whole[:self.nbytes]
 
     @property
     def pages(self) -> int:
         return self.nbytes // PAGE
 
     def release(self, first_page: int, n_pages: int) -> None:
-        """``madvise(MADV_DONTNEED)`` over whole pages: the kernel takes them back now."""
+        """Hand whole pages back with the release advice (``MADV_DONTNEED``: now; ``MADV_FREE``: lazily)."""
         if n_pages > 0:
-            self._map.madvise(mmap.MADV_DONTNEED, first_page * PAGE, n_pages * PAGE)
+            self._map.madvise(self._advice, first_page * PAGE, n_pages * PAGE)
 
     def resident_map(self) -> np.ndarray:
         """Per-page residency (bool) of the whole reservation, from mincore."""
@@ -60,11 +90,17 @@ class Reservation:
             raise OSError(err, f"mincore failed: {os.strerror(err)}")
         return (vec & 1).astype(bool)
 
+    @property
+    def span(self) -> tuple[int, int]:
+        """Its address range, ``[start, end)``."""
+        return self.address, self.address + self.nbytes
+
     def close(self) -> None:
         """Unmap; raises BufferError while slices of ``view`` are still alive."""
         if self._map.closed:
             return
         self.view.release()
+        self._whole.release()
         self._map.close()
 
 
@@ -88,3 +124,41 @@ def process_memory(path: str = SMAPS_ROLLUP) -> ProcessMemory:
     except (OSError, ValueError, IndexError):
         pass
     return ProcessMemory(fields["Rss"], fields["Anonymous"])
+
+
+def lazyfree_bytes(spans: Iterable[tuple[int, int]], path: str = SMAPS) -> int:
+    """``LazyFree:`` summed over the mappings of ``/proc/self/smaps`` that overlap ``spans`` (address
+    ranges): pages handed back with ``MADV_FREE`` that the kernel has not reclaimed yet, which mincore
+    and RSS still count. A mapping the kernel merged with an adjacent one (only another anonymous
+    mapping with the same flags: in practice another reservation) is counted whole, once. -1 where the
+    kernel reports no ``LazyFree`` (< 4.12) or smaps is unreadable."""
+    wanted = sorted(spans)
+    total, seen, overlap = 0, False, False
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                head = line.split(None, 1)[0] if line.strip() else ""
+                if "-" in head and not head.endswith(":"):  # a mapping's header: start-end perms ...
+                    lo, _, hi = head.partition("-")
+                    start, end = int(lo, 16), int(hi, 16)
+                    overlap = any(a < end and start < b for a, b in wanted)
+                elif head == "LazyFree:":
+                    seen = True
+                    if overlap:
+                        total += int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return -1
+    return total if seen else -1
+
+
+def resident_and_lazyfree(maps: Iterable[Reservation]) -> tuple[int, int]:
+    """Pages of ``maps`` mincore finds resident, and of those the lazily-freed ones (``LazyFree``): 0 when
+    none was released with ``MADV_FREE`` (smaps is not read: ``MADV_DONTNEED`` leaves none), -1 where
+    the kernel cannot say."""
+    maps = list(maps)
+    resident = sum(int(np.count_nonzero(m.resident_map())) for m in maps)
+    lazy = [m.span for m in maps if m.release_advice == "free"]
+    if not lazy:
+        return resident, 0
+    found = lazyfree_bytes(lazy)
+    return resident, found // PAGE if found >= 0 else -1

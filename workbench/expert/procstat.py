@@ -57,6 +57,7 @@ class CgroupMemory:
     swap_in: int = -1
     swap_out: int = -1
     oom_kills: int = -1
+    lazyfreed: int = -1  # pages handed back with MADV_FREE that reclaim took (v2 pglazyfreed)
 
     def minus(self, earlier: "CgroupMemory") -> "CgroupMemory":
         """Counters as deltas, usage and swap as they are now (-1 stays -1)."""
@@ -98,7 +99,8 @@ class CgroupProbe:
             usage_bytes=_number(os.path.join(self.path, "memory.current")), pgmajfault=stat.get("pgmajfault", -1),
             refaults=sum(refault) if refault else -1, reclaimed=stat.get("pgsteal", -1),
             limit_hits=events.get("max", -1), swap_bytes=_number(os.path.join(self.path, "memory.swap.current")),
-            swap_in=stat.get("pswpin", -1), swap_out=stat.get("pswpout", -1), oom_kills=events.get("oom_kill", -1))
+            swap_in=stat.get("pswpin", -1), swap_out=stat.get("pswpout", -1), oom_kills=events.get("oom_kill", -1),
+            lazyfreed=stat.get("pglazyfreed", -1))
 
 
 def _keyed(path: str, sep: str) -> dict[str, int]:

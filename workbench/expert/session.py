@@ -68,7 +68,8 @@ class ExpertSession:
         try:
             self.cache = self._stack.enter_context(ExpertCache(
                 index.path, blobs, budget_bytes=budget, placement=config.placement,
-                boundary_release=config.boundary_release, reader=config.reader, policy=config.policy,
+                boundary_release=config.boundary_release, release_advice=config.release_advice,
+                reader=config.reader, policy=config.policy,
                 gate=config.gate, gate_scope=config.gate_scope))
             arena_bytes = max(arena_slots([max(n for _, n in b.slices) for _ in range(k) for b in bs])[1]
                               for bs in layer_blobs.values())
@@ -105,7 +106,8 @@ class ExpertSession:
             f.placement, str(f.placement_report), f.placement_report.state, f.reader, f.reader_note,
             f.boundary_release, f.policy, f.budget_bytes, f.reserved_bytes, self.trace.k, self.trace.source,
             trace_note, self.device.info().name, bool(c.verify), self.compute.description, c.lanes, c.overlap,
-            _gate_text(self.cache), f.leak_bound_pages, working, expert_bytes, f.files, warnings)
+            _gate_text(self.cache), f.leak_bound_pages, working, expert_bytes, f.files, warnings,
+            release_advice=f.release_advice)
 
     def turns(self) -> Iterator[TurnRecord]:
         """Run the configured number of turns, yielding each turn's record as it ends."""
@@ -148,8 +150,9 @@ class ExpertSession:
             rss_bytes=status.rss_bytes, swap_bytes=status.swap_bytes, cg_usage_bytes=cg.usage_bytes,
             cg_pgmajfault=cg.pgmajfault, cg_refaults=cg.refaults, cg_reclaimed=cg.reclaimed,
             cg_limit_hits=cg.limit_hits, cg_swap_bytes=cg.swap_bytes, swap_in=cg.swap_in, swap_out=cg.swap_out,
+            cg_lazyfreed=cg.lazyfreed,
             shift_copy_bytes=c.shift_copy_bytes, shift_copy_s=c.shift_copy_s, resident_bytes=mem.resident_bytes,
-            gated_reads=c.gated_reads, file_rss_bytes=status.file_bytes,
+            gated_reads=c.gated_reads, lazyfree_bytes=mem.lazyfree_bytes, file_rss_bytes=status.file_bytes,
             **(self._pressure.after(disk) if self._pressure is not None else {}))
         self._records.append(record)
         if self.config.verify_end:  # outside the turn's timing

@@ -8,6 +8,7 @@ from workbench.errors import ParamError
 from workbench.expert.cache import BOUNDARY_RELEASE, GATE_SCOPES
 from workbench.expert.compute import parse_compute
 from workbench.expert.layout import PLACEMENTS
+from workbench.expert.memory import release_advice_flag
 from workbench.expert.policy import POLICIES
 from workbench.expert.readers import READERS
 from workbench.expert.routing import DISTRIBUTIONS, RoutingTrace, load_trace, moe_shape, synthetic_trace
@@ -25,6 +26,7 @@ class SessionConfig:
     experts_per_token: int | None = None  # None: the trace file's k, else a quarter of the experts (1–8)
     placement: str = "inplace"  # inplace | bounce | aligned
     boundary_release: str = "on"  # on | off
+    release_advice: str = "dontneed"  # how evicted pages go back: dontneed (MADV_DONTNEED) | free (MADV_FREE)
     trace: str | None = None  # CSV or .npy path; None: a synthetic trace
     distribution: str = "uniform"  # synthetic: uniform | zipf
     zipf_s: float = 1.2
@@ -64,6 +66,7 @@ def check_config(c: SessionConfig) -> None:
     if c.gate is not None and not 0.0 <= c.gate <= 1.0:
         raise ParamError("session", "gate", f"must be a resident fraction in [0, 1], got {c.gate!r}")
     parse_compute(c.compute)
+    release_advice_flag(c.release_advice, "session")  # unknown, or MADV_FREE where this platform has none
     for name, known in (("placement", PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
                         ("reader", ("auto", *READERS)), ("policy", tuple(POLICIES)), ("distribution", DISTRIBUTIONS),
                         ("gate_scope", GATE_SCOPES)):

@@ -38,8 +38,8 @@ DECODE_TURN_KEYS = ("hit_rate", "compute_s", "stall_read_s", "stall_upload_s", "
                     "disk_bytes_per_token", "io_bytes", "landed_bytes", "read_busy_s", "read_queue_depth",
                     "staged_gbps")
 MEMORY_TURN_KEYS = ("rss_bytes", "swap_bytes", "cg_usage_bytes", "cg_pgmajfault", "cg_refaults", "cg_reclaimed",
-                    "cg_limit_hits", "cg_swap_bytes", "swap_in", "swap_out")
-TURN_EXTRAS = ("shift_copy_bytes", "shift_copy_s", "resident_bytes", "gated_reads")
+                    "cg_limit_hits", "cg_swap_bytes", "swap_in", "swap_out", "cg_lazyfreed")
+TURN_EXTRAS = ("shift_copy_bytes", "shift_copy_s", "resident_bytes", "gated_reads", "lazyfree_bytes")
 # the process's mapped file pages (every turn), then, under --memory-limit, what the turn's pressure hit:
 # the model against everything else (workbench.expert.pressure_turn; -1 without a limit)
 PRESSURE_KEYS = ("file_rss_bytes", "model_lost_bytes", "model_fetched_bytes", "model_reread_bytes",
@@ -57,7 +57,10 @@ class TurnRecord:
     ``minflt``/``majflt`` are getrusage deltas over the turn; ``accounted_bytes`` the pages live
     entries touch; ``actual_anon_bytes`` the process's anonymous memory (smaps_rollup, -1 where
     unreadable); ``unreleased_pages`` pages the cache committed and no live entry touches;
-    ``resident_bytes`` what mincore finds resident in the cache's reservations. Bytes per token by
+    ``resident_bytes`` what mincore finds resident in the cache's reservations, ``lazyfree_bytes`` what
+    of it the cache handed back with ``MADV_FREE`` (``release_advice="free"``) and the kernel has not
+    reclaimed yet (smaps ``LazyFree``; counted by mincore, ``Rss`` and ``Anonymous`` alike, and taken out
+    where they are held against the accounting: :attr:`held_anon_bytes`; 0 under ``dontneed``, -1 unknown). Bytes per token by
     source: served by the cache (``hit``), by the page cache (``rchar − read_bytes`` of
     ``/proc/self/io``) and from the disk (``read_bytes``). ``landed_bytes``: expert bytes copied to
     the device. ``read_busy_s``: time at least one read was in flight; ``read_queue_depth`` the mean
@@ -111,10 +114,12 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     cg_swap_bytes: int = -1
     swap_in: int = -1
     swap_out: int = -1
+    cg_lazyfreed: int = -1  # lazily-freed pages (MADV_FREE) the cgroup's reclaim took (v2 only)
     shift_copy_bytes: int = 0
     shift_copy_s: float = 0.0
     resident_bytes: int = 0
     gated_reads: int = 0
+    lazyfree_bytes: int = 0  # of resident_bytes (and so of actual_anon/rss), handed back with MADV_FREE, not yet reclaimed
     file_rss_bytes: int = -1
     model_lost_bytes: int = -1
     model_fetched_bytes: int = -1
@@ -129,6 +134,16 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     wall_gbps: float | None = None
     staged_of_wall: float | None = None  # staged_gbps over wall_gbps (None: see wall_note)
     wall_note: str = ""  # why there is no fraction: "no misses", "no wall: run `workbench ceilings`"
+
+    @property
+    def held_anon_bytes(self) -> int:
+        """The process's anonymous bytes less the cache's lazily-freed ones (-1 where unreadable)."""
+        return self.actual_anon_bytes - max(0, self.lazyfree_bytes) if self.actual_anon_bytes >= 0 else -1
+
+    @property
+    def held_resident_bytes(self) -> int:
+        """The reservations' resident bytes less the lazily-freed ones."""
+        return self.resident_bytes - max(0, self.lazyfree_bytes)
 
     @property
     def stall_s(self) -> float:
@@ -185,6 +200,7 @@ class SessionFacts:
     pinned_s: float = -1.0  # how long finding and locking them took (between turn 0 and turn 1)
     pinned_vmlck_bytes: int = -1  # the worker's VmLck right after
     pinned_note: str = ""  # why some were not locked (mlock refused, the balloon's room), "" when all were
+    release_advice: str = "dontneed"  # how the cache handed pages back: dontneed | free (MADV_FREE, lazily)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -13,7 +13,7 @@ from workbench.expert.steady import DEFAULT_SLOPE_PCT, DEFAULT_WINDOW, drift_aft
 _DRIFT = {
     "tokens_per_s": lambda r: r.tokens_per_s, "hit_rate": lambda r: r.hit_rate,
     "majflt_per_token": lambda r: r.majflt / r.tokens, "disk_bytes_per_token": lambda r: r.disk_bytes_per_token,
-    "anon_bytes": lambda r: r.actual_anon_bytes, "unreleased_pages": lambda r: r.unreleased_pages,
+    "anon_bytes": lambda r: r.held_anon_bytes, "unreleased_pages": lambda r: r.unreleased_pages,
 }
 
 
@@ -36,8 +36,8 @@ class SessionSummary:
     leak_bound_pages: int  # the most release=off can leave committed (pages slots only partly cover)
     leak_of_bound: float | None  # unreleased pages at the end over the bound (None: nothing can leak)
     leak_half_turn: int | None  # the first turn at which half the bound was unreleased
-    resident_minus_accounted_bytes: int  # last turn: what the cache failed to give back, measured
-    anon_minus_accounted_growth_bytes: int  # (actual_anon - accounted), last turn minus first
+    resident_minus_accounted_bytes: int  # last turn: what the cache failed to give back, measured (less LazyFree)
+    anon_minus_accounted_growth_bytes: int  # (actual_anon - lazyfree - accounted), last turn minus first
     tokens_per_s: float  # all tokens over all turn time
     tokens_per_s_median: float
     tokens_per_s_min: float
@@ -75,6 +75,8 @@ class SessionSummary:
     shift_copy_bytes_per_token: float = 0.0
     steady_window: int = DEFAULT_WINDOW
     steady_slope_pct: float = DEFAULT_SLOPE_PCT
+    lazyfree_bytes_last: int = 0  # last turn: resident pages handed back with MADV_FREE (out of the two above)
+    lazyfree_bytes_max: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -118,9 +120,9 @@ def summarize(records: Sequence[TurnRecord], facts: SessionFacts, verified_slice
         unreleased_pages_first=first.unreleased_pages, unreleased_pages_last=last.unreleased_pages,
         leak_bound_pages=bound, leak_of_bound=last.unreleased_pages / bound if bound else None,
         leak_half_turn=next((r.turn for r in records if bound and r.unreleased_pages * 2 >= bound), None),
-        resident_minus_accounted_bytes=last.resident_bytes - last.accounted_bytes,
-        anon_minus_accounted_growth_bytes=((last.actual_anon_bytes - last.accounted_bytes)
-                                           - (first.actual_anon_bytes - first.accounted_bytes)),
+        resident_minus_accounted_bytes=last.held_resident_bytes - last.accounted_bytes,
+        anon_minus_accounted_growth_bytes=((last.held_anon_bytes - last.accounted_bytes)
+                                           - (first.held_anon_bytes - first.accounted_bytes)),
         tokens_per_s=tokens / seconds if seconds > 0 else 0.0, tokens_per_s_median=statistics.median(rates),
         tokens_per_s_min=min(rates), tokens_per_s_max=max(rates), seconds=seconds, compute_s=total("compute_s"),
         stall_read_s=total("stall_read_s"), stall_upload_s=total("stall_upload_s"),
@@ -141,6 +143,7 @@ def summarize(records: Sequence[TurnRecord], facts: SessionFacts, verified_slice
         verified_slices=verified_slices, facts=facts, bookkeeping_s=_sum_known(r.bookkeeping_s for r in records),
         shift_copy_s=sum(max(0.0, r.shift_copy_s) for r in records),
         shift_copy_bytes_per_token=total("shift_copy_bytes") / tokens, steady_window=window, steady_slope_pct=slope_pct,
+        lazyfree_bytes_last=last.lazyfree_bytes, lazyfree_bytes_max=max(r.lazyfree_bytes for r in records),
     )
 
 

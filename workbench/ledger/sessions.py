@@ -35,7 +35,7 @@ def session_lines(attempts: pd.DataFrame, turns: pd.DataFrame) -> list[str]:
             f"`{for_markdown_code(str(attempt_id)[:8])}` {for_markdown(labels[attempt_id])}: {len(t)} turns × "
             f"{int(first['tokens'])} tokens; "
             f"unreleased pages {int(first['unreleased_pages']):,} → {int(last['unreleased_pages']):,}{of_bound} "
-            f"(first → last turn); anon − accounted {_gap(first):.1f} → {_gap(last):.1f} MiB; faults {int(t['minflt'].sum()):,} "
+            f"(first → last turn); anon − accounted {anon_gap_mib(first):.1f} → {anon_gap_mib(last):.1f} MiB; faults {int(t['minflt'].sum()):,} "
             f"minor, {int(t['majflt'].sum()):,} major; tok/s median {rates.median():.1f} "
             f"({rates.min():.1f}–{rates.max():.1f}){_decode(t)}")
     return out
@@ -61,8 +61,22 @@ def session_facts(a: dict[str, Any]) -> str:
     if not facts:
         return "—"
     head, _, tail = str(facts.get("placement_report", "")).partition(" — ")
-    return f"{head} ({tail}); reader {facts.get('reader')}; release {facts.get('boundary_release')}"
+    advice = facts.get("release_advice", "dontneed")
+    lazily = f" (advice {advice}: pages handed back lazily)" if advice != "dontneed" else ""
+    return f"{head} ({tail}); reader {facts.get('reader')}; release {facts.get('boundary_release')}{lazily}"
 
 
-def _gap(turn: Any) -> float:
-    return (turn["actual_anon_bytes"] - turn["accounted_bytes"]) / 2**20
+def lazyfree_bytes(turns: Any) -> Any:
+    """A turn row's (or a turns frame's, per row) ``lazyfree_bytes`` from its extra fields: what the
+    cache handed back with MADV_FREE and the kernel had not reclaimed (0: none, unknown, or recorded before)."""
+    one = lambda e: max(0, int(e.get("lazyfree_bytes", 0))) if isinstance(e, dict) else 0  # noqa: E731
+    extra = turns.get("extra")
+    if hasattr(turns, "columns"):
+        return extra.map(one) if extra is not None else 0
+    return one(extra)
+
+
+def anon_gap_mib(turns: Any) -> Any:
+    """Anonymous memory the cache does not account for, in MiB: ``actual_anon - lazyfree - accounted``
+    (lazily-freed pages are the kernel's to take: neither held nor leaked)."""
+    return (turns["actual_anon_bytes"] - lazyfree_bytes(turns) - turns["accounted_bytes"]) / 2**20

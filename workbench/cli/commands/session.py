@@ -34,6 +34,9 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
               help="Where slices sit in the per-layer buffers (inplace: O_DIRECT straight into place).")
 @click.option("--boundary-release", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="off reproduces the write-up's leak (boundary pages never released).")
+@click.option("--release-advice", type=click.Choice(["dontneed", "free"]), default="dontneed", show_default=True,
+              help="How evicted pages go back: dontneed (now; a miss refills fresh zeroed pages) or free "
+                   "(MADV_FREE: the kernel takes them under pressure; a miss reuses them).")
 @click.option("--compute", default="none", show_default=True,
               help="none | sleep:MS (MS per token) | device (the routed experts' matmuls on the device).")
 @click.option("--lanes", type=click.IntRange(1), default=1, show_default=True, help="Reader threads for misses.")
@@ -192,7 +195,7 @@ def _print_turn(r: Any) -> None:
         click.echo(_TURN_HEADER, err=True)
     from workbench.measure.session.wall import wall_text
 
-    gap = (r.actual_anon_bytes - r.accounted_bytes) / 2**20 if r.actual_anon_bytes >= 0 else float("nan")
+    gap = (r.held_anon_bytes - r.accounted_bytes) / 2**20 if r.actual_anon_bytes >= 0 else float("nan")
     click.echo(f"{r.turn:>4} {r.tokens_per_s:>8.1f} {r.hit_rate:>5.0%} {r.stall_read_s:>7.3f} {r.stall_upload_s:>6.3f} "
                f"{r.bookkeeping_s:>6.3f} {r.compute_s:>7.3f} {r.residual_s_per_token * 1e3:>10.2f} "
                f"{r.shift_copy_bytes / r.tokens / 2**20:>11.2f} {r.disk_bytes_per_token / 2**20:>10.2f} "

@@ -13,6 +13,7 @@ from workbench.cli.notebooks.actions import _best, _devices
 from workbench.cli.notebooks.experts import moe_model, session_plan
 from workbench.cli.notebooks.ui import Panel, ledger_path, results_html
 from workbench.errors import WorkbenchError
+from workbench.ledger.sessions import anon_gap_mib
 from workbench.records import plural
 from workbench.untrusted import for_html
 
@@ -45,7 +46,7 @@ def sessions_frame(turns: Any, attempts: Any) -> Any:
     labels = dict(zip(attempts["id"], attempts["label"]))
     for attempt_id, t in turns.groupby("attempt_id", sort=False):
         t = t.sort_values("turn")
-        gap = (t["actual_anon_bytes"] - t["accounted_bytes"]) / MiB
+        gap = anon_gap_mib(t)  # less the pages handed back with MADV_FREE the kernel had not taken yet
         rows.append({
             "session": labels.get(attempt_id, attempt_id).split(" · ")[0], "turns": len(t),
             "evictions": int(t["evictions"].sum()), "unreleased_first": int(t["unreleased_pages"].iloc[0]),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
+from workbench.ledger.sessions import anon_gap_mib
 from workbench.untrusted import for_plotly
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ _METRICS = {
     "unreleased": ("Unreleased pages per turn (committed, touched by no live entry)", "pages",
                    lambda t: t["unreleased_pages"]),
     "anon_gap": ("Process anonymous memory the cache does not account for, per turn", "MiB",
-                 lambda t: (t["actual_anon_bytes"] - t["accounted_bytes"]) / MiB),
+                 lambda t: anon_gap_mib(t)),  # less what the cache handed back lazily (MADV_FREE)
     "faults": ("Page faults per turn (minor; major dashed)", "faults", lambda t: t["minflt"]),
     "tokens_per_s": ("Decode tokens per second, per turn", "tokens/s", lambda t: t["tokens_per_s"]),
 }

@@ -25,6 +25,7 @@ says which happened.
 """
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -131,11 +132,14 @@ class MemoryPressure:
         return CgroupProbe(lim.path, lim.version).read().oom_kills
 
     def outcome(self, returncode: int | None, refaults: int, majflt: int, limit_hits: int,
-                model_reread_bytes: int = 0, turn_majflt: Sequence[int] = ()) -> str:
+                model_reread_bytes: int = 0, turn_majflt: Sequence[int] = (), lazyfreed: int = 0) -> str:
         """Which cost the limit had: the OOM killer, the pressure on the session's own files (a balloon
         whose squeeze still faulted them more than :data:`OWN_FAULTS_PER_TURN` a turn after turn 0, given
         ``turn_majflt``, each turn's major faults), reclaim and re-reads, or none seen. Under a balloon
-        ``refaults`` are the machine's (the session's and anyone else's)."""
+        ``refaults`` are the machine's (the session's and anyone else's). ``lazyfreed``: pages the cache
+        had handed back with MADV_FREE that the cgroup's reclaim took — a limit hit they explain, with no
+        refault and nothing of the model read again, is no pressure on the session (the kernel took what
+        was already released)."""
         kills = self.oom_kills()
         balloon = self.limit is not None and not self.limit.path
         if kills > self._oom_before or (returncode == -9 and balloon):
@@ -149,6 +153,10 @@ class MemoryPressure:
                     "which a session never maps): the balloon squeezed the whole machine, so this cell measures "
                     f"the method, not the session ({max(0, refaults):,} refaults of the machine's, the model's "
                     f"pages read again {model_reread_bytes / MiB:,.1f} MiB)")
+        if lazyfreed > 0 and not balloon and refaults <= 0 and model_reread_bytes <= 0:
+            return (f"no pressure seen beyond released pages: the limit was hit {max(0, limit_hits):,} times and "
+                    f"reclaim took {lazyfreed * mmap.PAGESIZE / MiB:,.1f} MiB the cache had handed back with MADV_FREE; "
+                    "no refaults, none of the model read again")
         if limit_hits > 0 or model_reread_bytes > 0 or (balloon and refaults > 0):
             hits = "" if balloon else f"the limit was hit {max(0, limit_hits):,} times, "
             whose = " (the machine's)" if balloon else ""

@@ -178,4 +178,14 @@ def summary_line(report: SessionReport) -> str:
             f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
             f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
             f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
-            f"compute {f.compute}")
+            f"compute {f.compute}{_advice(f, s)}")
+
+
+def _advice(f: SessionFacts, s: Any) -> str:
+    """The release advice when it is not the default: MADV_FREE leaves pages resident to mincore and RSS."""
+    if f.release_advice == "dontneed":
+        return ""
+    lazy = (f"{s.lazyfree_bytes_last / 2**20:,.1f} MiB LazyFree at the end (max {s.lazyfree_bytes_max / 2**20:,.1f})"
+            if s.lazyfree_bytes_last >= 0 else "LazyFree unknown (the kernel reports none)")
+    return (f"; release advice {f.release_advice} (MADV_FREE): {lazy}, resident to mincore and RSS, released to the "
+            "cache and taken out of the resident and anonymous comparisons")

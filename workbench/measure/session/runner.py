@@ -223,7 +223,7 @@ def _outcome(pressure: Any, code: int | None, records: list[TurnRecord], pinned:
     cgroup = any(r.cg_refaults >= 0 for r in records)
     refaults = known("cg_refaults") if cgroup else known("vm_refault_file") + known("vm_refault_anon")
     said = pressure.outcome(code, refaults, sum(r.majflt for r in records), known("cg_limit_hits"),
-                            known("model_reread_bytes"), [r.majflt for r in records])
+                            known("model_reread_bytes"), [r.majflt for r in records], known("cg_lazyfreed"))
     said = f"{said}, after {len(records)} turns" if said.startswith("OOM") else said
     return f"{said}; {pinned}" if pinned else said
 
@@ -240,6 +240,7 @@ def session_label(file: str, config: SessionConfig) -> str:
     """``session inplace release=off lanes=4 overlap compute=device 20×64 cache=2000MiB · model``."""
     extra = "".join([f" lanes={config.lanes}" if config.lanes > 1 else "", " overlap" if config.overlap else "",
                      f" compute={config.compute}" if config.compute != "none" else "",
+                     f" advice={config.release_advice}" if config.release_advice != "dontneed" else "",
                      f" mem={config.memory_limit_mib:g}MiB" if config.memory_limit_mib else ""])
     from workbench.measure.run.model import model_name
 
