@@ -446,6 +446,8 @@ def test_a_ring_whose_readers_make_its_slots_lands_exact_bytes_and_gives_everyth
     assert device.usage() == before  # every slot made (and registered) was released
     assert 1 <= len(ring.slots) <= 3 and ring.first_slot_s is not None and ring.reader_provision_s > 0
     assert ring.deferred_made == (len(ring.slots) if provision == "first-read" else 0)
+    # the registering part of the slot-making, timed on its own (first-read only: readers register in _make)
+    assert (0 < ring.register_s <= ring.reader_provision_s) if provision == "first-read" else ring.register_s == 0
     assert ring.locked or device.info().backend.startswith("host")  # mlock may be refused to a user
     assert says in ring.describe()
 

@@ -225,6 +225,7 @@ class RingStrategy(Strategy):
         t1 = time.perf_counter_ns()
         settle_staged(ctx, ring, evictor)
         ctx.count("reader_provision_us", int(ring.reader_provision_s * 1e6))
+        ctx.count("register_us", int(ring.register_s * 1e6))  # first-read: the registering part of it
         ctx.count("unstage_us", int(ring.release_s * 1e6))
         ctx.count("settle_us", (time.perf_counter_ns() - t1) // 1000)
         if copier is not None:

@@ -57,8 +57,7 @@ class StagingRing:
     ``readers`` (the first :meth:`acquire` of a slot provisions it, in the caller's thread: readers
     make their own slots at once; ``reader_provision_s`` sums the time they spent on it) or
     ``first-read`` (as ``readers``, but the slot is only mapped: the caller's fill faults it in and
-    :meth:`filled` registers it; ``reader_provision_s`` then sums mapping and registering, the fill's
-    page faults are in the caller's read).
+    :meth:`filled` registers it; ``reader_provision_s`` sums both, ``register_s`` the registering).
     A background provisioning failure is raised by :meth:`acquire` (every waiter, and every later
     call); :meth:`close` still releases what was provisioned.
 
@@ -93,7 +92,7 @@ class StagingRing:
         self._made = threading.Lock()
         self._unmade: list[Slot] = []  # readers: placeholders, made by the first acquire that needs one
         self._deferred = provision == "first-read" and source in ("auto", "anon")
-        self.deferred_made, self.registered_by = 0, ""  # first-read: slots mapped bare, registered after their first fill (by)
+        self.deferred_made, self.registered_by, self.register_s = 0, "", 0.0  # first-read: mapped bare, registered later
         if provision in ("readers", "first-read"):
             self._unmade = [Slot(i, None, None) for i in reversed(range(slots))]  # type: ignore[arg-type]
             self.provision_s = time.perf_counter() - t0
@@ -239,6 +238,7 @@ class StagingRing:
         if not block.lock() and self.source == "auto":
             self._deferred = False  # registration refused: the next slots are page-locked allocations
         with self._made:
+            self.register_s += time.perf_counter() - t0
             self.reader_provision_s += time.perf_counter() - t0
 
     def release(self, slot: Slot) -> None:
