@@ -18,7 +18,8 @@ write-up's route-ahead with a perfect predictor. Nothing is read ahead across a 
 inline lane and no overlap the layer is staged slice by slice instead (look up or read, copy, drain,
 release), as the one-thread session always was: a cache of one slice still works there.
 Uploads go through a :class:`SliceUploader` (``put`` then ``drain``); the default copies pageable
-memory with :meth:`Device.copy_h2d`, a staged uploader can take its place without touching the loop.
+memory with :meth:`Device.copy_h2d`, a staged one (:mod:`workbench.expert.uploader`) takes its place
+without touching the loop.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from workbench.expert.cache import ExpertCache, SliceKey
 from workbench.expert.compute import LayerCompute
 from workbench.expert.lanes import LanePool
 from workbench.expert.routing import RoutingTrace
-from workbench.upload.base import Device, DeviceBuffer
+from workbench.upload.base import DeviceBuffer
 
 SLOT_ALIGN = 256  # each landed slice starts here in the arena: any compute dtype can view it
 
@@ -42,19 +43,6 @@ class SliceUploader(Protocol):
     def put(self, arena: DeviceBuffer, at: int, view: memoryview) -> None: ...
 
     def drain(self) -> None: ...
-
-
-class PageableUploader:
-    """Plain copies from the cache's (pageable) memory."""
-
-    def __init__(self, device: Device):
-        self.device = device
-
-    def put(self, arena: DeviceBuffer, at: int, view: memoryview) -> None:
-        self.device.copy_h2d(arena, at, view)
-
-    def drain(self) -> None:
-        self.device.synchronize()
 
 
 @dataclass

@@ -24,7 +24,8 @@ from typing import Callable, Iterator
 
 from workbench.expert.cache import ExpertCache
 from workbench.expert.compute import open_compute
-from workbench.expert.decode import Decoder, PageableUploader, SliceUploader, Timers, arena_slots
+from workbench.expert.decode import Decoder, SliceUploader, Timers, arena_slots
+from workbench.expert.uploader import open_uploader
 from workbench.expert.lanes import LanePool
 from workbench.expert.memory import process_memory
 from workbench.expert.pressure_turn import TurnPressure
@@ -81,10 +82,14 @@ class ExpertSession:
             self.compute = open_compute(config.compute, device, blobs, tensors, len(self.trace.layers))
             self._stack.callback(self.compute.close)
             self.checker = self._stack.enter_context(SessionChecker(index, device, self.cache, self._arena))
+            if uploader is None:
+                uploader = open_uploader(config.uploader, device)
+                self._stack.callback(uploader.close)  # after the last drain: the stack closes in reverse
         except BaseException:
             self._stack.close()
             raise
-        self.decoder = Decoder(self.cache, self.lanes, uploader or PageableUploader(device), self._arena,
+        self.uploader = uploader
+        self.decoder = Decoder(self.cache, self.lanes, uploader, self._arena,
                                self.compute, self.trace, self._by_layer, config.overlap,
                                self.checker.check_upload if config.verify else None)
         self._probe = memory_probe
@@ -107,7 +112,7 @@ class ExpertSession:
             f.boundary_release, f.policy, f.budget_bytes, f.reserved_bytes, self.trace.k, self.trace.source,
             trace_note, self.device.info().name, bool(c.verify), self.compute.description, c.lanes, c.overlap,
             _gate_text(self.cache), f.leak_bound_pages, working, expert_bytes, f.files, warnings,
-            release_advice=f.release_advice)
+            release_advice=f.release_advice, uploader=c.uploader)
 
     def turns(self) -> Iterator[TurnRecord]:
         """Run the configured number of turns, yielding each turn's record as it ends."""

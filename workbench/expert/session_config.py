@@ -13,6 +13,7 @@ from workbench.expert.policy import POLICIES
 from workbench.expert.readers import READERS
 from workbench.expert.routing import DISTRIBUTIONS, RoutingTrace, load_trace, moe_shape, synthetic_trace
 from workbench.expert.session_defaults import default_k
+from workbench.expert.uploader import UPLOADERS
 from workbench.formats.index import TensorIndex
 
 
@@ -27,6 +28,7 @@ class SessionConfig:
     placement: str = "inplace"  # inplace | bounce | aligned
     boundary_release: str = "on"  # on | off
     release_advice: str = "dontneed"  # how evicted pages go back: dontneed (MADV_DONTNEED) | free (MADV_FREE)
+    uploader: str = "pageable"  # pageable (copies from the cache) | pinned (through page-locked staging)
     trace: str | None = None  # CSV or .npy path; None: a synthetic trace
     distribution: str = "uniform"  # synthetic: uniform | zipf
     zipf_s: float = 1.2
@@ -69,7 +71,7 @@ def check_config(c: SessionConfig) -> None:
     release_advice_flag(c.release_advice, "session")  # unknown, or MADV_FREE where this platform has none
     for name, known in (("placement", PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
                         ("reader", ("auto", *READERS)), ("policy", tuple(POLICIES)), ("distribution", DISTRIBUTIONS),
-                        ("gate_scope", GATE_SCOPES)):
+                        ("gate_scope", GATE_SCOPES), ("uploader", UPLOADERS)):
         if getattr(c, name) not in known:
             raise ParamError("session", name, f"{getattr(c, name)!r} is not one of {', '.join(known)}")
 

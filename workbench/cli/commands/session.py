@@ -37,6 +37,9 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 @click.option("--release-advice", type=click.Choice(["dontneed", "free"]), default="dontneed", show_default=True,
               help="How evicted pages go back: dontneed (now; a miss refills fresh zeroed pages) or free "
                    "(MADV_FREE: the kernel takes them under pressure; a miss reuses them).")
+@click.option("--uploader", type=click.Choice(["pageable", "pinned"]), default="pageable", show_default=True,
+              help="How landed slices reach the device: pageable copies from the cache, or through a small "
+                   "ring of page-locked slots.")
 @click.option("--compute", default="none", show_default=True,
               help="none | sleep:MS (MS per token) | device (the routed experts' matmuls on the device).")
 @click.option("--lanes", type=click.IntRange(1), default=1, show_default=True, help="Reader threads for misses.")

@@ -178,7 +178,7 @@ def summary_line(report: SessionReport) -> str:
             f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
             f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
             f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
-            f"compute {f.compute}{_advice(f, s)}")
+            f"compute {f.compute}{_advice(f, s)}{'; uploads through page-locked staging' if f.uploader == 'pinned' else ''}")
 
 
 def _advice(f: SessionFacts, s: Any) -> str:

@@ -241,6 +241,7 @@ def session_label(file: str, config: SessionConfig) -> str:
     extra = "".join([f" lanes={config.lanes}" if config.lanes > 1 else "", " overlap" if config.overlap else "",
                      f" compute={config.compute}" if config.compute != "none" else "",
                      f" advice={config.release_advice}" if config.release_advice != "dontneed" else "",
+                     f" uploader={config.uploader}" if config.uploader != "pageable" else "",
                      f" mem={config.memory_limit_mib:g}MiB" if config.memory_limit_mib else ""])
     from workbench.measure.run.model import model_name
 

@@ -1,0 +1,88 @@
+"""How a session's landed slices reach the device: plain copies from the cache's pageable memory, or
+through a small ring of page-locked slots (``--uploader pageable|pinned``).
+
+The cache lives in anonymous memory whose pages are committed and handed back slice by slice
+(:mod:`workbench.expert.memory`), so it cannot itself be page-locked: a page released while registered
+would leave the device reading a page the process no longer maps. A copy from pageable memory goes
+through the driver's own bounce at its own pace: on the H200 (2026-12-03, docs/benchmarks/session-misses-h200.md)
+a warm session's decode thread waited 0.33 s of a 0.44 s turn for uploads, 1.87 GB at about 5.6 GB/s.
+
+:class:`PinnedUploader` copies each slice into a free slot of a
+:class:`~workbench.upload.staging.StagingRing` (numpy's copy, which releases the GIL for the lanes) and
+issues the slot's asynchronous copy at once, so the next slice's memcpy runs while the last one's DMA
+does; a slice larger than a slot goes in slot-sized pieces, and a slot is refilled only after its fence
+(the ring's rule). ``drain`` waits for every copy, as the pageable uploader's does.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.errors import ParamError
+from workbench.upload.base import Device, DeviceBuffer
+from workbench.upload.staging import StagingRing
+
+UPLOADERS = ("pageable", "pinned")
+SLOT_BYTES = 4 << 20  # two huge pages: a slice of a few MiB goes in one or two pieces
+SLOTS = 8
+
+
+class PageableUploader:
+    """Plain copies from the cache's (pageable) memory."""
+
+    def __init__(self, device: Device):
+        self.device = device
+
+    def put(self, arena: DeviceBuffer, at: int, view: memoryview) -> None:
+        self.device.copy_h2d(arena, at, view)
+
+    def drain(self) -> None:
+        self.device.synchronize()
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "pageable copies from the cache"
+
+
+class PinnedUploader:
+    """Each slice copied into a page-locked slot, then sent by the slot's asynchronous copy."""
+
+    def __init__(self, device: Device, slot_bytes: int = SLOT_BYTES, slots: int = SLOTS):
+        self.device = device
+        self.ring = StagingRing(device, slots, slot_bytes, provision="first-read")
+        self.slot_bytes = slot_bytes
+
+    def put(self, arena: DeviceBuffer, at: int, view: memoryview) -> None:
+        src = np.frombuffer(view, dtype=np.uint8)
+        try:
+            for off in range(0, len(src), self.slot_bytes):
+                n = min(self.slot_bytes, len(src) - off)
+                slot = self.ring.acquire()  # its last copy is done: the ring waited its fence
+                try:
+                    with slot.view[:n] as piece:
+                        np.copyto(np.frombuffer(piece, dtype=np.uint8), src[off : off + n])
+                        self.ring.filled(slot)  # registered after its first fill faulted it in
+                        self.device.copy_h2d(arena, at + off, piece, asynchronous=True)
+                finally:
+                    self.ring.release(slot)  # fenced behind the copy just issued
+        finally:
+            del src  # the cache's view must be releasable when this returns
+
+    def drain(self) -> None:
+        self.device.synchronize()
+
+    def close(self) -> None:
+        self.ring.close()
+
+    def describe(self) -> str:
+        return f"through page-locked staging ({self.ring.describe()})"
+
+
+def open_uploader(kind: str, device: Device) -> PageableUploader | PinnedUploader:
+    """The uploader a session asked for (one ParamError line for an unknown one)."""
+    if kind == "pinned":
+        return PinnedUploader(device)
+    if kind == "pageable":
+        return PageableUploader(device)
+    raise ParamError("session", "uploader", f"{kind!r} is not one of {', '.join(UPLOADERS)}")
