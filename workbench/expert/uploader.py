@@ -12,6 +12,11 @@ a warm session's decode thread waited 0.33 s of a 0.44 s turn for uploads, 1.87 
 issues the slot's asynchronous copy at once, so the next slice's memcpy runs while the last one's DMA
 does; a slice larger than a slot goes in slot-sized pieces, and a slot is refilled only after its fence
 (the ring's rule). ``drain`` waits for every copy, as the pageable uploader's does.
+
+Measured on the H200 (2026-12-03 17:24, warm 2 GiB MoE GGUF, 8 x 8, n = 6 paired): pinned against
+pageable tok/s 0.96x [0.83-1.15], the upload stall 0.348 against 0.324 s a turn — either way one thread
+copies the slices out of the cache's 4 KiB pages at ~5.6 GB/s; the DMA was not what held the turn. Not
+the default; kept to repeat the measurement and as the place a multi-threaded copy would go.
 """
 from __future__ import annotations
 
