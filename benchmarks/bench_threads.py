@@ -52,16 +52,15 @@ class _NullCuda:
 def python_us_per_window(windows: int = 5000) -> float:
     """µs of Python (GIL held) per ring window: the reader loop over the GPU backend with a binding
     that returns at once (real cuda-python calls add their own argument conversion on top)."""
-    from workbench.strategies.ring import Piece, Window, _Readers
+    from workbench.formats import open_index
+    from workbench.strategies.ring_plan import Piece, Window
+    from workbench.strategies.ring_readers import Readers
     from workbench.upload.cuda import CudaDevice
     from workbench.upload.staging import StagingRing
 
     device = CudaDevice(0, module=_NullCuda())
 
     class Ctx:
-        class index:  # noqa: N801 - stands in for LoadContext.index
-            path = ""
-
         def count(self, *args: object) -> None:
             return None
 
@@ -69,14 +68,18 @@ def python_us_per_window(windows: int = 5000) -> float:
         def drop(self, *args: object) -> None:
             return None
 
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / f".wb-gil-{os.getpid()}"
-    path.write_bytes(os.urandom(4096))
-    ctx, ring = Ctx(), StagingRing(device, 2, 4096, source="anon")
-    ctx.device, ctx.index.path = device, str(path)
-    work = [Window(0, 4096, (Piece(0, 0, 0, 4096),))] * windows
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f".wb-gil-{os.getpid()}.safetensors"
+    write_synthetic(path, format="safetensors", layout="dense", size=1 << 20, dtype="bf16", seed=1)
+    ring = StagingRing(device, 2, 4096, source="anon")
     try:
+        ctx = Ctx()
+        ctx.device, ctx.index = device, open_index(path)  # a real index: readers open files checked against it
+        t = ctx.index.tensors[0]
+        lo = t.offset - t.offset % 4096
+        n = min(t.nbytes, lo + 4096 - t.offset)
+        work = [Window(t.file, lo, lo + 4096, (Piece(0, 0, t.offset - lo, n),))] * windows
         t0 = time.thread_time()
-        _Readers(ctx, ring, [device.alloc(4096)], NoEvict()).run(work, threading.Event())
+        Readers(ctx, ring, [device.alloc(t.nbytes)], NoEvict()).run(work, threading.Event())
         return (time.thread_time() - t0) / windows * 1e6
     finally:
         ring.close()
