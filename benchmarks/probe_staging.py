@@ -9,6 +9,8 @@ Each line times one thing, best of ``--repeat`` (fresh memory each time):
   together (each its own part): does provisioning scale with threads on this machine?
 * registering memory already touched (``register_host``), per MiB; and each of a load's first twelve
   6 MiB slots in turn, alone and while eight threads pread the warm file (``register_each_*``);
+* the copy engine's rate for 256 MiB in different shapes: one copy, 8 MiB copies, 8 MiB copies split in
+  two at an odd edge, 8 MiB copies from 20 registered slots (``copy_shapes``);
 * a pread from the warm page cache into fresh memory vs into touched memory, 16 threads: is the
   first touch inside the reads parallel?
 * registering a read-only mapping of the warm model file (4 KiB page-cache pages) in 8 MiB pieces by 1
@@ -153,6 +155,56 @@ def register_each(device: Any, nbytes: int, count: int, path: str | None = None,
     return took
 
 
+def copy_shapes(device: Any, total: int = 256 * MiB, piece: int = 8 * MiB, slots: int = 20) -> dict[str, float]:
+    """GB/s of the copy engine for one load's worth of bytes in different shapes (issue 25's 16 GB load
+    kept it busy only ~86 % of the stream): one copy out of one page-locked buffer; ``piece``-sized copies
+    out of it; each piece split in two at an odd edge (a tensor ending inside a window); and piece-sized
+    copies cycling through ``slots`` separately registered huge-page slots, as the ring's are."""
+    out: dict[str, float] = {}
+    dst = device.alloc(total)
+    staging = device.alloc_pinned(total)
+    try:
+        def timed(name: str, issue: Callable[[], None]) -> None:
+            device.synchronize()
+            t0 = time.perf_counter()
+            issue()
+            device.synchronize()
+            out[name] = round(total / (time.perf_counter() - t0) / 1e9, 2)
+
+        view = staging.view
+        view[:] = b"\x01" * total  # every page of both touched before anything is timed
+        device.copy_h2d(dst, 0, view)
+        timed("one_copy_gbps", lambda: device.copy_h2d(dst, 0, view, asynchronous=True))
+        timed(f"copies_of_{piece // MiB}MiB_gbps", lambda: [device.copy_h2d(dst, o, view[o : o + piece], asynchronous=True)
+                                                           for o in range(0, total, piece)])
+        edge = piece - 12345
+
+        def split() -> None:
+            for o in range(0, total, piece):
+                device.copy_h2d(dst, o, view[o : o + edge], asynchronous=True)
+                device.copy_h2d(dst, o + edge, view[o + edge : o + piece], asynchronous=True)
+        timed(f"copies_of_{piece // MiB}MiB_split_in_two_gbps", split)
+        ring = [fresh(piece) for _ in range(slots)]
+        for p in ring:
+            touch(p)
+        handles = [device.register_host(v) for _, v in ring]
+        try:
+            timed(f"copies_from_{slots}_registered_slots_gbps",
+                  lambda: [device.copy_h2d(dst, o, ring[(o // piece) % slots][1], asynchronous=True)
+                           for o in range(0, total, piece)])
+        finally:
+            device.synchronize()
+            for h, (m, v) in zip(handles, ring):
+                device.unregister_host(h)
+                v.release()
+                m.close()
+    finally:
+        device.synchronize()
+        device.free_pinned(staging)
+        device.free(dst)
+    return out
+
+
 def pagecache_case(device: Any, path: str, nbytes: int, threads: int) -> dict[str, float]:
     fd = os.open(path, os.O_RDONLY)
     m = mmap.mmap(fd, nbytes, access=mmap.ACCESS_READ)
@@ -211,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                 out[f"touch_{total // MiB}MiB_{threads}t_ms"] = round(s * 1e3, 3)
         for nbytes in (2 * MiB, 16 * MiB, 64 * MiB):
             out[f"register_touched_{nbytes // MiB}MiB_ms"] = round(register_case(device, nbytes, args.repeat) * 1e3, 3)
+        out["copy_shapes"] = copy_shapes(device)
         for touched in (False, True):
             s = pread_case(args.file, 8 * MiB, 16, touched, args.repeat)
             out[f"pread_16x8MiB_{'touched' if touched else 'fresh'}_ms"] = round(s * 1e3, 3)
