@@ -83,7 +83,7 @@ class ExpertSession:
             self._stack.callback(self.compute.close)
             self.checker = self._stack.enter_context(SessionChecker(index, device, self.cache, self._arena))
             if uploader is None:
-                uploader = open_uploader(config.uploader, device)
+                uploader = open_uploader(config.uploader, device, config.upload_threads)
                 self._stack.callback(uploader.close)  # after the last drain: the stack closes in reverse
         except BaseException:
             self._stack.close()
@@ -112,7 +112,7 @@ class ExpertSession:
             f.boundary_release, f.policy, f.budget_bytes, f.reserved_bytes, self.trace.k, self.trace.source,
             trace_note, self.device.info().name, bool(c.verify), self.compute.description, c.lanes, c.overlap,
             _gate_text(self.cache), f.leak_bound_pages, working, expert_bytes, f.files, warnings,
-            release_advice=f.release_advice, uploader=c.uploader)
+            release_advice=f.release_advice, uploader=c.uploader, upload_threads=c.upload_threads)
 
     def turns(self) -> Iterator[TurnRecord]:
         """Run the configured number of turns, yielding each turn's record as it ends."""

@@ -29,6 +29,7 @@ class SessionConfig:
     boundary_release: str = "on"  # on | off
     release_advice: str = "dontneed"  # how evicted pages go back: dontneed (MADV_DONTNEED) | free (MADV_FREE)
     uploader: str = "pageable"  # pageable (copies from the cache) | pinned (through page-locked staging)
+    upload_threads: int = 1  # threads copying landed slices out of the cache (either uploader)
     trace: str | None = None  # CSV or .npy path; None: a synthetic trace
     distribution: str = "uniform"  # synthetic: uniform | zipf
     zipf_s: float = 1.2
@@ -53,7 +54,7 @@ class SessionConfig:
 
 def check_config(c: SessionConfig) -> None:
     """ParamError (one line) for settings no session can run with."""
-    for name in ("turns", "tokens", "lanes", "steady_window"):
+    for name in ("turns", "tokens", "lanes", "steady_window", "upload_threads"):
         low = 2 if name == "steady_window" else 1
         if not isinstance(getattr(c, name), int) or getattr(c, name) < low:
             raise ParamError("session", name, f"must be an integer >= {low}, got {getattr(c, name)!r}")

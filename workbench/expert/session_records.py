@@ -202,6 +202,7 @@ class SessionFacts:
     pinned_note: str = ""  # why some were not locked (mlock refused, the balloon's room), "" when all were
     release_advice: str = "dontneed"  # how the cache handed pages back: dontneed | free (MADV_FREE, lazily)
     uploader: str = "pageable"  # how landed slices reach the device: pageable copies | pinned (a staging ring)
+    upload_threads: int = 1  # threads copying them out of the cache
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -40,6 +40,8 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 @click.option("--uploader", type=click.Choice(["pageable", "pinned"]), default="pageable", show_default=True,
               help="How landed slices reach the device: pageable copies from the cache, or through a small "
                    "ring of page-locked slots.")
+@click.option("--upload-threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Threads copying landed slices out of the cache (either uploader; not yet measured on a GPU).")
 @click.option("--compute", default="none", show_default=True,
               help="none | sleep:MS (MS per token) | device (the routed experts' matmuls on the device).")
 @click.option("--lanes", type=click.IntRange(1), default=1, show_default=True, help="Reader threads for misses.")

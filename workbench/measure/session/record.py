@@ -178,7 +178,16 @@ def summary_line(report: SessionReport) -> str:
             f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
             f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
             f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
-            f"compute {f.compute}{_advice(f, s)}{'; uploads through page-locked staging' if f.uploader == 'pinned' else ''}")
+            f"compute {f.compute}{_advice(f, s)}{_uploads(f)}")
+
+
+def _uploads(f: SessionFacts) -> str:
+    """How landed slices went to the device, when not the default (pageable copies, one thread)."""
+    how = "; uploads through page-locked staging" if f.uploader == "pinned" else ""
+    threads = f.upload_threads
+    if threads > 1:
+        how += f"{'' if how else '; uploads'} by {threads} copy threads"
+    return how
 
 
 def _advice(f: SessionFacts, s: Any) -> str:

@@ -242,6 +242,7 @@ def session_label(file: str, config: SessionConfig) -> str:
                      f" compute={config.compute}" if config.compute != "none" else "",
                      f" advice={config.release_advice}" if config.release_advice != "dontneed" else "",
                      f" uploader={config.uploader}" if config.uploader != "pageable" else "",
+                     f" upload_threads={config.upload_threads}" if config.upload_threads > 1 else "",
                      f" mem={config.memory_limit_mib:g}MiB" if config.memory_limit_mib else ""])
     from workbench.measure.run.model import model_name
 
