@@ -22,7 +22,8 @@ from workbench.io.descriptors import ReaderFiles
 from workbench.strategies.base import LoadContext
 from workbench.strategies.toolkit import Evictor, StagingRing, pread_into, reader_opener
 from workbench.upload.base import DeviceBuffer
-from workbench.upload.copier import Copier, Copy
+from workbench.upload.copier import Copier
+from workbench.upload.staged_read import Piece
 
 
 class Readers:
@@ -71,14 +72,24 @@ class Readers:
         ns["read_us"] += time.perf_counter_ns() - t1
         return True
 
+    def _take(self, stop: threading.Event, ns: dict[str, int]) -> tuple[Any, int] | None:
+        """A free slot whose last copies are done (made now, the first time; with a copier its retirer
+        waited the fence) and when it was had, the wait counted; None once ``stop`` is set."""
+        t0 = time.perf_counter_ns()
+        slot = self.ring.acquire(stop)
+        if slot is None:
+            return None
+        t1 = time.perf_counter_ns()
+        self._started(t1, ns)
+        ns["wait_us"] += t1 - t0
+        return slot, t1
+
     def _staged(self, fd: int, w: Any, stop: threading.Event, ns: dict[str, int]) -> bool:
         clock = time.perf_counter_ns
-        t0 = clock()
-        slot = self.ring.acquire(stop)  # a free slot whose last copies are done (made now, first time)
-        if slot is None:
+        taken = self._take(stop, ns)
+        if taken is None:
             return False
-        t1 = clock()
-        self._started(t1, ns)
+        slot, t1 = taken
         try:
             with slot.view[: w.hi - w.lo] as view:
                 pread_into(fd, view, w.lo, w.file)
@@ -94,7 +105,6 @@ class Readers:
         finally:
             self.ring.release(slot)  # fenced behind the copies just issued, also on error
         t4 = clock()
-        ns["wait_us"] += t1 - t0
         ns["read_us"] += t2 - t1
         ns["issue_us"] += t3 - t2b
         ns["release_us"] += t4 - t3
@@ -104,12 +114,10 @@ class Readers:
         """Staged with a :class:`Copier`: read into a free slot and hand it over with its copies — this
         thread makes no device call (``issue_us`` is the hand-over)."""
         clock = time.perf_counter_ns
-        t0 = clock()
-        slot = self.ring.acquire(stop)  # its fence already passed: the copier's retirer waited it
-        if slot is None:
+        taken = self._take(stop, ns)
+        if taken is None:
             return False
-        t1 = clock()
-        self._started(t1, ns)
+        slot, t1 = taken
         try:
             with slot.view[: w.hi - w.lo] as view:
                 pread_into(fd, view, w.lo, w.file)
@@ -118,8 +126,7 @@ class Readers:
             raise
         self.evictor.drop(w.file, w.lo, w.hi - w.lo)  # only under the evict policy
         t2 = clock()
-        self.copier.submit(slot, [Copy(self.bufs[p.tensor], p.dst, p.start, p.nbytes) for p in w.pieces])
-        ns["wait_us"] += t1 - t0
+        self.copier.submit(slot, [Piece(p.start, p.nbytes, self.bufs[p.tensor], p.dst) for p in w.pieces])
         ns["read_us"] += t2 - t1
         ns["issue_us"] += clock() - t2
         return True

@@ -25,20 +25,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
-from workbench.upload.base import Device, DeviceBuffer
+from workbench.upload.base import Device
 from workbench.upload.slot import Slot
+from workbench.upload.staged_read import Piece  # a copy out of a slot: start, nbytes, buffer, dst
 from workbench.upload.staging import StagingRing
-
-
-class Copy(NamedTuple):
-    """``nbytes`` at ``start`` in a slot, bound for ``buffer`` at ``dst``."""
-
-    buffer: DeviceBuffer
-    dst: int
-    start: int
-    nbytes: int
 
 
 class Copier:
@@ -50,7 +42,7 @@ class Copier:
 
     def __init__(self, device: Device, ring: StagingRing, name: str = "copier"):
         self.device, self.ring, self.name = device, ring, name
-        self._work: queue.Queue[tuple[Slot, Sequence[Copy]] | None] = queue.Queue()  # never SimpleQueue: lanes.py
+        self._work: queue.Queue[tuple[Slot, Sequence[Piece]] | None] = queue.Queue()  # never SimpleQueue: lanes.py
         self._done: queue.Queue[Slot | None] = queue.Queue()
         self.error: BaseException | None = None
         self.stop: threading.Event | None = None
@@ -68,7 +60,7 @@ class Copier:
             self._threads.append(t)
             t.start()
 
-    def submit(self, slot: Slot, copies: Sequence[Copy]) -> None:
+    def submit(self, slot: Slot, copies: Sequence[Piece]) -> None:
         """Hand over a filled ``slot`` and the copies out of it; the slot is the copier's until it is
         back on the ring's free queue (after its copies are done)."""
         self._work.put((slot, copies))
