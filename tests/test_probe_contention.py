@@ -1,0 +1,63 @@
+"""benchmarks/probe_contention.py runs on the host backend, counts the readers' bytes, and gives back
+what it takes (the H200 call runs it once, with no room for a retry)."""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.upload.host import HostDevice
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+MiB = 1 << 20
+
+
+@pytest.fixture()
+def probe():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("probe_contention")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture()
+def warm(tmp_path):
+    f = tmp_path / "warm.bin"
+    f.write_bytes(bytes(range(256)) * (32 * 1024))  # 8 MiB
+    return str(f)
+
+
+def test_engine_alone_has_no_reads_and_releases_everything(probe, warm):
+    with HostDevice() as dev:
+        before = dev.usage()
+        out = probe.engine_under_readers(dev, warm, 0, 8 * MiB, MiB, 3, 1)
+        assert out["engine_gbps"] > 0 and out["reads_gbps"] == 0 and out["reads_alone_gbps"] == 0
+        assert dev.usage() == before
+
+
+def test_readers_read_during_the_copies_and_alone(probe, warm):
+    with HostDevice() as dev:
+        before = dev.usage()
+        out = probe.engine_under_readers(dev, warm, 2, 16 * MiB, MiB, 2, 2)
+        assert out["engine_gbps"] > 0 and out["reads_gbps"] > 0 and out["reads_alone_gbps"] > 0
+        assert dev.usage() == before
+
+
+def test_readers_count_every_byte_they_read(probe, warm):
+    with probe.Readers(warm, 2, MiB) as r:
+        while r.bytes() < 4 * MiB:
+            pass
+    assert r.bytes() % MiB == 0 and all(c > 0 for c in r.counts)
+
+
+def test_main_writes_the_ratio_to_the_engine_alone(probe, warm, tmp_path):
+    out = tmp_path / "c.json"
+    assert probe.main(["--device", "host", "--file", warm, "--readers", "0,1", "--total", "8", "--piece", "1",
+                       "--slots", "2", "--repeat", "1", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["engine_under_readers_over_alone"]["readers_0"] == 1.0
+    assert set(got["readers_1"]) == {"engine_gbps", "reads_gbps", "reads_alone_gbps"}
