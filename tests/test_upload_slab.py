@@ -151,16 +151,20 @@ def test_a_refused_registration_leaves_a_carved_slot_unlocked_and_the_ring_lands
     anon.close()
 
 
-def test_host_without_mlock_a_carved_slot_stays_unlocked_and_lands_exact_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_without_mlock_a_carved_slot_stays_unlocked_and_lands_exact_bytes(
+        monkeypatch: pytest.MonkeyPatch, mappings: Mappings) -> None:
     import workbench.upload.host as host
 
     monkeypatch.setattr(host, "_mlock", lambda addr, n: False)  # as under RLIMIT_MEMLOCK, without root
     dev = host.HostDevice()
     data = pattern(5 * 8192 + 11, seed=3)
     ring = StagingRing(dev, 2, 8192, provision="first-read", source="anon", mapping="one")
+    for slot in take(ring, 2):  # both slots made (and refused) before the readers run
+        ring.release(slot)
     dst = push_through_ring(dev, ring, data, 8192, 2)
     ring.close()
-    assert dev.read_back(dst, 0, len(data)) == data and ring.how == "unlocked" and ring.deferred_made >= 1
+    assert dev.read_back(dst, 0, len(data)) == data and ring.how == "unlocked" and ring.deferred_made == 2
+    assert mappings.made == 1  # every slot tried was carved from the ring's one mapping
 
 
 @PREFIXES
@@ -188,9 +192,11 @@ def test_close_with_a_view_still_held_raises_when_strict_and_unmaps_when_the_vie
         prefix: str, mapping: str, mappings: Mappings) -> None:
     for strict in (True, False):
         mappings.refs.clear()
+        mappings.made = 0
         dev, fake = open_fake(prefix)
         ring = StagingRing(dev, 3, 4096, provision="first-read", mapping=mapping)
         slots = take(ring, 2)
+        assert mappings.made == (1 if mapping == "one" else 2)
         kept = slots[1].view[:10]
         for slot in slots:
             ring.release(slot)
@@ -247,6 +253,7 @@ def test_a_carved_slot_counts_once_taken_an_untaken_one_never(mappings: Mappings
     assert ring.nbytes == 0 and ring.how == "none" and not ring.locked
     held = take(ring, 2, fill=False)
     assert ring.nbytes == 2 * (4096 + 3) and ring.how == "pending" and ring.provisioned_s is None
+    assert mappings.made == 1 and ring.slab.nbytes == 5 * HUGE_PAGE  # reserved, untouched: not counted
     for slot in held:
         ring.release(slot)  # registered here (filled unsaid)
     assert ring.how in ("registered", "unlocked") and ring.deferred_made == 2
