@@ -156,6 +156,7 @@ def test_per_expert_pread_reads_each_expert_on_its_own(synth_model):
 def test_bad_params_are_one_line_errors():
     for name, raw in (("experts", {"gate": "1.5"}), ("experts", {"upload": "zero"}), ("experts", {"threads": "0"}),
                       ("experts", {"staging": "wcc"}), ("experts", {"provision": "later"}), ("experts", {"spare": "-1"}),
+                      ("experts", {"mapping": "many"}),
                       ("pread", {"granularity": "layer"}), ("pread", {"granularity": "expert", "upload": "pinned"})):
         with pytest.raises(ParamError) as err:
             get_strategy(name).from_strings(raw)

@@ -194,10 +194,14 @@ def test_the_eviction_policy_drops_what_was_read(synth_model):
     assert result.counters["dontneed_calls"] > 0
 
 
-def test_fences_hold_on_a_device_whose_copies_run_late(synth_model):
+@pytest.mark.parametrize("mapping", ["each", "one"])
+def test_fences_hold_on_a_device_whose_copies_run_late(synth_model, mapping):
     index = synth_model("safetensors", "moe")
     prepare(index.path, "warm")
-    load(index, DeferredCopyDevice(), slot_mib=1, readers=3, spare=0)
+    result = load(index, DeferredCopyDevice(), slot_mib=1, readers=3, spare=0, provision="first-read",
+                  mapping=mapping)
+    carved = "from one mapping made with the ring" in result.engaged_by("pinned_staging").note
+    assert carved == (mapping == "one")  # experts passes its mapping to the ring
 
 
 # --- the planner ----------------------------------------------------------------------------------

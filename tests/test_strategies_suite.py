@@ -110,15 +110,17 @@ def test_every_strategy_loads_a_sharded_model_byte_exact(name, fmt, layout, cach
 @pytest.mark.parametrize("layout", ["dense", "moe"])
 @pytest.mark.parametrize("fmt", ["gguf", "safetensors"])
 @pytest.mark.parametrize("staging", ["auto", "alloc"])
-@pytest.mark.parametrize("provision", ["background", "first-read"])
-def test_ring_with_background_or_first_read_provisioning_loads_byte_exact(provision, staging, fmt, layout, cache,
-                                                                          synth_model):
+@pytest.mark.parametrize("provision, mapping", [("background", "each"), ("first-read", "each"), ("first-read", "one")])
+def test_ring_with_background_or_first_read_provisioning_loads_byte_exact(provision, mapping, staging, fmt, layout,
+                                                                          cache, synth_model):
     index = synth_model(fmt, layout)
     set_cache(index.path, cache)
-    result = load_and_verify("ring", index, provision=provision, staging=staging, direct="off")  # staged on host too
+    result = load_and_verify("ring", index, provision=provision, mapping=mapping, staging=staging,
+                             direct="off")  # staged on host too
     note = result.engaged_by("pinned_staging").note
     assert ("in the background" if provision == "background" else
             "faulted in by its first read" if staging == "auto" else "made by the reader that first took it") in note
+    assert ("from one mapping made with the ring" in note) == (mapping == "one" and staging == "auto")
 
 
 @pytest.mark.parametrize("fmt", ["gguf", "safetensors"])

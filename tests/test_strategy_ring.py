@@ -183,7 +183,7 @@ def test_params_are_checked():
     from workbench.errors import ParamError
 
     for bad in ({"threads": 0}, {"slot_mib": 0}, {"spare": -1}, {"gate": 1.5}, {"staging": "tmpfs"},
-                {"provision": "lazy"}):
+                {"provision": "lazy"}, {"mapping": "many"}):
         with pytest.raises(ParamError):
             get_strategy("ring")(**bad)
 
@@ -343,3 +343,17 @@ def test_more_than_eight_staged_readers_only_at_one_per_crowd_mib_never_direct(r
     assert direct.engaged_by("ring_readers").done == 13 and direct.path["copy_from"] == "none"  # 12.0x MiB
     off = load(index, DeferredCopyDevice(), direct="off", **{**common, "crowd_mib": 0})
     assert off.engaged_by("ring_readers").done == 13
+
+
+@pytest.mark.parametrize("mapping, says", [("one", "carved by the reader that first took it from one mapping made "
+                                                   "with the ring"),
+                                           ("each", "each mapped by the reader that first took it")])
+def test_first_read_slots_carved_from_one_mapping_or_mapped_each_land_every_byte(raw_model, mapping, says):
+    index = raw_model(SIZES, **ODD)
+    set_cache(index.path, "warm")
+    dev = DeferredCopyDevice()  # copies run only when a fence waits: a slot refilled too early shows
+    result = load(index, dev, provision="first-read", mapping=mapping, threads=3, slot_mib=1, gate=0.0)
+    staging = result.engaged_by("pinned_staging")
+    assert says in staging.note and "faulted in by its first read, then registered" in staging.note, str(staging)
+    assert dev.in_flight == 0 and dev.usage().registered == 0 and dev.usage().pinned == 0
+    assert {"provision_us", "reader_provision_us", "register_us"} <= set(result.counters)

@@ -70,14 +70,15 @@ def set_cache(path, state):
 
 
 @pytest.mark.parametrize("cache", ["warm", "cold"])
-@pytest.mark.parametrize("provision", ["first-read", "upfront", "readers"])
+@pytest.mark.parametrize("provision, mapping", [("first-read", "each"), ("first-read", "one"), ("upfront", "each"),
+                                               ("readers", "each")])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_every_byte_lands_and_every_slot_is_reused_only_after_its_copies(raw_model, layout, provision, cache):
+def test_every_byte_lands_and_every_slot_is_reused_only_after_its_copies(raw_model, layout, provision, mapping, cache):
     index = raw_model(**LAYOUTS[layout])
     set_cache(index.path, cache)
     dev = DeferredCopyDevice()
     result = load(index, dev, threads=3, cold_threads=2, slot_mib=1, cold_mib=1, spare=1, fit=False,
-                  provision=provision)
+                  provision=provision, mapping=mapping)
     fact = result.engaged_by("one_copier")
     assert fact is not None and fact.done == 1 and "readers only read" in fact.note
     assert {"copier_issue_us", "copier_fence_us", "copier_register_us"} <= set(result.counters)

@@ -42,7 +42,7 @@ from workbench.strategies.experts_staged import upload_staged
 from workbench.strategies.lanes import Job, cut_jobs, run_lanes
 from workbench.strategies.toolkit import UPLOADS, MiB, check_upload, eviction_reason, files_note, open_mapping
 from workbench.upload.base import DeviceBuffer
-from workbench.upload.staging import PROVISIONS, SOURCES
+from workbench.upload.staging import MAPPINGS, PROVISIONS, SOURCES
 
 DIRECT = ("auto", "off")
 
@@ -54,9 +54,10 @@ class ExpertsParams(BaseParams):
     """``upload``: staged | pageable | registered | pinned. ``gate``: resident fraction that counts as
     warm (staged: for the whole model, sampled, picking the plan; otherwise per blob: the borrowed
     slice's gate; 0: always). Staged: ``readers`` and ``slot_mib`` windows warm, ``cold_readers`` and
-    ``cold_mib`` reads cold, ``spare`` slots, ``staging`` source (auto | anon | alloc | wc) and
-    ``provision`` (upfront | background | readers | first-read) as ``ring``'s, ``sized``: the ring no larger than the load
-    needs (0: readers + spare slots of ``slot_mib`` whatever the model, for comparison); ``direct``: ``auto``
+    ``cold_mib`` reads cold, ``spare`` slots, ``staging`` source (auto | anon | alloc | wc), ``provision``
+    (upfront | background | readers | first-read) and ``mapping`` (each | one) as ``ring``'s, ``sized``: the
+    ring no larger than the load needs (0: readers + spare slots of ``slot_mib`` whatever the model, for
+    comparison); ``direct``: ``auto``
     reads straight into the device's memory where it is host memory (no staging hop; warm readers and
     windows fitted to the load and the usable cores), ``off`` always stages. The other modes: ``threads``
     and ``chunk_mib``, the lanes for what is not borrowed."""
@@ -71,7 +72,8 @@ class ExpertsParams(BaseParams):
         MappingProxyType({**small_pieces, "gate": 0.0, "direct": "off"}),  # staged wherever it runs
         MappingProxyType({**small_pieces, "staging": "wc", "direct": "off"}),
         MappingProxyType({**small_pieces, "provision": "background", "staging": "wc", "direct": "off"}),
-        MappingProxyType({**small_pieces, "provision": "first-read", "direct": "off"}))
+        MappingProxyType({**small_pieces, "provision": "first-read", "direct": "off"}),
+        MappingProxyType({**small_pieces, "provision": "first-read", "mapping": "one", "direct": "off"}))
 
     gate: float = 0.9
     threads: int = 4
@@ -87,6 +89,7 @@ class ExpertsParams(BaseParams):
     # 92.7 ms against 120.4 upfront (1.30x; upfront 0.80x [0.63-0.99] of the ring): the upfront ring's
     # 37 ms of staging inside the window.
     provision: str = "first-read"
+    mapping: str = "each"  # one: NOT measured yet (ring's ``mapping``); the default until the H200 A/B
     sized: bool = True
     direct: str = "auto"
 
@@ -100,6 +103,8 @@ class ExpertsParams(BaseParams):
         check_param("experts", "staging", self.staging in SOURCES, f"one of {', '.join(SOURCES)}, got {self.staging!r}")
         check_param("experts", "provision", self.provision in PROVISIONS,
                     f"one of {', '.join(PROVISIONS)}, got {self.provision!r}")
+        check_param("experts", "mapping", self.mapping in MAPPINGS,
+                    f"one of {', '.join(MAPPINGS)}, got {self.mapping!r}")
         check_param("experts", "direct", self.direct in DIRECT, f"one of {', '.join(DIRECT)}, got {self.direct!r}")
 
 

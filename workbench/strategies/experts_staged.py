@@ -135,7 +135,8 @@ def _count(ctx: LoadContext, tally: Any) -> None:
 def _run(ctx: LoadContext, sources: list[Any], slots: int, slot_bytes: int, p: Any) -> StagingRing:
     evictor = Evictor(ctx)
     with ctx.phase("staging"):
-        ring = StagingRing(ctx.device, slots, slot_bytes, source=p.staging, provision=p.provision)
+        ring = StagingRing(ctx.device, slots, slot_bytes, source=p.staging, provision=p.provision,
+                           mapping=p.mapping)
     ctx.cleanup(ring.close, False)  # error path only: closed below otherwise
     reader = StagedReader(ctx.device, ring, open_file=reader_opener(ctx),
                           after_read=evictor.drop if ctx.evict else None)

@@ -44,7 +44,7 @@ from workbench.strategies.toolkit import (
 from workbench.upload.base import DeviceBuffer
 from workbench.upload.copier import Copier
 from workbench.upload.staged_read import SharedQueue
-from workbench.upload.staging import PROVISIONS, SOURCES, size_ring
+from workbench.upload.staging import MAPPINGS, PROVISIONS, SOURCES, size_ring
 from workbench.upload.staging_plan import fit_warm
 
 DIRECT = ("auto", "off")
@@ -61,7 +61,10 @@ class RingParams(BaseParams):
     ``provision``: ``upfront`` (the whole ring registered before any reader starts), ``background``
     (slots registered one by one while the readers already run), ``readers`` (each slot made by the
     reader that first takes it) or ``first-read`` (as ``readers``, but the slot is only mapped: its first
-    pread faults its pages in, then it is registered before its copies); ``copier``: who makes a staged
+    pread faults its pages in, then it is registered before its copies); ``mapping`` (first-read with
+    staging auto/anon only; nothing otherwise): ``each`` (each reader maps its own slot and makes its
+    fence) or ``one`` (one mapping for every slot, and every fence, made with the ring; each reader
+    carves its slot from it, ``upload/slab.py``); ``copier``: who makes a staged
     load's device calls — ``readers`` (each reader registers, copies and fences for itself) or ``one`` (one
     issuer and one fence-waiting thread for all readers, ``upload/copier.py``: the readers only read);
     ``crowd_mib``: beyond 8 warm
@@ -85,6 +88,8 @@ class RingParams(BaseParams):
         MappingProxyType({**small_pieces, "provision": "readers", "staging": "alloc", "fit": False}),
         MappingProxyType({**small_pieces, "provision": "first-read"}),
         MappingProxyType({**small_pieces, "provision": "first-read", "staging": "anon"}),
+        MappingProxyType({**small_pieces, "provision": "first-read", "mapping": "one"}),
+        MappingProxyType({**small_pieces, "provision": "first-read", "mapping": "one", "staging": "anon"}),
         MappingProxyType({**small_pieces, "provision": "first-read", "copier": "one"}),
         MappingProxyType({**small_pieces, "provision": "upfront", "staging": "alloc", "copier": "one"}))
 
@@ -104,6 +109,9 @@ class RingParams(BaseParams):
     # readers 1.22x at 1 GiB (readers 0.82x [0.79-0.89]), 1.17x at 2 GiB (0.85x [0.74-0.92]), 1.05x at
     # 16 GB (0.95x [0.87-0.97], n=3), level at 64 MiB-256 MiB and the MoE GGUF.
     provision: str = "first-read"
+    # mapping=one: NOT measured yet; "each" stays the default until the H200 A/B (issue 25: a reader's own
+    # mmap + madvise + event cost ~1 ms a slot inside a 256 MiB load, 2026-12-03 17:11, "Third pass").
+    mapping: str = "each"
     fit: bool = True
     min_share_mib: int = 16
     # crowd: on the H200 (2026-12-03 14:20, n=6) 8 readers against 16: 1.56x [1.26-1.88] at 256 MiB,
@@ -126,6 +134,7 @@ class RingParams(BaseParams):
         check_param("ring", "staging", self.staging in SOURCES, f"one of {', '.join(SOURCES)}, got {self.staging!r}")
         check_param("ring", "provision", self.provision in PROVISIONS,
                     f"one of {', '.join(PROVISIONS)}, got {self.provision!r}")
+        check_param("ring", "mapping", self.mapping in MAPPINGS, f"one of {', '.join(MAPPINGS)}, got {self.mapping!r}")
         check_param("ring", "min_share_mib", self.min_share_mib >= 1, f"must be >= 1, got {self.min_share_mib}")
         check_param("ring", "crowd_mib", self.crowd_mib >= 0, f"must be >= 0 (0: off), got {self.crowd_mib}")
         check_param("ring", "direct", self.direct in DIRECT, f"one of {', '.join(DIRECT)}, got {self.direct!r}")
@@ -215,7 +224,7 @@ class RingStrategy(Strategy):
             sizes = [w.hi - w.lo for source in {id(s): s for s in sources}.values() for w in _windows_of(source)]
             slots, slot = size_ring(readers + self.params.spare, slot, sizes)  # no more than the load reads
             ring = StagingRing(ctx.device, slots, slot, source=self.params.staging,
-                               provision=self.params.provision)
+                               provision=self.params.provision, mapping=self.params.mapping)
             ctx.count("provision_us", (time.perf_counter_ns() - t0) // 1000)
         ctx.cleanup(ring.close, False)  # error path only: closed below otherwise
         copier = Copier(ctx.device, ring, name="ring-copier") if self.params.copier == "one" else None

@@ -55,7 +55,7 @@ class PinnedBlock:
         addr = np.frombuffer(base, dtype=np.uint8).ctypes.data
         start = -addr % HUGE_PAGE  # huge pages only back 2 MiB-aligned ranges
         view = base[start : start + self.nbytes]
-        _advise(m, start, self.nbytes, populate=not deferred)
+        advise_huge_pages(m, start, self.nbytes, populate=not deferred)
         handle = None if deferred else self.device.register_host(view)
         if handle is None and not keep:
             view.release()
@@ -98,11 +98,12 @@ class PinnedBlock:
             try:
                 m.close()
             except BufferError:
+                del m  # the error's traceback keeps this frame: the mapping must go with the last view
                 if strict:
                     raise
 
 
-def _advise(m: mmap.mmap, start: int, nbytes: int, populate: bool = True) -> None:
+def advise_huge_pages(m: mmap.mmap, start: int, nbytes: int, populate: bool = True) -> None:
     """Huge pages where the kernel offers them, then (``populate``) every page faulted in now."""
     length = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
     try:

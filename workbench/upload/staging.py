@@ -24,7 +24,8 @@ of a 50 ms load of 256 MiB); with ``provision="first-read"`` a reader's slot is 
 huge pages and nothing more: the reader's first pread into it faults its pages in (side by side in
 every reader, where populating them serialized machine-wide on the H200), and :meth:`StagingRing.filled`
 registers it before the copies out of it are issued (``alloc``/``wc`` sources are allocated page-locked,
-as with ``readers``).
+as with ``readers``); with ``mapping="one"`` those slots are carved from one mapping made with the ring
+(upload/slab.py).
 """
 from __future__ import annotations
 
@@ -34,13 +35,15 @@ import time
 from workbench.records import Engaged
 from workbench.upload.base import Device
 from workbench.upload.pinned import HUGE_PAGE, MADV_POPULATE_WRITE, SOURCES, PinnedBlock
+from workbench.upload.slab import MAPPINGS, Slab, carve_ring
 from workbench.upload.slot import Held, Slot
+from workbench.upload.staging_background import provision_in_background
 from workbench.upload.staging_plan import size_ring
 
 PROVISIONS = ("upfront", "background", "readers", "first-read")
 
-__all__ = ["HUGE_PAGE", "MADV_POPULATE_WRITE", "PROVISIONS", "SOURCES", "PinnedBlock", "Slot", "StagingRing",
-           "size_ring"]
+__all__ = ["HUGE_PAGE", "MADV_POPULATE_WRITE", "MAPPINGS", "PROVISIONS", "SOURCES", "PinnedBlock", "Slot",
+           "StagingRing", "size_ring"]
 
 
 class StagingRing:
@@ -58,6 +61,11 @@ class StagingRing:
     make their own slots at once; ``reader_provision_s`` sums the time they spent on it) or
     ``first-read`` (as ``readers``, but the slot is only mapped: the caller's fill faults it in and
     :meth:`filled` registers it; ``reader_provision_s`` sums both, ``register_s`` the registering).
+    ``mapping`` (``first-read`` with source ``auto``/``anon`` only; nothing for any other provision or
+    source): ``each`` (each slot its own mapping and fence, made by its reader) or ``one`` (one mapping
+    for every slot and every slot's fence made by the constructor, in ``provision_s``; a reader carves its
+    slot, :class:`~workbench.upload.slab.Slab`). ``nbytes`` counts the slots made (carved) so far: a slot
+    never taken was never touched and holds no memory, only address space.
     A background provisioning failure is raised by :meth:`acquire` (every waiter, and every later
     call); :meth:`close` still releases what was provisioned.
 
@@ -67,13 +75,15 @@ class StagingRing:
     """
 
     def __init__(self, device: Device, slots: int, slot_bytes: int, *, source: str = "auto",
-                 provision: str = "upfront"):
+                 provision: str = "upfront", mapping: str = "each"):
         if slots < 1 or slot_bytes < 1:
             raise ValueError(f"a staging ring needs slots >= 1 and slot_bytes >= 1, got {slots} x {slot_bytes}")
         if source not in SOURCES:
             raise ValueError(f"staging source {source!r} is not one of {', '.join(SOURCES)}")
         if provision not in PROVISIONS:
             raise ValueError(f"staging provision {provision!r} is not one of {', '.join(PROVISIONS)}")
+        if mapping not in MAPPINGS:
+            raise ValueError(f"staging mapping {mapping!r} is not one of {', '.join(MAPPINGS)}")
         t0 = time.perf_counter()
         self.device, self.slot_bytes, self.source, self.provision, self.wanted = device, slot_bytes, source, provision, slots
         # None: provisioning failed. Not a SimpleQueue: its timed get can wait forever on 3.11 (see lanes.py)
@@ -93,8 +103,13 @@ class StagingRing:
         self._unmade: list[Slot] = []  # readers: placeholders, made by the first acquire that needs one
         self._deferred = provision == "first-read" and source in ("auto", "anon")
         self.deferred_made, self.registered_by, self.register_s = 0, "", 0.0  # first-read: mapped bare, registered later
-        if provision in ("readers", "first-read"):
+        self.mapping = mapping
+        self.slab: Slab | None = None  # mapping one: the one mapping every first-read slot is carved from
+        if self._deferred and mapping == "one":
+            self.slab, self._unmade = carve_ring(device, slots, slot_bytes)
+        elif provision in ("readers", "first-read"):
             self._unmade = [Slot(i, None, None) for i in reversed(range(slots))]  # type: ignore[arg-type]
+        if provision in ("readers", "first-read"):
             self.provision_s = time.perf_counter() - t0
             self._t0 = t0
         elif provision == "upfront":
@@ -106,32 +121,10 @@ class StagingRing:
                 self._free.put(slot)
             self.provision_s = self.first_slot_s = self.provisioned_s = time.perf_counter() - t0
         else:
-            self._thread = threading.Thread(target=self._provision, args=(t0,), daemon=True,
+            self._thread = threading.Thread(target=provision_in_background, args=(self, t0), daemon=True,
                                             name="staging-provision")
             self._thread.start()
             self.provision_s = time.perf_counter() - t0
-
-    def _provision(self, t0: float) -> None:
-        """Background: one block and fence per slot, each handed out as soon as it is ready."""
-        i = 0
-        try:
-            for i in range(self.wanted):
-                if self._stop.is_set():
-                    return
-                block = PinnedBlock(self.device, self.slot_bytes, self.source)
-                self._blocks.append(block)  # before the fence: close releases it whatever follows
-                slot = Slot(i, block.view[:], self.device.create_fence())
-                self.slots.append(slot)
-                self._free.put(slot)
-                if i == 0:
-                    self.first_slot_s = time.perf_counter() - t0
-            self.provisioned_s = time.perf_counter() - t0
-        except BaseException as exc:  # noqa: BLE001 - raised by acquire, in the threads that need slots
-            if hasattr(exc, "add_note"):  # Python 3.11+
-                exc.add_note(f"staging ring: provisioning slot {i + 1} of {self.wanted} "
-                             f"({self.slot_bytes / 2**20:g} MiB) in the background failed")
-            self.error = exc
-            self._free.put(None)  # wakes a waiter, which passes it on
 
     def _failed(self, slot: Slot | None) -> None:
         """Raise the provisioning error (handing ``slot`` back, or the wake-up on to the next waiter)."""
@@ -208,14 +201,16 @@ class StagingRing:
         if self.provision == "first-read" and source == "auto" and not deferred:
             source = "alloc"  # a first-read slot's registration was refused: the rest are allocated locked
         try:
-            block = PinnedBlock(self.device, self.slot_bytes, source, deferred=deferred)
+            block = (self.slab.carve(slot.index) if deferred and self.slab is not None else
+                     PinnedBlock(self.device, self.slot_bytes, source, deferred=deferred))
         except BaseException:
             with self._made:
                 self._unmade.append(slot)
             raise
         with self._made:
             self._blocks.append(block)
-            slot.view, slot.fence = block.view[:], self.device.create_fence()
+            slot.view = block.view[:]
+            slot.fence = self.device.create_fence() if slot.fence is None else slot.fence  # one: made already
             slot.pending = block if deferred else None
             self.deferred_made += deferred
             self.slots.append(slot)
@@ -271,9 +266,12 @@ class StagingRing:
             for slot in self.slots:
                 self.device.destroy_fence(slot.fence)  # waits first: no copy may still read the slot
                 slot.view.release()
+            for slot in self._unmade:  # mapping one: fences made with the ring for slots never taken
+                if slot.fence is not None:
+                    self.device.destroy_fence(slot.fence)
         finally:
             first: BaseException | None = None
-            for block in self._blocks:  # every block, even when one of them fails
+            for block in (*self._blocks, *([self.slab] if self.slab else [])):  # every one, even if one fails
                 try:
                     block.close(strict)
                 except BaseException as exc:  # noqa: BLE001 - the first is raised below

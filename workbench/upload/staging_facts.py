@@ -15,9 +15,11 @@ def describe_ring(ring: Any) -> str:
     if ring.provision in ("readers", "first-read"):
         made = f"{len(ring.slots)}" if len(ring.slots) == ring.wanted else f"{len(ring.slots)} of {ring.wanted}"
         by = ring.registered_by  # a copier registers the slots its readers filled
+        mapped = ("each carved by the reader that first took it from one mapping made with the ring "
+                  f"({ring.provision_s * 1e3:.1f} ms, every slot's fence with it)" if ring.slab is not None else
+                  "each mapped by the reader that first took it")
         how = ("each made by the reader that first took it" if not ring.deferred_made else
-               "each mapped by the reader that first took it, faulted in by its first read, then registered"
-               + (f" by {by}" if by else ""))
+               f"{mapped}, faulted in by its first read, then registered" + (f" by {by}" if by else ""))
         where = f"in readers and {by}" if by and ring.deferred_made else "in readers"
         return (f"{made} x {ring.slot_bytes / 2**20:g} MiB {source}, {how} "
                 f"({ring.reader_provision_s * 1e3:.1f} ms {where}, first slot after "
