@@ -18,6 +18,10 @@ For each reader count N (``--readers``, default 0,4,8,12,16), in one process, wa
 * ``reads_gbps``: what those N readers read together during that window;
 * ``reads_alone_gbps``: the same N readers over the same span with no copies running.
 
+With ``--into-slots`` each case runs a second time (``readers_N_into_slots``) with reader k preading into
+the engine's own slot k mod ``--slots``, as the ring's readers do: the DMA then reads memory the CPU has
+just written (its lines dirty in the CPU's caches), where the first run's DMA reads memory nobody writes.
+
 N = 0 is the engine alone. Prints one JSON object (and writes it to ``--out``). Not a timed test; the
 result is a ratio measured side by side in one process (engine under N readers ÷ engine alone).
 """
@@ -43,17 +47,20 @@ MiB = 1 << 20
 
 
 class Readers:
-    """``n`` threads preading ``path`` into their own touched ``piece`` buffers until stopped; ``bytes()``
-    is what they have read so far (a sum of per-thread counters, read without stopping them)."""
+    """``n`` threads preading ``path`` into their own touched ``piece`` buffers until stopped (``into``:
+    reader k into ``into[k % len(into)]`` instead, buffers the caller owns); ``bytes()`` is what they have
+    read so far (a sum of per-thread counters, read without stopping them)."""
 
-    def __init__(self, path: str, n: int, piece: int):
+    def __init__(self, path: str, n: int, piece: int, into: list[tuple[Any, memoryview]] | None = None):
         self.path, self.piece = path, piece
         self.size = os.path.getsize(path)
         self.counts = [0] * n
         self.stop = threading.Event()
-        self.bufs = [fresh(piece) for _ in range(n)]
-        for b in self.bufs:
-            touch(b)
+        self.owned = into is None
+        self.bufs = [fresh(piece) for _ in range(n)] if into is None else [into[k % len(into)] for k in range(n)]
+        if self.owned:
+            for b in self.bufs:
+                touch(b)
         self.threads = [threading.Thread(target=self._read, args=(k,), daemon=True) for k in range(n)]
 
     def _read(self, k: int) -> None:
@@ -82,15 +89,16 @@ class Readers:
         self.stop.set()
         for t in self.threads:
             t.join()
-        for m, v in self.bufs:
-            v.release()
-            m.close()
+        if self.owned:
+            for m, v in self.bufs:
+                v.release()
+                m.close()
 
 
 def engine_under_readers(device: Any, path: str, readers: int, total: int, piece: int, slots: int,
-                         repeat: int) -> dict[str, float]:
-    """The copy engine's GB/s for ``total`` bytes while ``readers`` threads pread ``path``; their GB/s
-    then, and alone over as long a span (best of ``repeat`` each)."""
+                         repeat: int, into_slots: bool = False) -> dict[str, float]:
+    """The copy engine's GB/s for ``total`` bytes while ``readers`` threads pread ``path`` (``into_slots``:
+    into the engine's own slots); their GB/s then, and alone over as long a span (best of ``repeat`` each)."""
     span_bytes = min(total, 1 << 30)  # one device buffer, written round and round
     dst = device.alloc(span_bytes)
     ring = [fresh(piece) for _ in range(slots)]
@@ -103,7 +111,7 @@ def engine_under_readers(device: Any, path: str, readers: int, total: int, piece
         device.synchronize()
         spans = []
         for _ in range(repeat):
-            with Readers(path, readers, piece) as r:
+            with Readers(path, readers, piece, ring if into_slots else None) as r:
                 b0, t0 = r.bytes(), time.perf_counter()
                 for i, o in enumerate(range(0, total, piece)):
                     n = min(piece, total - o)
@@ -117,7 +125,7 @@ def engine_under_readers(device: Any, path: str, readers: int, total: int, piece
         if readers:
             span = sorted(spans)[len(spans) // 2]
             for _ in range(repeat):
-                with Readers(path, readers, piece) as r:
+                with Readers(path, readers, piece, ring if into_slots else None) as r:
                     b0, t0 = r.bytes(), time.perf_counter()
                     time.sleep(span)
                     took, read = time.perf_counter() - t0, r.bytes() - b0
@@ -141,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--piece", type=int, default=8, help="MiB per copy and per read")
     ap.add_argument("--slots", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--into-slots", action="store_true", help="also each case with the readers writing the engine's slots")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     out: dict[str, Any] = {"device": args.device, "file": args.file, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
@@ -151,9 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             pass
     with open_device(args.device) as device:
         device.info()
-        for n in (int(x) for x in args.readers.split(",")):
-            out[f"readers_{n}"] = engine_under_readers(device, args.file, n, args.total * MiB, args.piece * MiB,
-                                                       args.slots, args.repeat)
+        for into in (False, True) if args.into_slots else (False,):
+            for n in (int(x) for x in args.readers.split(",")):
+                if into and n == 0:
+                    continue
+                out[f"readers_{n}{'_into_slots' if into else ''}"] = engine_under_readers(
+                    device, args.file, n, args.total * MiB, args.piece * MiB, args.slots, args.repeat, into)
         alone = out.get("readers_0", {}).get("engine_gbps")
         if alone:
             out["engine_under_readers_over_alone"] = {k: round(v["engine_gbps"] / alone, 3)

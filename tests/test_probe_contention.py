@@ -61,3 +61,31 @@ def test_main_writes_the_ratio_to_the_engine_alone(probe, warm, tmp_path):
     got = json.loads(out.read_text())
     assert got["engine_under_readers_over_alone"]["readers_0"] == 1.0
     assert set(got["readers_1"]) == {"engine_gbps", "reads_gbps", "reads_alone_gbps"}
+
+
+def test_readers_into_the_engines_slots_leave_them_to_the_engine(probe, warm):
+    with HostDevice() as dev:
+        before = dev.usage()
+        out = probe.engine_under_readers(dev, warm, 3, 8 * MiB, MiB, 2, 1, into_slots=True)
+        assert out["engine_gbps"] > 0 and out["reads_gbps"] > 0
+        assert dev.usage() == before
+
+
+def test_readers_into_given_buffers_write_them_and_do_not_free_them(probe, warm):
+    bufs = [probe.fresh(MiB) for _ in range(2)]
+    with probe.Readers(warm, 3, MiB, bufs) as r:
+        while min(r.counts) == 0:
+            pass
+    assert bytes(bufs[0][1][:256]) != bytes(256) and bytes(bufs[1][1][:256]) != bytes(256)
+    for m, v in bufs:  # still ours: open until released here
+        v.release()
+        m.close()
+
+
+def test_main_into_slots_runs_each_reader_count_twice(probe, warm, tmp_path):
+    out = tmp_path / "c.json"
+    assert probe.main(["--device", "host", "--file", warm, "--readers", "0,2", "--total", "8", "--piece", "1",
+                       "--slots", "2", "--repeat", "1", "--into-slots", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert {"readers_0", "readers_2", "readers_2_into_slots"} <= set(got) and "readers_0_into_slots" not in got
+    assert set(got["engine_under_readers_over_alone"]) == {"readers_0", "readers_2", "readers_2_into_slots"}
