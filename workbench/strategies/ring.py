@@ -218,6 +218,8 @@ class RingStrategy(Strategy):
                 copier.finish()  # every copy issued and done; the copier's error is raised here
         first = readers.first_read_ns
         ctx.count("first_read_us", max(0, (first or t0) - t0) // 1000)  # reader start (+ its first slot)
+        if readers.ends:
+            ctx.count("end_spread_us", (max(readers.ends) - min(readers.ends)) // 1000)  # the window waits for the last
 
     def _run_readers(self, ctx: LoadContext, readers: int, slot: int, sources: Sequence[Any],
                      bufs: Sequence[DeviceBuffer], evictor: Evictor) -> None:

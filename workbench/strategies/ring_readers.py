@@ -10,7 +10,10 @@ every byte on the same cores.
 
 Readers' time is summed per activity in the load's counters (``wait_us``: slot + fence, ``read_us``,
 ``issue_us``: copy calls, ``release_us``: fence records), and the first read's start is kept
-(``first_read_ns``): what the readers' start cost the window before any byte streamed.
+(``first_read_ns``): what the readers' start cost the window before any byte streamed. ``lived_us`` sums
+each reader's whole life (its first window to its last): what it spent outside every timed activity is
+``lived_us`` less them (and less ``register_us``): its own Python between calls and waits for the GIL;
+``end_spread_us`` is the first reader's end to the last's (imbalance: the window waits for the last).
 """
 from __future__ import annotations
 
@@ -36,9 +39,11 @@ class Readers:
         self.ctx, self.ring, self.bufs, self.evictor, self.copier = ctx, ring, bufs, evictor, copier
         self.views = None if ring is not None else [ctx.device.host_view(b) for b in bufs]
         self.first_read_ns: int | None = None  # perf_counter_ns of the earliest pread of any reader
+        self.ends: list[int] = []  # perf_counter_ns each reader finished at
         self._lock = threading.Lock()
 
     def run(self, windows: Any, stop: threading.Event) -> None:
+        born = time.perf_counter_ns()
         fds = ReaderFiles(reader_opener(self.ctx))  # this reader's own descriptors (its own readahead), a few at once
         ns = dict.fromkeys(self.TALLIES, 0)
         moved = 0
@@ -53,6 +58,10 @@ class Readers:
             self.ctx.count("bytes", moved)
             for key, value in ns.items():
                 self.ctx.count(key, value // 1000)
+            end = time.perf_counter_ns()
+            self.ctx.count("lived_us", (end - born) // 1000)
+            with self._lock:
+                self.ends.append(end)
 
     def _started(self, t: int, ns: dict[str, int]) -> None:
         if not ns["read_us"] and (self.first_read_ns is None or t < self.first_read_ns):
