@@ -109,7 +109,7 @@ class RingParams(BaseParams):
     # readers 1.22x at 1 GiB (readers 0.82x [0.79-0.89]), 1.17x at 2 GiB (0.85x [0.74-0.92]), 1.05x at
     # 16 GB (0.95x [0.87-0.97], n=3), level at 64 MiB-256 MiB and the MoE GGUF.
     provision: str = "first-read"
-    # mapping=one, measured on the H200 (2026-12-03 18:52, warm, n=6 interleaved, all verified; sizes-h200.md
+    # mapping=one, measured on the H200 (2026-12-03 18:42, warm, n=6 interleaved, all verified; sizes-h200.md
     # "Fourth pass"): against each 1.06x [1.00-1.17] at 256 MiB, 1.02x [0.90-1.07] at 1 GiB, 1.01x [0.97-1.13]
     # at 2 GiB, 1.02x [0.94-1.04] on the MoE GGUF, 1.01x [0.97-1.02] at 16 GB; the readers' slot-making
     # summed 16.4 -> 7.9 ms at 256 MiB, 53.4 -> 21.2 ms at 2 GiB (only the registering is left to them).
