@@ -142,7 +142,7 @@ def row(r: Any, wall: float | None) -> dict[str, Any]:
             "counters": {k: statistics.median(run.report.load.counters.get(k, 0) for run in ok) for k in
                          ("wait_us", "read_us", "issue_us", "release_us", "reader_provision_us", "settle_us",
                           "copier_register_us", "copier_issue_us", "copier_fence_us", "register_us",
-                          "lived_us", "end_spread_us")}
+                          "lived_us", "end_spread_us", "start_spread_us")}
             if ok and all(run.report.load for run in ok) else {},
             "engaged": next((list(run.engaged) for run in ok), []), "settings": dict(r.settings)}
 

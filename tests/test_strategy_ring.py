@@ -360,7 +360,7 @@ def test_first_read_slots_carved_from_one_mapping_or_mapped_each_land_every_byte
 
 
 @pytest.mark.parametrize("direct", ["off", "auto"])
-def test_each_readers_life_holds_its_timed_parts_and_the_spread_of_their_ends_is_counted(raw_model, direct):
+def test_each_readers_life_holds_its_timed_parts_and_the_spreads_of_their_starts_and_ends_are_counted(raw_model, direct):
     index = raw_model([(3 << 20) + 333, 5, (2 << 20) + 77, 4097], first=1231, gap=29, tail=17)
     set_cache(index.path, "warm")
     result = load(index, threads=3, slot_mib=1, direct=direct)
@@ -369,5 +369,6 @@ def test_each_readers_life_holds_its_timed_parts_and_the_spread_of_their_ends_is
     assert c["lived_us"] >= timed  # every timed part lies inside a reader's life
     assert c["lived_us"] > 0 and c["lived_us"] >= c["read_us"]
     assert 0 <= c["end_spread_us"] <= result.phases["read"] * 1e6
+    assert 0 <= c["start_spread_us"] <= result.phases["read"] * 1e6
     one = load(index, threads=1, slot_mib=1, direct=direct).counters
-    assert one["end_spread_us"] == 0  # one reader: nothing to wait for
+    assert one["end_spread_us"] == 0 and one["start_spread_us"] == 0  # one reader: nothing to wait for

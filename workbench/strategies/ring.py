@@ -220,6 +220,7 @@ class RingStrategy(Strategy):
         ctx.count("first_read_us", max(0, (first or t0) - t0) // 1000)  # reader start (+ its first slot)
         if readers.ends:
             ctx.count("end_spread_us", (max(readers.ends) - min(readers.ends)) // 1000)  # the window waits for the last
+            ctx.count("start_spread_us", (max(readers.births) - min(readers.births)) // 1000)  # started one by one
 
     def _run_readers(self, ctx: LoadContext, readers: int, slot: int, sources: Sequence[Any],
                      bufs: Sequence[DeviceBuffer], evictor: Evictor) -> None:

@@ -13,7 +13,8 @@ Readers' time is summed per activity in the load's counters (``wait_us``: slot +
 (``first_read_ns``): what the readers' start cost the window before any byte streamed. ``lived_us`` sums
 each reader's whole life (its first window to its last): what it spent outside every timed activity is
 ``lived_us`` less them (and less ``register_us``): its own Python between calls and waits for the GIL;
-``end_spread_us`` is the first reader's end to the last's (imbalance: the window waits for the last).
+``end_spread_us`` is the first reader's end to the last's (imbalance: the window waits for the last);
+``start_spread_us`` the first reader's start to the last's (the loading thread starts them one by one).
 """
 from __future__ import annotations
 
@@ -40,10 +41,13 @@ class Readers:
         self.views = None if ring is not None else [ctx.device.host_view(b) for b in bufs]
         self.first_read_ns: int | None = None  # perf_counter_ns of the earliest pread of any reader
         self.ends: list[int] = []  # perf_counter_ns each reader finished at
+        self.births: list[int] = []  # perf_counter_ns each reader started at
         self._lock = threading.Lock()
 
     def run(self, windows: Any, stop: threading.Event) -> None:
         born = time.perf_counter_ns()
+        with self._lock:
+            self.births.append(born)
         fds = ReaderFiles(reader_opener(self.ctx))  # this reader's own descriptors (its own readahead), a few at once
         ns = dict.fromkeys(self.TALLIES, 0)
         moved = 0
