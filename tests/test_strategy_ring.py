@@ -3,6 +3,9 @@
 deferred-copy device in test_strategies_behaviour.py.)"""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from workbench.errors import CacheStateError
@@ -372,3 +375,44 @@ def test_each_readers_life_holds_its_timed_parts_and_the_spreads_of_their_starts
     assert 0 <= c["start_spread_us"] <= result.phases["read"] * 1e6
     one = load(index, threads=1, slot_mib=1, direct=direct).counters
     assert one["end_spread_us"] == 0 and one["start_spread_us"] == 0  # one reader: nothing to wait for
+
+
+def _slow_spawns(monkeypatch, pause: float, fail_at: int | None = None) -> None:
+    """The loading thread pauses ``pause`` s after starting each reader (and raises starting the
+    ``fail_at``-th): a reader's start is then long enough to see who waited for whom."""
+    from workbench.strategies import toolkit
+
+    real, calls = toolkit.ThreadGuard.spawn, []
+
+    def spawn(self, target, *args):
+        calls.append(1)
+        if fail_at is not None and len(calls) == fail_at:
+            raise RuntimeError("test: starting a reader failed")
+        real(self, target, *args)
+        time.sleep(pause)
+    monkeypatch.setattr(toolkit.ThreadGuard, "spawn", spawn)
+
+
+@pytest.mark.parametrize("direct", ["off", "auto"])
+def test_start_together_holds_every_reader_until_all_are_started(raw_model, monkeypatch, direct):
+    index = raw_model([(3 << 20) + 333, 5, (2 << 20) + 77, 4097], first=1231, gap=29, tail=17)
+    set_cache(index.path, "warm")
+    _slow_spawns(monkeypatch, 0.2)
+    each = load(index, threads=3, slot_mib=1, direct=direct).counters  # exact bytes checked by load
+    together = load(index, threads=3, slot_mib=1, direct=direct, start="together").counters
+    assert each["start_spread_us"] >= 300_000  # each: the third reader started two pauses after the first
+    assert together["start_spread_us"] < 150_000  # together: released at once, after the last start
+
+
+def test_start_together_a_failed_start_releases_the_started_readers(raw_model, monkeypatch):
+    index = raw_model([(3 << 20) + 333, 5, (2 << 20) + 77, 4097])
+    set_cache(index.path, "warm")
+    _slow_spawns(monkeypatch, 0.0, fail_at=2)
+    with pytest.raises(RuntimeError, match="starting a reader failed"):
+        load(index, threads=3, slot_mib=1, direct="off", start="together")
+    assert not [t for t in threading.enumerate() if t.name.startswith("ring-")]  # none left waiting
+
+
+def test_start_must_be_each_or_together():
+    with pytest.raises(Exception, match="start"):
+        get_strategy("ring")(start="soon")

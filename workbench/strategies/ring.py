@@ -49,6 +49,7 @@ from workbench.upload.staging_plan import fit_warm
 
 DIRECT = ("auto", "off")
 COPIERS = ("readers", "one")
+STARTS = ("each", "together")
 __all__ = ["Piece", "Region", "RingParams", "RingStrategy", "Window", "model_regions", "plan_shares", "plan_windows"]
 
 
@@ -67,6 +68,8 @@ class RingParams(BaseParams):
     carves its slot from it, ``upload/slab.py``); ``copier``: who makes a staged
     load's device calls — ``readers`` (each reader registers, copies and fences for itself) or ``one`` (one
     issuer and one fence-waiting thread for all readers, ``upload/copier.py``: the readers only read);
+    ``start``: ``each`` (a reader works as soon as it is started) or ``together`` (all started, then
+    released at once: no reader competes with the loading thread starting the others);
     ``crowd_mib``: beyond 8 warm
     readers, one more only per ``crowd_mib`` of the load (0: off; staged loads only: the queue it avoids
     is the device driver's); ``fit``: warm readers and windows
@@ -79,6 +82,7 @@ class RingParams(BaseParams):
         {"slot_mib": 1, "cold_mib": 1, "threads": 3, "cold_threads": 2, "direct": "off"})
     variants: ClassVar[tuple[Mapping[str, Any], ...]] = (  # the warm path (gate 0), each staging source
         MappingProxyType({**small_pieces, "gate": 0.0}), MappingProxyType({**small_pieces, "staging": "alloc"}),
+        MappingProxyType({**small_pieces, "start": "together"}),
         MappingProxyType({**small_pieces, "staging": "anon"}), MappingProxyType({**small_pieces, "arena": False}),
         MappingProxyType({**small_pieces, "provision": "background"}),
         MappingProxyType({**small_pieces, "provision": "background", "staging": "alloc"}),
@@ -126,6 +130,10 @@ class RingParams(BaseParams):
     # 0.87x [0.83-0.91] at 2 GiB, 0.89x [0.73-0.92] on the MoE GGUF, 0.91x [0.70-0.99] at 16 GB: slower,
     # so the readers keep their own device calls; kept to reproduce the measurement.
     copier: str = "readers"
+    # start: each (a reader works as soon as the loading thread has started it, beside the next ones'
+    # starts) or together (every reader started first, then all released at once). NOT measured on the
+    # H200 yet: 3-13 ms of the streaming part lay outside every reader's life there (2026-12-03 19:00).
+    start: str = "each"
 
     def __post_init__(self) -> None:
         for name in ("threads", "cold_threads", "slot_mib", "cold_mib"):
@@ -141,6 +149,7 @@ class RingParams(BaseParams):
         check_param("ring", "crowd_mib", self.crowd_mib >= 0, f"must be >= 0 (0: off), got {self.crowd_mib}")
         check_param("ring", "direct", self.direct in DIRECT, f"one of {', '.join(DIRECT)}, got {self.direct!r}")
         check_param("ring", "copier", self.copier in COPIERS, f"one of {', '.join(COPIERS)}, got {self.copier!r}")
+        check_param("ring", "start", self.start in STARTS, f"one of {', '.join(STARTS)}, got {self.start!r}")
 
 
 class RingStrategy(Strategy):
@@ -195,7 +204,7 @@ class RingStrategy(Strategy):
     def _read_direct(self, ctx: LoadContext, sources: Sequence[Any], bufs: Sequence[DeviceBuffer],
                      evictor: Evictor) -> None:
         """The device's memory is host memory: every piece read straight into its buffer."""
-        readers = Readers(ctx, None, bufs, evictor)
+        readers = Readers(ctx, None, bufs, evictor, together=self.params.start == "together")
         self._spawn(ctx, readers, sources)
         with ctx.phase("read"):
             evictor.finish()
@@ -211,8 +220,11 @@ class RingStrategy(Strategy):
             t0 = time.perf_counter_ns()
             if copier is not None:
                 copier.start(guard.stop)  # a copier's failure stops the readers
-            for source in sources:
-                guard.spawn(readers.run, source, guard.stop)
+            try:
+                for source in sources:
+                    guard.spawn(readers.run, source, guard.stop)
+            finally:
+                readers.go.set()  # start=together: every reader released at once (also when a spawn failed)
             guard.join()
             if copier is not None:
                 copier.finish()  # every copy issued and done; the copier's error is raised here
@@ -235,7 +247,7 @@ class RingStrategy(Strategy):
         copier = Copier(ctx.device, ring, name="ring-copier") if self.params.copier == "one" else None
         if copier is not None:
             ctx.cleanup(copier.close)  # joined before the ring closes (the last cleanup runs first)
-        self._spawn(ctx, Readers(ctx, ring, bufs, evictor, copier), sources)
+        self._spawn(ctx, Readers(ctx, ring, bufs, evictor, copier, self.params.start == "together"), sources)
         t1 = time.perf_counter_ns()
         settle_staged(ctx, ring, evictor)
         ctx.count("reader_provision_us", int(ring.reader_provision_s * 1e6))

@@ -36,8 +36,11 @@ class Readers:
     TALLIES = ("wait_us", "read_us", "issue_us", "release_us")
 
     def __init__(self, ctx: LoadContext, ring: StagingRing | None, bufs: Sequence[DeviceBuffer],
-                 evictor: Evictor, copier: Copier | None = None):
+                 evictor: Evictor, copier: Copier | None = None, together: bool = False):
         self.ctx, self.ring, self.bufs, self.evictor, self.copier = ctx, ring, bufs, evictor, copier
+        self.go = threading.Event()  # together: set once every reader is started; otherwise set now
+        if not together:
+            self.go.set()
         self.views = None if ring is not None else [ctx.device.host_view(b) for b in bufs]
         self.first_read_ns: int | None = None  # perf_counter_ns of the earliest pread of any reader
         self.ends: list[int] = []  # perf_counter_ns each reader finished at
@@ -45,6 +48,9 @@ class Readers:
         self._lock = threading.Lock()
 
     def run(self, windows: Any, stop: threading.Event) -> None:
+        while not self.go.wait(0.05):  # start=together: held until every reader is started
+            if stop.is_set():
+                return
         born = time.perf_counter_ns()
         with self._lock:
             self.births.append(born)
