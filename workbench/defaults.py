@@ -1,5 +1,3 @@
-# Over 300 lines: one module on purpose (CONVENTIONS 13): every WORKBENCH_* variable and the data root
-# resolved in one place, each a getter and its set_* context manager of a few lines.
 """Every ``WORKBENCH_*`` environment variable and the data root, resolved in one place.
 
 Explicit arguments always win; what is here are the defaults behind them. Each getter reads the
@@ -28,22 +26,26 @@ WORKBENCH_CEILINGS_MAX_AGE_DAYS :func:`ceilings_max_age_days` 30: older ceilings
 ``WORKBENCH_TEST_DEVICE`` is the test suite's own (which backend the shared strategy suite loads on).
 ``WORKBENCH_TEST_FAULT`` is the tests' too: a worker crashes, hangs or goes silent on purpose when it
 is set (see ``workbench/measure/run/faults.py``); nothing the workbench ships sets it.
+
+This module is the one place to import them from. The first five variables (where data lives, this
+machine) are read in :mod:`workbench._defaults_paths` and re-exported here; both read and set the
+environment through :mod:`workbench._defaults_env`.
 """
 from __future__ import annotations
 
 import os
-import socket
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator, Mapping
 
+from workbench._defaults_env import _env, _setenv  # noqa: F401 - _setenv: tests set a variable through it
+# Where data lives and this machine (re-exported: users, tests and the package import them from here).
+from workbench._defaults_paths import (  # noqa: F401
+    CACHE_DIR, DATA, DEFAULT_LOCK_DIR, HOST, LEDGER, LOCK_DIR, cache_dir, data_root, host_id, ledger_path,
+    lock_dir, machine_host_id, models_dir, reports_dir, runs_dir, set_cache_dir, set_data_root, set_host,
+    set_ledger_path, set_lock_dir,
+)
 from workbench.errors import ParamError
 
-DATA = "WORKBENCH_DATA"
-LEDGER = "WORKBENCH_LEDGER"
-HOST = "WORKBENCH_HOST"
-LOCK_DIR = "WORKBENCH_LOCK_DIR"
-CACHE_DIR = "WORKBENCH_CACHE_DIR"
 PAGE_EVICTION = "WORKBENCH_PAGE_EVICTION"
 BATCH = "WORKBENCH_BATCH"
 LEDGER_BUSY_TIMEOUT = "WORKBENCH_LEDGER_BUSY_TIMEOUT"
@@ -52,133 +54,11 @@ BROWSER = "WORKBENCH_BROWSER"
 CEILINGS_MAX_AGE_DAYS = "WORKBENCH_CEILINGS_MAX_AGE_DAYS"
 STRATEGIES = "WORKBENCH_STRATEGIES"
 
-DEFAULT_LOCK_DIR = "/tmp/workbench-locks"
 DEFAULT_LEDGER_BUSY_TIMEOUT_S = 60.0
 DEFAULT_CEILINGS_MAX_AGE_DAYS = 30.0
 # Debian's package (what .ci/run installs); kaleido never downloads a browser of its own here.
 BROWSER_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
-
-
-def _env(name: str) -> str:
-    return os.environ.get(name, "").strip()
-
-
-@contextmanager
-def _setenv(name: str, value: str | None) -> Iterator[None]:
-    """``name`` = ``value`` (None: unset) for the block, then whatever it was before."""
-    old = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
-# -- where data lives ------------------------------------------------------------------------------
-
-
-def data_root() -> Path:
-    """``$WORKBENCH_DATA``, else the ``data/`` of the workbench checkout the cwd is in (so a notebook
-    in ``notebooks/`` and the CLI at the repository root share one), else ``./data``."""
-    named = _env(DATA)
-    if named:
-        return Path(named).expanduser()
-    here = Path.cwd()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file() and (folder / "workbench").is_dir():
-            return Path("data") if folder == here else folder / "data"
-    return Path("data")
-
-
-def ledger_path(root: str | os.PathLike[str] | None = None) -> Path:
-    """``$WORKBENCH_LEDGER``, else ``ledger.sqlite`` in ``root`` (default :func:`data_root`)."""
-    named = _env(LEDGER)
-    if named:
-        return Path(named).expanduser()
-    return Path(root if root is not None else data_root()) / "ledger.sqlite"
-
-
-def models_dir() -> Path:
-    """Where synthetic models go by default: ``<data root>/models``."""
-    return data_root() / "models"
-
-
-def runs_dir() -> Path:
-    """Where sweeps write their executed notebooks: ``<data root>/runs``."""
-    return data_root() / "runs"
-
-
-def reports_dir() -> Path:
-    """Where campaign reports go: ``<data root>/reports``."""
-    return data_root() / "reports"
-
-
-@contextmanager
-def set_data_root(path: str | os.PathLike[str] | None) -> Iterator[None]:
-    with _setenv(DATA, None if path is None else str(path)):
-        yield
-
-
-@contextmanager
-def set_ledger_path(path: str | os.PathLike[str] | None) -> Iterator[None]:
-    with _setenv(LEDGER, None if path is None else str(path)):
-        yield
-
-
-# -- this machine ----------------------------------------------------------------------------------
-
-
-def host_id() -> str:
-    """This machine's name in the ledger: ``$WORKBENCH_HOST`` (name your test rigs), else the hostname
-    plus the first 8 hex digits of /etc/machine-id — VMs and containers often share a hostname ("vm",
-    "localhost"), and ceilings and merged ledgers must not mix two machines under one name."""
-    return _env(HOST) or machine_host_id()
-
-
-def machine_host_id() -> str:
-    """This machine's own name, whatever ``$WORKBENCH_HOST`` says: the hostname plus the first 8 hex
-    digits of /etc/machine-id (what :func:`host_id` is when the variable is unset)."""
-    try:
-        with open("/etc/machine-id", encoding="ascii") as f:
-            machine = f.read().strip()[:8]
-    except OSError:
-        machine = ""
-    return f"{socket.gethostname()}-{machine}" if machine else socket.gethostname()
-
-
-@contextmanager
-def set_host(name: str | None) -> Iterator[None]:
-    with _setenv(HOST, name):
-        yield
-
-
-def lock_dir() -> Path:
-    """Where the per-device lock files live: ``$WORKBENCH_LOCK_DIR``, else /tmp/workbench-locks."""
-    return Path(_env(LOCK_DIR) or DEFAULT_LOCK_DIR)
-
-
-@contextmanager
-def set_lock_dir(path: str | os.PathLike[str] | None) -> Iterator[None]:
-    with _setenv(LOCK_DIR, None if path is None else str(path)):
-        yield
-
-
-def cache_dir() -> Path:
-    """File identities and reference checksums: ``$WORKBENCH_CACHE_DIR``, else ~/.cache/workbench."""
-    return Path(_env(CACHE_DIR) or Path.home() / ".cache" / "workbench")
-
-
-@contextmanager
-def set_cache_dir(path: str | os.PathLike[str] | None) -> Iterator[None]:
-    with _setenv(CACHE_DIR, None if path is None else str(path)):
-        yield
 
 
 # -- behaviour -------------------------------------------------------------------------------------

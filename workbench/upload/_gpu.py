@@ -1,23 +1,22 @@
-# Over 300 lines: GpuDevice is one class, the Device interface written once for cuda-python and hip-python,
-# its methods sharing one runtime handle and the staging path's pinned and registered memory (the
-# binding's roles, calls and probes are in gpu_runtime.py).
 """The GPU backend, written once for cuda-python and hip-python.
 
 hip-python mirrors cuda-python's call shapes (``err, value = api.cudaMalloc(n)`` / ``api.hipMalloc(n)``,
 enum error codes, ints accepted as pointers), so the backend is written over a :class:`GpuRuntime` that
 names the functions; ``cuda.py`` and ``hip.py`` only fill in the names, how to import the binding and
 how to read the architecture and UMA flag from the device properties. Tests drive this module with a
-fake binding object that records calls.
+fake binding object that records calls. Pinned and registered host memory are the device's part
+:class:`~workbench.upload._gpu_host.GpuHostMemory`; the binding's roles, calls and probes are in
+:mod:`workbench.upload.gpu_runtime`.
 """
 from __future__ import annotations
 
-import ctypes
 import itertools
 import threading
 from typing import Any, Callable, ClassVar, Sequence
 
 from workbench.errors import BackendUnavailable, DeviceError
 from workbench.registry import Availability
+from workbench.upload._gpu_host import GpuHostMemory
 from workbench.upload.base import Device, DeviceBuffer, DeviceInfo, DeviceUsage, Fence, HostStaging, carve
 from workbench.upload.gpu_runtime import (  # GpuRuntime, call_names, call_runtime: cuda.py, hip.py and tests read them here
     GpuEvent, GpuRuntime, HostRegistration, _Arena, _error_name, _text, binding_version, call_names, call_runtime,
@@ -28,7 +27,7 @@ _current = threading.local()  # which device instance each thread last made curr
 _instances = itertools.count()  # never reused, unlike id(): a new device always sets itself current
 
 
-class GpuDevice(Device):
+class GpuDevice(GpuHostMemory, Device):
     """The shared device backend; a subclass names its :class:`GpuRuntime` and binding loader."""
 
     runtime: ClassVar[GpuRuntime]
@@ -248,63 +247,6 @@ class GpuDevice(Device):
             self.wait_fence(fence)
         finally:
             self._call("event_destroy", fence.event)
-
-    def alloc_pinned(self, nbytes: int, write_combined: bool = False) -> HostStaging:
-        self._use()
-        size = max(nbytes, 1)
-        flags = self.runtime.write_combined_flags if write_combined else self.runtime.pinned_flags
-        raw = self._call("host_alloc", size, getattr(self.module, flags))
-        array = (ctypes.c_char * size).from_address(int(raw))
-        staging = HostStaging(nbytes, memoryview(array).cast("B")[:nbytes], handle=raw, locked=True,
-                              write_combined=write_combined)
-        self._pinned[id(staging)] = staging
-        self.locked.add("pinned", staging.nbytes)
-        return staging
-
-    def _refuse_write_combined(self, addr: int, nbytes: int) -> None:
-        """A read-back into write-combined staging would have the CPU read it (uncached): refused."""
-        for s in self._pinned.values():
-            base = int(s.handle) if s.handle is not None else 0
-            if s.write_combined and base < addr + nbytes and addr < base + max(s.nbytes, 1):
-                raise ValueError(f"{self.label}: read-back into write-combined staging at 0x{base:x}: the CPU "
-                                 "must never read write-combined memory (verification reads into its own buffer)")
-
-    def free_pinned(self, staging: HostStaging) -> None:
-        if staging.handle is None:
-            return
-        staging.view.release()  # BufferError while something still views it: better than a dangling view
-        self._release_pinned(staging)
-
-    def _release_pinned(self, staging: HostStaging) -> None:
-        if self._pinned.pop(id(staging), None) is not None:
-            self.locked.remove("pinned", staging.nbytes)
-        raw, staging.handle, staging.locked = staging.handle, None, False
-        self._call("host_free", raw)
-
-    def register_host(self, view: Any) -> HostRegistration | None:
-        addr, nbytes = host_address(view)
-        read_only = memoryview(view).readonly
-        reg = HostRegistration(addr, nbytes, read_only)
-        if nbytes == 0:  # the runtimes reject an empty range; nothing to lock
-            return reg
-        flags = self.runtime.register_flags
-        if read_only and hasattr(self.module, self.runtime.register_readonly_flags):
-            flags = self.runtime.register_readonly_flags  # a PROT_READ mapping cannot be locked for writing
-        self._use()
-        try:
-            self._call("host_register", addr, nbytes, getattr(self.module, flags))
-        except DeviceError:  # refused (locked-memory limit, unsupported range): callers fall back
-            return None
-        self._registered[id(reg)] = reg
-        self.locked.add("registered", nbytes)
-        return reg
-
-    def unregister_host(self, handle: Any) -> None:
-        if handle is None or self._registered.pop(id(handle), None) is None:
-            return
-        self.locked.remove("registered", handle.nbytes)
-        self._use()
-        self._call("host_unregister", handle.addr)
 
     def memory_free(self) -> int:
         """Bytes of device memory free now (cudaMemGetInfo / hipMemGetInfo), for leak checks."""
