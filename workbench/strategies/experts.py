@@ -89,7 +89,9 @@ class ExpertsParams(BaseParams):
     # 92.7 ms against 120.4 upfront (1.30x; upfront 0.80x [0.63-0.99] of the ring): the upfront ring's
     # 37 ms of staging inside the window.
     provision: str = "first-read"
-    mapping: str = "one"  # as ring's (H200, 2026-12-03 18:42: ring on this MoE GGUF 1.02x [0.94-1.04], n=6)
+    # mapping=one as ring's (H200, 2026-12-03 18:42: ring on this MoE GGUF 1.02x [0.94-1.04], n=6); experts'
+    # own one-vs-each A/B not run (its slots are made the same way)
+    mapping: str = "one"
     sized: bool = True
     direct: str = "auto"
 
