@@ -3,6 +3,7 @@ single short turn cannot tell them apart, uploads are byte-exact, and records se
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -150,3 +151,12 @@ def test_bad_session_arguments(moe64, kw):
     args = {"turns": 1, "tokens": 1, "cache_mib": 0.5} | kw
     with pytest.raises(ParamError):
         ExpertSession(moe64, HostDevice(), SessionConfig(**args))
+
+
+def test_each_turn_records_the_workers_cpu_over_it(moe64):
+    _, report = session(moe64, 2, 2)
+    for t in report.turns:
+        assert t.cpu_user_s >= 0 and t.cpu_sys_s >= 0  # recorded (-1 is "not recorded")
+        assert t.cpu_user_s + t.cpu_sys_s <= t.seconds * (os.cpu_count() or 1) + 0.05  # + getrusage's tick
+    old = {k: getattr(report.turns[0], k) for k in ISSUE_KEYS}  # recorded before it existed: -1, not 0
+    assert TurnRecord.from_json(old).cpu_user_s == -1.0
