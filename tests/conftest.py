@@ -14,9 +14,12 @@ file is where the workers are kept apart — nowhere else:
 from __future__ import annotations
 
 import fcntl
+import importlib
 import os
+import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from types import ModuleType
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -237,3 +240,17 @@ def dtype_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Ten
         return made[kind]
 
     return make
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench_module() -> Iterator[Callable[[str], ModuleType]]:
+    """``bench_module("probe_staging")``: a script of benchmarks/ imported as a module, with benchmarks/ on
+    the path for the test module's life (the scripts import their siblings), taken off after."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module
+    finally:
+        sys.path.remove(str(BENCHMARKS))

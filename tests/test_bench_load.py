@@ -2,23 +2,14 @@
 run (host backend, a few MiB, a budget that cuts most of the plan) are checked here."""
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("bench_load")
-    finally:
-        sys.path.remove(str(BENCH))
+def bench(bench_module):
+    return bench_module("bench_load")
 
 
 def test_plan_runs_the_goal_rows_first_and_every_strategy_after(bench):

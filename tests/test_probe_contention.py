@@ -2,27 +2,19 @@
 what it takes (the H200 call runs it once, with no room for a retry)."""
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from workbench.upload.host import HostDevice
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 MiB = 1 << 20
 
 
 @pytest.fixture()
-def probe():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("probe_contention")
-    finally:
-        sys.path.remove(str(BENCH))
+def probe(bench_module):
+    return bench_module("probe_contention")
 
 
 @pytest.fixture()

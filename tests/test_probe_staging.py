@@ -2,25 +2,17 @@
 call runs them once, with no room for a retry)."""
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
 
 import pytest
 
 from workbench.upload.host import HostDevice
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 MiB = 1 << 20
 
 
 @pytest.fixture()
-def probe():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("probe_staging")
-    finally:
-        sys.path.remove(str(BENCH))
+def probe(bench_module):
+    return bench_module("probe_staging")
 
 
 def test_copy_shapes_times_each_shape_and_releases_everything(probe):

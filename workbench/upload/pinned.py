@@ -14,7 +14,31 @@ MADV_POPULATE_WRITE = 23  # Linux 5.14; Python's mmap module has no name for it
 SOURCES = ("auto", "anon", "alloc", "wc")
 
 
-class PinnedBlock:
+class Registrable:
+    """A ``pending`` block of host memory registered once its first fill has faulted its pages in
+    (:class:`PinnedBlock` deferred, and a slot carved from one mapping, :mod:`workbench.upload.slab`)."""
+
+    device: Device
+    view: memoryview
+    how: str
+    _handle: Any
+
+    @property
+    def locked(self) -> bool:
+        raise NotImplementedError
+
+    def lock(self) -> bool:
+        """A ``pending`` block: register it now (its pages are resident: its first fill faulted them
+        in). False where the device refuses: the block stays ``unlocked`` (copies still land the bytes,
+        at the pageable rate)."""
+        if self.how != "pending":
+            return self.locked
+        self._handle = self.device.register_host(self.view)
+        self.how = "registered" if self._handle is not None else "unlocked"
+        return self._handle is not None
+
+
+class PinnedBlock(Registrable):
     """``nbytes`` of host memory the device can DMA from, and how it was obtained (``how``):
     ``registered`` (anonymous mapping + register_host), ``pinned`` (alloc_pinned, page-locked) or
     ``unlocked`` (neither could lock it: copies still work, at the pageable rate).
@@ -64,16 +88,6 @@ class PinnedBlock:
             return False
         self._map, self._base, self._handle, self.view = m, base, handle, view
         return True
-
-    def lock(self) -> bool:
-        """A ``pending`` block: register it now (its pages are resident: its first fill faulted them
-        in). False where the device refuses: the block stays ``unlocked`` (copies still land the bytes,
-        at the pageable rate)."""
-        if self.how != "pending":
-            return self.locked
-        self._handle = self.device.register_host(self.view)
-        self.how = "registered" if self._handle is not None else "unlocked"
-        return self._handle is not None
 
     @property
     def locked(self) -> bool:

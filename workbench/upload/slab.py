@@ -22,7 +22,7 @@ import mmap
 import numpy as np
 
 from workbench.upload.base import Device
-from workbench.upload.pinned import HUGE_PAGE, advise_huge_pages
+from workbench.upload.pinned import HUGE_PAGE, Registrable, advise_huge_pages
 from workbench.upload.slot import Slot
 
 MAPPINGS = ("each", "one")
@@ -65,7 +65,7 @@ class Slab:
                 raise
 
 
-class CarvedBlock:
+class CarvedBlock(Registrable):
     """One slot's slice of a :class:`Slab`, with the accounting of a
     :class:`~workbench.upload.pinned.PinnedBlock`: ``how`` is ``pending`` until :meth:`lock` registers
     the slice, then ``registered``, or ``unlocked`` where the device refuses (an ordinary anonymous
@@ -76,14 +76,6 @@ class CarvedBlock:
         self.how = "pending"
         self._handle: object = None
         self._closed = False
-
-    def lock(self) -> bool:
-        """Register the slice (its first fill faulted its pages in); False where the device refuses."""
-        if self.how != "pending":
-            return self.locked
-        self._handle = self.device.register_host(self.view)
-        self.how = "registered" if self._handle is not None else "unlocked"
-        return self._handle is not None
 
     @property
     def locked(self) -> bool:
