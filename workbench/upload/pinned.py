@@ -108,13 +108,23 @@ class PinnedBlock(Registrable):
             m, self._map = self._map, None
             self.device.unregister_host(self._handle)
             self.view.release()
-            self._base.release()
             try:
-                m.close()
-            except BufferError:
-                del m  # the error's traceback keeps this frame: the mapping must go with the last view
-                if strict:
-                    raise
+                unmap(m, self._base, strict)
+            finally:
+                del m  # a BufferError's traceback keeps this frame too
+
+
+def unmap(m: mmap.mmap, base: memoryview, strict: bool) -> None:
+    """Release ``base`` (the mapping's own view) and unmap ``m``. A view of it still held elsewhere:
+    ``strict`` raises BufferError (a leak); not strict (error paths, where a failed reader's frame may
+    still hold a slice) leaves the unmapping to the last view's release."""
+    base.release()
+    try:
+        m.close()
+    except BufferError:
+        del m  # the error's traceback keeps this frame: the mapping must go with the last view
+        if strict:
+            raise
 
 
 def advise_huge_pages(m: mmap.mmap, start: int, nbytes: int, populate: bool = True) -> None:

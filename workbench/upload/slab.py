@@ -22,7 +22,7 @@ import mmap
 import numpy as np
 
 from workbench.upload.base import Device
-from workbench.upload.pinned import HUGE_PAGE, Registrable, advise_huge_pages
+from workbench.upload.pinned import HUGE_PAGE, Registrable, advise_huge_pages, unmap
 from workbench.upload.slot import Slot
 
 MAPPINGS = ("each", "one")
@@ -56,13 +56,10 @@ class Slab:
         if self._map is None:
             return
         m, self._map = self._map, None
-        self._base.release()
         try:
-            m.close()
-        except BufferError:
-            del m  # the error's traceback keeps this frame: the mapping must go with the last view
-            if strict:
-                raise
+            unmap(m, self._base, strict)
+        finally:
+            del m  # a BufferError's traceback keeps this frame too: the mapping must go with the last view
 
 
 class CarvedBlock(Registrable):
