@@ -27,8 +27,6 @@ result is a ratio measured side by side in one process (engine under N readers Ã
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import threading
@@ -39,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probe_staging import fresh, touch  # noqa: E402
+from probe_staging import finish, fresh, probe_args, start, touch  # noqa: E402
 
 from workbench.upload import open_device  # noqa: E402
 
@@ -141,23 +139,14 @@ def engine_under_readers(device: Any, path: str, readers: int, total: int, piece
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--file", required=True, help="a model file, read warm (it is read once first)")
+    ap = probe_args(__doc__)
     ap.add_argument("--readers", default="0,4,8,12,16")
     ap.add_argument("--total", type=int, default=2048, help="MiB sent per timing")
     ap.add_argument("--piece", type=int, default=8, help="MiB per copy and per read")
     ap.add_argument("--slots", type=int, default=20)
-    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--into-slots", action="store_true", help="also each case with the readers writing the engine's slots")
-    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    out: dict[str, Any] = {"device": args.device, "file": args.file, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                           "cores": len(os.sched_getaffinity(0)), "total_mib": args.total, "piece_mib": args.piece,
-                           "slots": args.slots}
-    with open(args.file, "rb") as fh:  # warm
-        while fh.read(64 * MiB):
-            pass
+    out = start(args, total_mib=args.total, piece_mib=args.piece, slots=args.slots)
     with open_device(args.device) as device:
         device.info()
         for into in (False, True) if args.into_slots else (False,):
@@ -170,11 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         if alone:
             out["engine_under_readers_over_alone"] = {k: round(v["engine_gbps"] / alone, 3)
                                                       for k, v in out.items() if k.startswith("readers_")}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
+    return finish(out, args.out)
 
 
 if __name__ == "__main__":

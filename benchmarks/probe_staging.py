@@ -240,18 +240,37 @@ def pagecache_case(device: Any, path: str, nbytes: int, threads: int) -> dict[st
             "unregister_ms": unreg * 1e3, "mib": nbytes / MiB}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def probe_args(doc: str) -> argparse.ArgumentParser:
+    """The options every probe takes (``--device``, ``--file``, ``--repeat``, ``--out``)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--file", required=True, help="a model file, read warm (it is read once first)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    out: dict[str, Any] = {"device": args.device, "file": args.file, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                           "cores": len(os.sched_getaffinity(0))}
-    with open(args.file, "rb") as fh:  # warm
+    return ap
+
+
+def start(args: argparse.Namespace, **more: Any) -> dict[str, Any]:
+    """The result's header (device, file, date, cores, ``more``), once ``args.file`` is read warm."""
+    with open(args.file, "rb") as fh:
         while fh.read(64 * MiB):
             pass
+    return {"device": args.device, "file": args.file, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "cores": len(os.sched_getaffinity(0)), **more}
+
+
+def finish(out: dict[str, Any], path: str | None) -> int:
+    """Print the result as JSON and write it to ``path`` (when given)."""
+    text = json.dumps(out, indent=1)
+    print(text)
+    if path:
+        Path(path).write_text(text + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = probe_args(__doc__).parse_args(argv)
+    out = start(args)
     with open_device(args.device) as device:
         device.info()
         # first: the process's first registrations (a staged load's slots), alone, then under 8 readers
@@ -273,11 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                 out[f"pagecache_register_{threads}t"] = pagecache_case(device, args.file, size, threads)
             except Exception as exc:  # noqa: BLE001 - a refusal is a result
                 out[f"pagecache_register_{threads}t"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
+    return finish(out, args.out)
 
 
 if __name__ == "__main__":
