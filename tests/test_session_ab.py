@@ -42,11 +42,12 @@ def test_bad_arms_are_one_line(spec, match):
         parse_ab(spec, BASE, "asis", "host")
 
 
-def _fake_result(tps: float, bytes_per_token: float, arm: int, rnd: int):
+def _fake_result(tps: float, bytes_per_token: float, arm: int, rnd: int, cpu: float = -1.0):
     turns = tuple(TurnRecord(turn=i, tokens=10, bytes_read=int(bytes_per_token * 10), hits=1, misses=1, evictions=0,
                              minflt=0, majflt=arm, accounted_bytes=0, actual_anon_bytes=0, unreleased_pages=7 * arm,
                              seconds=10 / tps, tokens_per_s=tps, residual_s_per_token=1 / tps, read_busy_s=0.5,
-                             landed_bytes=100) for i in range(3))
+                             landed_bytes=100, cpu_user_s=cpu * (i + 1), cpu_sys_s=max(cpu, 0.0))
+                  for i in range(3))
     summary = SimpleNamespace(bytes_read_per_token=bytes_per_token, landed_bytes_per_token=10.0, verified_slices=5)
     return SimpleNamespace(report=SimpleNamespace(turns=turns, summary=summary), error=None,
                            attempt_id=f"{arm}{rnd}" * 4, notes="", verdict="baseline")
@@ -109,3 +110,12 @@ def test_cli_ab_runs_cells_checks_bytes_and_records_verdicts(synth_model, tmp_pa
     md = tmp_path / "ab.md"
     CliRunner().invoke(main, ["ledger", "--ledger", str(ledger), "export", "--markdown", str(md), "--campaign", "ab"])
     assert "placement=inplace" in md.read_text()
+
+
+def test_each_cell_shows_the_cores_its_worker_kept_busy_or_minus_one_for_old_turns():
+    arms = [parse_ab("lanes=1", BASE, "asis", "host"), parse_ab("lanes=4", BASE, "asis", "host")]
+    result = run_session_ab("m", arms, 1, run_cell=lambda arm, _l: _fake_result(4, 1000, 0, 0, cpu=1.0))
+    # turns 2 and 3 compared (the first fills the cache): cpu (2 + 1) + (3 + 1) over 2 x 2.5 s
+    assert [f["cores busy"] for f in result.figures] == [pytest.approx(7 / 5)] * 2
+    old = run_session_ab("m", arms, 1, run_cell=lambda arm, _l: _fake_result(4, 1000, 0, 0))
+    assert [f["cores busy"] for f in old.figures] == [-1.0, -1.0]  # recorded before it existed: not a zero

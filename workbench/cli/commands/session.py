@@ -176,7 +176,7 @@ def _print_ab(result: Any) -> None:
         line = (f"tok/s {f['tok/s']:.2f}, residual {f['residual s/token'] * 1e3:.2f} ms/token, bookkeeping "
                 f"{f['bookkeeping s/token'] * 1e3:.2f} ms/token, shift copy {f['shift MiB/token']:.2f} MiB/token "
                 f"{f['shift ms/token']:.2f} ms/token, staged {f['staged GB/s']:.2f} GB/s, unreleased "
-                f"{f['unreleased pages']:,.0f}") if f else f"FAILED {c.error}"
+                f"{f['unreleased pages']:,.0f}, cores busy {f['cores busy']:.2f}") if f else f"FAILED {c.error}"
         click.echo(f"  {result.arms[i].label:<28} round {r + 1}: {c.attempt_id[:8]} {line}")
         if c.memory_method:
             click.echo(f"    memory {c.memory_kind}: {c.memory}")

@@ -61,6 +61,8 @@ METRICS: dict[str, tuple[Callable[[Sequence[Any]], float], bool]] = {
 SHOWN = {
     "shift MiB/token": lambda ts: sum(t.shift_copy_bytes for t in ts) / _tokens(ts) / 2**20,
     "shift ms/token": lambda ts: sum(max(0.0, t.shift_copy_s) for t in ts) / _tokens(ts) * 1e3,
+    "cores busy": lambda ts: (sum(t.cpu_user_s + t.cpu_sys_s for t in ts) / max(1e-12, sum(t.seconds for t in ts))
+                              if all(t.cpu_user_s >= 0 for t in ts) else -1.0),  # -1: turns recorded before it
 }
 
 
