@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probe_staging import finish, fresh, probe_args, start, touch  # noqa: E402
+from probe_staging import finish, fresh, probe_args, registered_slots, start, touch  # noqa: E402
 
 from workbench.upload import open_device  # noqa: E402
 
@@ -99,41 +99,33 @@ def engine_under_readers(device: Any, path: str, readers: int, total: int, piece
     into the engine's own slots); their GB/s then, and alone over as long a span (best of ``repeat`` each)."""
     span_bytes = min(total, 1 << 30)  # one device buffer, written round and round
     dst = device.alloc(span_bytes)
-    ring = [fresh(piece) for _ in range(slots)]
-    for p in ring:
-        touch(p)
-    handles = [device.register_host(v) for _, v in ring]
     out = {"engine_gbps": 0.0, "reads_gbps": 0.0, "reads_alone_gbps": 0.0}
     try:
-        device.copy_h2d(dst, 0, ring[0][1])  # the first copy's setup outside the timing
-        device.synchronize()
-        spans = []
-        for _ in range(repeat):
-            with Readers(path, readers, piece, ring if into_slots else None) as r:
-                b0, t0 = r.bytes(), time.perf_counter()
-                for i, o in enumerate(range(0, total, piece)):
-                    n = min(piece, total - o)
-                    device.copy_h2d(dst, o % span_bytes, ring[i % slots][1][:n], asynchronous=True)
-                device.synchronize()
-                took = time.perf_counter() - t0
-                read = r.bytes() - b0
-            spans.append(took)
-            out["engine_gbps"] = max(out["engine_gbps"], total / took / 1e9)
-            out["reads_gbps"] = max(out["reads_gbps"], read / took / 1e9)
-        if readers:
-            span = sorted(spans)[len(spans) // 2]
+        with registered_slots(device, slots, piece) as ring:  # every copy done, the slots given back after
+            device.copy_h2d(dst, 0, ring[0][1])  # the first copy's setup outside the timing
+            device.synchronize()
+            spans = []
             for _ in range(repeat):
                 with Readers(path, readers, piece, ring if into_slots else None) as r:
                     b0, t0 = r.bytes(), time.perf_counter()
-                    time.sleep(span)
-                    took, read = time.perf_counter() - t0, r.bytes() - b0
-                out["reads_alone_gbps"] = max(out["reads_alone_gbps"], read / took / 1e9)
+                    for i, o in enumerate(range(0, total, piece)):
+                        n = min(piece, total - o)
+                        device.copy_h2d(dst, o % span_bytes, ring[i % slots][1][:n], asynchronous=True)
+                    device.synchronize()
+                    took = time.perf_counter() - t0
+                    read = r.bytes() - b0
+                spans.append(took)
+                out["engine_gbps"] = max(out["engine_gbps"], total / took / 1e9)
+                out["reads_gbps"] = max(out["reads_gbps"], read / took / 1e9)
+            if readers:
+                span = sorted(spans)[len(spans) // 2]
+                for _ in range(repeat):
+                    with Readers(path, readers, piece, ring if into_slots else None) as r:
+                        b0, t0 = r.bytes(), time.perf_counter()
+                        time.sleep(span)
+                        took, read = time.perf_counter() - t0, r.bytes() - b0
+                    out["reads_alone_gbps"] = max(out["reads_alone_gbps"], read / took / 1e9)
     finally:
-        device.synchronize()
-        for h, (m, v) in zip(handles, ring):
-            device.unregister_host(h)
-            v.release()
-            m.close()
         device.free(dst)
     return {k: round(v, 2) for k, v in out.items()}
 

@@ -27,8 +27,9 @@ import os
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -155,6 +156,24 @@ def register_each(device: Any, nbytes: int, count: int, path: str | None = None,
     return took
 
 
+@contextmanager
+def registered_slots(device: Any, slots: int, piece: int) -> Iterator[list[tuple[mmap.mmap, memoryview]]]:
+    """``slots`` touched huge-page slots of ``piece`` bytes registered with ``device``, as a ring's are;
+    every copy done, unregistered and unmapped on the way out."""
+    ring = [fresh(piece) for _ in range(slots)]
+    for p in ring:
+        touch(p)
+    handles = [device.register_host(v) for _, v in ring]
+    try:
+        yield ring
+    finally:
+        device.synchronize()
+        for h, (m, v) in zip(handles, ring):
+            device.unregister_host(h)
+            v.release()
+            m.close()
+
+
 def copy_shapes(device: Any, total: int = 256 * MiB, piece: int = 8 * MiB, slots: int = 20) -> dict[str, float]:
     """GB/s of the copy engine for one load's worth of bytes in different shapes (issue 25's 16 GB load
     kept it busy only ~86 % of the stream): one copy out of one page-locked buffer; ``piece``-sized copies
@@ -184,20 +203,10 @@ def copy_shapes(device: Any, total: int = 256 * MiB, piece: int = 8 * MiB, slots
                 device.copy_h2d(dst, o, view[o : o + edge], asynchronous=True)
                 device.copy_h2d(dst, o + edge, view[o + edge : o + piece], asynchronous=True)
         timed(f"copies_of_{piece // MiB}MiB_split_in_two_gbps", split)
-        ring = [fresh(piece) for _ in range(slots)]
-        for p in ring:
-            touch(p)
-        handles = [device.register_host(v) for _, v in ring]
-        try:
+        with registered_slots(device, slots, piece) as ring:
             timed(f"copies_from_{slots}_registered_slots_gbps",
                   lambda: [device.copy_h2d(dst, o, ring[(o // piece) % slots][1], asynchronous=True)
                            for o in range(0, total, piece)])
-        finally:
-            device.synchronize()
-            for h, (m, v) in zip(handles, ring):
-                device.unregister_host(h)
-                v.release()
-                m.close()
     finally:
         device.synchronize()
         device.free_pinned(staging)

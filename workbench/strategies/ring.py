@@ -69,7 +69,8 @@ class RingParams(BaseParams):
     load's device calls — ``readers`` (each reader registers, copies and fences for itself) or ``one`` (one
     issuer and one fence-waiting thread for all readers, ``upload/copier.py``: the readers only read);
     ``start``: ``each`` (a reader works as soon as it is started) or ``together`` (all started, then
-    released at once: no reader competes with the loading thread starting the others);
+    released at once: no reader competes with the loading thread starting the others; not measured on a
+    GPU yet);
     ``crowd_mib``: beyond 8 warm
     readers, one more only per ``crowd_mib`` of the load (0: off; staged loads only: the queue it avoids
     is the device driver's); ``fit``: warm readers and windows

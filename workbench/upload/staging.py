@@ -103,7 +103,6 @@ class StagingRing:
         self._unmade: list[Slot] = []  # readers: placeholders, made by the first acquire that needs one
         self._deferred = provision == "first-read" and source in ("auto", "anon")
         self.deferred_made, self.registered_by, self.register_s = 0, "", 0.0  # first-read: mapped bare, registered later
-        self.mapping = mapping
         self.slab: Slab | None = None  # mapping one: the one mapping every first-read slot is carved from
         if self._deferred and mapping == "one":
             self.slab, self._unmade = carve_ring(device, slots, slot_bytes)
