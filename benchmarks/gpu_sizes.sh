@@ -16,7 +16,8 @@
 # bench.json), all.log. Run from a checkout with PYTHONPATH holding it and the wheels (gpu_session.sh).
 # Environment (defaults: the first call's, 2026-12-03 11:13): SIZES_STEPS (which steps, in order),
 # DENSE_SIZES, and the configs of each step as |-separated lists: DENSE_SPECS, MOE_SPECS, PEER_SPECS,
-# BIG_SPECS (the first of each list is its table's baseline). The second call (first-read slots, the
+# BIG_SPECS (the first of each list is its table's baseline); BIG_RUNS (the big step's n, default 3). The
+# second call (first-read slots, the
 # same day): SIZES_STEPS="dense moe" DENSE_SPECS="ring provision=first-read|ring provision=readers|ring
 # provision=upfront" MOE_SPECS="ring provision=first-read|ring provision=readers|experts provision=first-read|experts".
 set -uo pipefail
@@ -55,7 +56,7 @@ for s in ${SIZES_STEPS:-probe dense moe peers big}; do
     dense) run_specs dense 200 "${DENSE_SPECS:-$R|$U|$O}" --sizes "${DENSE_SIZES:-64MiB,256MiB,1GiB,2GiB}" --runs 6 ;;
     moe)   run_specs moe 80 "${MOE_SPECS:-$R|experts|$O}" --sizes "" --moe 2GiB --runs 6 ;;
     peers) run_specs peers 110 "${PEER_SPECS:-$R|peer-instanttensor direct=0}" --sizes "${PEER_SIZES:-256MiB,2GiB,1GiB}" --runs 6 ;;
-    big)   run_specs big 200 "${BIG_SPECS:-$R|$O}" --sizes full --runs 3 ;;
+    big)   run_specs big 200 "${BIG_SPECS:-$R|$O}" --sizes full --runs "${BIG_RUNS:-3}" ;;
     *)     echo "gpu_sizes.sh: unknown step '$s' (probe dense moe peers big)" >&2; exit 2 ;;
   esac
 done

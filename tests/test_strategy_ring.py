@@ -398,8 +398,8 @@ def test_start_together_holds_every_reader_until_all_are_started(raw_model, monk
     index = raw_model([(3 << 20) + 333, 5, (2 << 20) + 77, 4097], first=1231, gap=29, tail=17)
     set_cache(index.path, "warm")
     _slow_spawns(monkeypatch, 0.4)
-    each = load(index, threads=3, slot_mib=1, direct=direct).counters  # exact bytes checked by load
-    together = load(index, threads=3, slot_mib=1, direct=direct, start="together").counters
+    each = load(index, threads=3, slot_mib=1, direct=direct, start="each").counters  # exact bytes checked by load
+    together = load(index, threads=3, slot_mib=1, direct=direct).counters  # the default
     assert each["start_spread_us"] >= 750_000  # each: the third reader started two pauses after the first
     assert together["start_spread_us"] < 350_000  # together: released at once, after the last start (< a pause)
 
@@ -409,7 +409,7 @@ def test_start_together_a_failed_start_releases_the_started_readers(raw_model, m
     set_cache(index.path, "warm")
     _slow_spawns(monkeypatch, 0.0, fail_at=2)
     with pytest.raises(RuntimeError, match="starting a reader failed"):
-        load(index, threads=3, slot_mib=1, direct="off", start="together")
+        load(index, threads=3, slot_mib=1, direct="off")  # start=together, the default
     assert not [t for t in threading.enumerate() if t.name.startswith("ring-")]  # none left waiting
 
 

@@ -68,9 +68,8 @@ class RingParams(BaseParams):
     carves its slot from it, ``upload/slab.py``); ``copier``: who makes a staged
     load's device calls — ``readers`` (each reader registers, copies and fences for itself) or ``one`` (one
     issuer and one fence-waiting thread for all readers, ``upload/copier.py``: the readers only read);
-    ``start``: ``each`` (a reader works as soon as it is started) or ``together`` (all started, then
-    released at once: no reader competes with the loading thread starting the others; not measured on a
-    GPU yet);
+    ``start``: ``together`` (all started, then released at once: no reader competes with the loading
+    thread starting the others) or ``each`` (a reader works as soon as it is started);
     ``crowd_mib``: beyond 8 warm
     readers, one more only per ``crowd_mib`` of the load (0: off; staged loads only: the queue it avoids
     is the device driver's); ``fit``: warm readers and windows
@@ -83,7 +82,7 @@ class RingParams(BaseParams):
         {"slot_mib": 1, "cold_mib": 1, "threads": 3, "cold_threads": 2, "direct": "off"})
     variants: ClassVar[tuple[Mapping[str, Any], ...]] = (  # the warm path (gate 0), each staging source
         MappingProxyType({**small_pieces, "gate": 0.0}), MappingProxyType({**small_pieces, "staging": "alloc"}),
-        MappingProxyType({**small_pieces, "start": "together"}),
+        MappingProxyType({**small_pieces, "start": "each"}),
         MappingProxyType({**small_pieces, "staging": "anon"}), MappingProxyType({**small_pieces, "arena": False}),
         MappingProxyType({**small_pieces, "provision": "background"}),
         MappingProxyType({**small_pieces, "provision": "background", "staging": "alloc"}),
@@ -131,10 +130,13 @@ class RingParams(BaseParams):
     # 0.87x [0.83-0.91] at 2 GiB, 0.89x [0.73-0.92] on the MoE GGUF, 0.91x [0.70-0.99] at 16 GB: slower,
     # so the readers keep their own device calls; kept to reproduce the measurement.
     copier: str = "readers"
-    # start: each (a reader works as soon as the loading thread has started it, beside the next ones'
-    # starts) or together (every reader started first, then all released at once). NOT measured on the
-    # H200 yet: 3-13 ms of the streaming part lay outside every reader's life there (2026-12-03 19:00).
-    start: str = "each"
+    # start: together (every reader started first, then all released at once) or each (a reader works as
+    # soon as the loading thread has started it, beside the next ones' starts: the loading thread then
+    # queues for the GIL behind the readers at work, and the first reader's start to the last's took 8.5 ms
+    # for 8 readers and 26 ms for 15). Measured on the H200 (2026-12-03 22:37, warm, n=10 interleaved, all
+    # verified; docs/benchmarks/sizes-h200.md "Fifth pass"), together / each: 1.07x [0.91-1.16] at 256 MiB,
+    # 1.03x [0.96-1.12] at 1 GiB, 1.15x [1.05-1.27] at 2 GiB, 1.08x [1.00-1.15] on the MoE GGUF.
+    start: str = "together"
 
     def __post_init__(self) -> None:
         for name in ("threads", "cold_threads", "slot_mib", "cold_mib"):
