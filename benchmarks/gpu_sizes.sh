@@ -16,10 +16,9 @@
 # bench.json), all.log. Run from a checkout with PYTHONPATH holding it and the wheels (gpu_session.sh).
 # Environment (defaults: the first call's, 2026-12-03 11:13): SIZES_STEPS (which steps, in order),
 # DENSE_SIZES, and the configs of each step as |-separated lists: DENSE_SPECS, MOE_SPECS, PEER_SPECS,
-# BIG_SPECS (the first of each list is its table's baseline); BIG_RUNS (the big step's n, default 3). The
-# second call (first-read slots, the
-# same day): SIZES_STEPS="dense moe" DENSE_SPECS="ring provision=first-read|ring provision=readers|ring
-# provision=upfront" MOE_SPECS="ring provision=first-read|ring provision=readers|experts provision=first-read|experts".
+# BIG_SPECS (the first of each list is its table's baseline); BIG_RUNS (the big step's n, default 3).
+# The second call (first-read slots, the same day): SIZES_STEPS="dense moe"
+# DENSE_SPECS="ring provision=first-read|ring provision=readers|ring provision=upfront" MOE_SPECS="ring provision=first-read|ring provision=readers|experts provision=first-read|experts".
 set -uo pipefail
 out=${1:?usage: gpu_sizes.sh OUT [DEADLINE_S]}
 deadline=${2:-540}

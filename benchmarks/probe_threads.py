@@ -60,6 +60,14 @@ class Starts:
             self.threads.append(t)
         t.start()
 
+    def launch(self, tree: bool) -> None:
+        """Start the set: the tree's root (it starts the rest), or all N one by one from this thread."""
+        if tree:
+            self.spawn(self.body, 0, True)
+        else:
+            for i in range(self.n):
+                self.spawn(self.body, i, False)
+
     def body(self, i: int, tree: bool) -> None:
         self.born()
         if tree:
@@ -106,11 +114,7 @@ def one_set(n: int, work: Callable[[Starts], None], tree: bool = False, switch: 
         if switch is not None:
             sys.setswitchinterval(switch)
         t0 = time.perf_counter_ns()
-        if tree:
-            s.spawn(s.body, 0, True)
-        else:
-            for i in range(n):
-                s.spawn(s.body, i, False)
+        s.launch(tree)
         if not s.all_born.wait(limit_s):
             raise RuntimeError(f"only {len(s.births)} of {n} threads started in {limit_s} s")
         return (max(s.births) - t0) / 1e6

@@ -254,3 +254,14 @@ def bench_module() -> Iterator[Callable[[str], ModuleType]]:
         yield importlib.import_module
     finally:
         sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.fixture()
+def warm_file(tmp_path) -> Callable[[int], str]:
+    """``warm_file(nbytes)``: the path of a file of ``nbytes`` (a multiple of 256) holding 0..255 repeated,
+    for the probes of benchmarks/ that read a file warm."""
+    def make(nbytes: int) -> str:
+        f = tmp_path / f"warm-{nbytes}.bin"
+        f.write_bytes(bytes(range(256)) * (nbytes // 256))
+        return str(f)
+    return make

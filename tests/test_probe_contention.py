@@ -18,10 +18,8 @@ def probe(bench_module):
 
 
 @pytest.fixture()
-def warm(tmp_path):
-    f = tmp_path / "warm.bin"
-    f.write_bytes(bytes(range(256)) * (32 * 1024))  # 8 MiB
-    return str(f)
+def warm(warm_file):
+    return warm_file(8 * MiB)
 
 
 def test_engine_alone_has_no_reads_and_releases_everything(probe, warm):

@@ -15,10 +15,8 @@ def probe(bench_module):
     return bench_module("probe_threads")
 
 @pytest.fixture()
-def warm(tmp_path):
-    f = tmp_path / "warm.bin"
-    f.write_bytes(bytes(range(256)) * (64 * 1024))  # 16 MiB: two 8 MiB pieces
-    return str(f)
+def warm(warm_file):
+    return warm_file(16 * 1024 * 1024)  # two 8 MiB pieces
 
 @pytest.mark.parametrize("n", [1, 2, 5, 8])
 @pytest.mark.parametrize("tree", [False, True])
@@ -27,11 +25,7 @@ def test_a_set_starts_every_thread_once_and_joins_them(probe, n, tree):
     ms = probe.one_set(n, probe.idle, tree=tree)
     assert ms > 0 and threading.active_count() == before
     s = probe.Starts(n, probe.idle)
-    if tree:
-        s.spawn(s.body, 0, True)
-    else:
-        for i in range(n):
-            s.spawn(s.body, i, False)
+    s.launch(tree)
     assert s.all_born.wait(10)
     s.close()
     assert len(s.births) == n and len(s.threads) == n  # a tree starts each index once
