@@ -91,7 +91,7 @@ def test_bad_csv_is_one_line_error(tmp_path, text, layers, message):
 @pytest.mark.parametrize("array,message", [
     (np.zeros((4, 2), np.int64), "shape (N, 3)"),
     (np.zeros((4, 3), np.float32), "float32"),
-    (np.array([[0, 0, 1], [0, -1, 2]]), "row 1: negative id"),
+    (np.array([[0, 0, 1], [0, -1, 2]]), "row 1: layer -1 out of range"),
 ])
 def test_bad_npy_is_one_line_error(tmp_path, array, message):
     np.save(tmp_path / "bad.npy", array)

@@ -1,0 +1,26 @@
+"""One entry for every trace file: the format is chosen by the name's suffix."""
+from __future__ import annotations
+
+import os
+
+from workbench.expert.traces.jsonl import read_jsonl
+from workbench.expert.traces.npy import read_npy
+from workbench.expert.traces.text import read_csv
+from workbench.expert.traces.trace import Trace
+
+FORMATS = {".npy": "numpy array", ".jsonl": "JSON lines", ".ndjson": "JSON lines", ".csv": "CSV"}
+
+
+def read_trace(path: str | os.PathLike) -> Trace:
+    """The trace in ``path``: ``.npy`` (``(N, 3)`` rows or ``[tokens, layers, k]``), ``.jsonl`` /
+    ``.ndjson`` (one record per token and layer), anything else CSV ``token,layer,expert``.
+
+    Raises :class:`~workbench.errors.TraceError`: one line naming the file and the problem.
+    """
+    path = os.fspath(path)
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".npy":
+        return read_npy(path)
+    if suffix in (".jsonl", ".ndjson"):
+        return read_jsonl(path)
+    return read_csv(path)

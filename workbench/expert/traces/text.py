@@ -1,0 +1,64 @@
+"""CSV traces: rows ``token,layer,expert`` (a header line naming them is optional), read in chunks by
+pandas, every cell checked to be a non-negative integer within the limits before it becomes one."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from workbench.errors import TraceError, printable
+from workbench.expert.traces.build import trace_from_rows
+from workbench.expert.traces.limits import MAX_EXPERTS, MAX_LAYER, MAX_POSITION, check_ids
+from workbench.expert.traces.trace import Trace
+
+_COLUMNS = ("token", "layer", "expert")
+_LIMITS = (MAX_POSITION, MAX_LAYER, MAX_EXPERTS)
+_CHUNK_ROWS = 1 << 18
+_INTEGER = r"\s*[0-9]{1,18}\s*"  # 18 digits fit an int64: a longer number is refused before int() sees it
+
+
+def read_csv(path: str) -> Trace:
+    """The trace in ``path``; :class:`TraceError` (one line) for anything else."""
+    parts: list[np.ndarray] = []
+    rows = 0
+    try:
+        chunks = pd.read_csv(path, header=None, dtype=str, chunksize=_CHUNK_ROWS, skip_blank_lines=False,
+                             na_filter=False, encoding="utf-8", engine="c")
+        for chunk in chunks:
+            block = _checked(path, chunk)
+            rows += len(block)
+            check_ids(path, "rows", rows)
+            parts.append(block)
+    except pd.errors.EmptyDataError:
+        pass
+    except pd.errors.ParserError as exc:
+        detail = str(exc).rpartition("error: ")[2] or str(exc)
+        raise TraceError(path, f"not a token,layer,expert CSV: {printable(detail)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    table = np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
+    return trace_from_rows(path, table[:, 0], table[:, 1], table[:, 2])
+
+
+def _checked(path: str, chunk: pd.DataFrame) -> np.ndarray:
+    """The chunk's rows as int64, blank lines and a first-line header dropped."""
+    if chunk.shape[1] != 3:
+        line = int(chunk.index[0]) + 1
+        raise TraceError(path, f"line {line}: expected three non-negative integers token,layer,expert; "
+                               f"got {chunk.shape[1]} fields")
+    cells = chunk.apply(lambda col: col.str.strip())
+    blank = (cells == "").all(axis=1)
+    if chunk.index[0] == 0 and [c.lower() for c in cells.iloc[0]] == list(_COLUMNS):
+        blank.iloc[0] = True
+    ok = cells.apply(lambda col: col.str.fullmatch(_INTEGER)).all(axis=1) | blank
+    if not ok.all():
+        line = int(ok.index[~ok.to_numpy()][0])
+        got = printable(",".join(chunk.loc[line]))[:200]
+        raise TraceError(path, f"line {line + 1}: expected three non-negative integers token,layer,expert; "
+                               f"got {got!r}")
+    values = cells[~blank].to_numpy().astype(np.int64).reshape(-1, 3)
+    for c, (name, limit) in enumerate(zip(_COLUMNS, _LIMITS)):
+        over = np.flatnonzero(values[:, c] >= limit)
+        if len(over):
+            line = int(chunk.index[~blank.to_numpy()][over[0]]) + 1
+            raise TraceError(path, f"line {line}: {name} {int(values[over[0], c])} out of range (0 .. {limit - 1})")
+    return values
