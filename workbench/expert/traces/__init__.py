@@ -16,6 +16,8 @@ Reading (every reader bounded — sizes checked before anything is allocated —
   ``(tokens, layers, k)``, ``gates`` or None, ``note``): what a session replays. Gaps: a missing MoE layer
   is refused; a token missing from any layer is dropped from all (the note counts them).
 
+Statistics: :func:`trace_stats(trace) <trace_stats>` → :class:`TraceStats`, pandas frames ``summary``,
+``popularity``, ``reuse``, ``working_set`` (what each means: :mod:`workbench.expert.traces.stats`).
 Gaps in the statistics: each layer is analysed on the tokens it has; popularity counts every recorded
 token, and the temporal statistics (overlap with the previous token, reuse distance, working set) look
 only inside runs of consecutive positions, never across a gap.
@@ -23,7 +25,8 @@ only inside runs of consecutive positions, never across a gap.
 from workbench.expert.traces.dense import RoutingTrace, dense_routing
 from workbench.expert.traces.limits import MAX_EXPERTS, MAX_IDS, MAX_K, MAX_LAYER
 from workbench.expert.traces.read import FORMATS, read_trace
+from workbench.expert.traces.stats import TraceStats, trace_stats
 from workbench.expert.traces.trace import Trace
 
-__all__ = ["FORMATS", "MAX_EXPERTS", "MAX_IDS", "MAX_K", "MAX_LAYER", "RoutingTrace", "Trace", "dense_routing",
-           "read_trace"]
+__all__ = ["FORMATS", "MAX_EXPERTS", "MAX_IDS", "MAX_K", "MAX_LAYER", "RoutingTrace", "Trace", "TraceStats",
+           "dense_routing", "read_trace", "trace_stats"]
