@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from workbench.measure.run.order import DEFAULT_ORDER, ORDERS
 from workbench.records import plural
 from workbench.untrusted import for_html
 
+MAX_CONFIGS = 1_000  # configurations of one load sweep point (each measured runs × caches times, a process a run)
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
 
 
@@ -71,7 +73,7 @@ def expand_configs(file: str | os.PathLike[str], strategies: Sequence[str],
 
     if not strategies:
         raise WorkbenchError("no strategy selected")
-    configs = []
+    configs, count = [], 0
     for name in strategies:
         known = STRATEGIES.get(name).param_defaults()
         grid = dict(params.get(name) or {})
@@ -80,6 +82,10 @@ def expand_configs(file: str | os.PathLike[str], strategies: Sequence[str],
                 raise ParamError(name, key, f"unknown parameter; known: {', '.join(known) or 'none'}")
         keys = list(grid)
         lists = [v if isinstance(v, (list, tuple)) else [v] for v in grid.values()]
+        count += math.prod(len(v) for v in lists)  # counted before any is made: a product grows fast
+        if count > MAX_CONFIGS:
+            raise ParamError(name, "params", f"the strategies' parameter lists make {count:,}+ configurations: "
+                                             f"more than the {MAX_CONFIGS:,} one load sweep may measure")
         for combo in itertools.product(*lists):
             config = RunConfig(str(file), name, dict(zip(keys, combo)), device)
             # The model in the label: a campaign over several models must still read unambiguously.
@@ -117,6 +123,7 @@ def attempts_table(attempts: Any) -> Any:
     import pandas as pd
 
     from workbench.records import format_effect, format_spread
+    from workbench.records.baseline_match import with_across
 
     rows = attempts.to_dict("records")
     return pd.DataFrame({
@@ -126,7 +133,8 @@ def attempts_table(attempts: Any) -> Any:
         "spread": [format_spread(_value(a["spread_pct"]), _value(a["n"]), _value(a["stable"])) for a in rows],
         "GB/s": attempts["gbps"].round(3),
         "vs baseline [95 % CI]": ["baseline" if a["auto_verdict"] == "baseline" else
-                                  format_effect(_value(a["speedup"]), _value(a["ci_low"]), _value(a["ci_high"]))
+                                  with_across(format_effect(_value(a["speedup"]), _value(a["ci_low"]),
+                                                            _value(a["ci_high"])), a)
                                   for a in rows],
         "verdict": attempts["verdict_text"],
     })

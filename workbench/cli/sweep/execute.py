@@ -17,8 +17,9 @@ from typing import Any, Callable, Mapping
 from workbench import defaults
 from workbench.cli.sweep.params import check_files_exist, check_types, path_parameters
 from workbench.cli.sweep.plan import RunWatch, notebook_defaults, plan_point
+from workbench.cli.sweep.grid import _SLUG_BAD, SweepPoint, describe_point, expand_grid  # noqa: F401 - the API
 from workbench.cli.sweep.spec import (  # noqa: F401 - the sweep API, read from here by the CLI and tests
-    _SLUG_BAD, Sweep, SweepPoint, describe_point, expand_grid, find_notebook, load_sweep, notebooks_dir,
+    Sweep, find_notebook, load_sweep, notebooks_dir,
 )
 from workbench.errors import SweepError, WorkbenchError
 from workbench.outdir import OutDir
@@ -114,6 +115,7 @@ def run_sweep(
 
     from workbench.ledger.schema import resolve_path
 
+    points = expand_grid(sweep)  # counted and bounded before anything is checked, opened or created
     declared = check_parameters(sweep)
     kinds = path_parameters(sweep.notebook, [*sweep.parameters, *sweep.grid])
     check_files_exist(sweep.path, sweep.parameters, sweep.grid, kinds)  # a dry run may plan for files to come
@@ -121,7 +123,6 @@ def run_sweep(
     OutDir.open(out, made=1).close()  # the runs' directory is the workbench's: never reached through a link
     ledger = resolve_path(ledger_path).resolve()
     ledger_id = ledger_identity(ledger)
-    points = expand_grid(sweep)
     outcomes = {p.index: PointOutcome(p, "skipped", p.output(out))
                 for p in points if resume and point_completed(p.output(out), ledger_id)}
     for skipped in outcomes.values():

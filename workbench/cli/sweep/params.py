@@ -29,20 +29,28 @@ _SCALARS: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float"
 
 
 MAX_VALUES = 100_000  # values a sweep file may hold, its aliases expanded (a grid of every strategy: a few hundred)
+MAX_TEXT_BYTES = 16 * 2**20  # text a sweep file may hold, its aliases expanded (real ones: a few KiB)
 
 
 def check_document(sweep_path: Path, doc: Mapping[Any, Any]) -> None:
-    """Refuse, in one line, a sweep document no sweep needs: more than :data:`MAX_VALUES` values once
-    YAML's aliases are expanded (nine nested aliases of ten make 10⁹: every later step walks them all, and
-    an alias of its own list makes one without end), or a key that is not a string where names go."""
-    seen, todo = 0, [doc]
+    """Refuse, in one line, a sweep document no sweep needs: more than :data:`MAX_VALUES` values or
+    :data:`MAX_TEXT_BYTES` of text once YAML's aliases are expanded (nine nested aliases of ten make 10⁹:
+    every later step walks them all, an alias of its own list makes one without end, and 3,000 aliases of
+    a 1 MiB string are 3 GB), or a key that is not a string where names go."""
+    seen, text, todo = 0, 0, [doc]
     while todo:
         node = todo.pop()
         seen += 1
         if seen > MAX_VALUES:
             raise SweepError(sweep_path, f"more than {MAX_VALUES:,} values once its YAML aliases are expanded "
                                          "(an alias bomb, or an alias of its own list?)")
-        if isinstance(node, dict):
+        if isinstance(node, str):
+            text += len(node)
+            if text > MAX_TEXT_BYTES:
+                raise SweepError(sweep_path, f"more than {MAX_TEXT_BYTES // 2**20} MiB of text once its YAML "
+                                             "aliases are expanded (aliases of a long string?)")
+        elif isinstance(node, dict):
+            text += sum(len(k) for k in node if isinstance(k, str))
             todo.extend(node.values())
         elif isinstance(node, (list, tuple)):
             todo.extend(node)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench.cli.sweep.spec import SweepPoint
+    from workbench.cli.sweep.grid import SweepPoint
 
 POLL_S = 0.5
 

@@ -1,26 +1,24 @@
-"""What a sweep file says: the parsed file (:class:`Sweep`), its grid points (:class:`SweepPoint`) and
-their stable names. Running them is :mod:`workbench.cli.sweep.execute`; planning one point's runs is
-:mod:`workbench.cli.sweep.plan` (both read this module, neither is read by it).
+"""What a sweep file says: the parsed file (:class:`Sweep`). Its grid points, counted and bounded before
+they are made, are :mod:`workbench.cli.sweep.grid`; running them is :mod:`workbench.cli.sweep.execute`;
+planning one point's runs is :mod:`workbench.cli.sweep.plan` (all read this module, none is read by it).
 """
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
 
+from workbench.cli.sweep.grid import check_grid
 from workbench.cli.sweep.params import check_document, path_parameters, resolve_paths
-from workbench.errors import SweepError
+from workbench.errors import FormatError, SweepError
+from workbench.formats.opening import open_regular_file
 from workbench.records import campaign_name_problem
 
+MAX_FILE_BYTES = 2**20
 SWEEP_KEYS = {"notebook", "campaign", "description", "hypothesis", "parameters", "grid"}
-_SLUG_BAD = re.compile(r"[^A-Za-z0-9._=+-]+")
 
 
 @dataclass(frozen=True)
@@ -34,19 +32,6 @@ class Sweep:
     grid: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     description: str = ""
     hypothesis: str = ""
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One grid point: the parameters papermill injects and a stable output name."""
-
-    index: int
-    params: Mapping[str, Any]
-    grid_values: Mapping[str, Any]
-    name: str
-
-    def output(self, out_dir: Path) -> Path:
-        return out_dir / f"{self.name}.ipynb"
 
 
 def notebooks_dir() -> Path:
@@ -72,9 +57,16 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     """Parse and check a sweep file; raises :class:`SweepError` naming the file and the problem."""
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text())
+        with open_regular_file(path) as f:  # never waits on a FIFO
+            text = f.read(MAX_FILE_BYTES + 1)
+        if len(text) > MAX_FILE_BYTES:
+            raise SweepError(path, f"larger than the {MAX_FILE_BYTES // 2**20} MiB a sweep file may be "
+                                   "(real ones are a few KiB)")
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: 10x faster
     except OSError as exc:
         raise SweepError(path, f"cannot read the sweep file: {exc.strerror or exc}") from exc
+    except FormatError as exc:
+        raise SweepError(path, f"cannot read the sweep file: {exc.detail}") from None
     except yaml.YAMLError as exc:
         raise SweepError(path, f"not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(doc, dict):
@@ -97,6 +89,7 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     both = sorted(set(parameters) & set(grid))
     if both:
         raise SweepError(path, f"{', '.join(both)} both fixed and in the grid; pick one")
+    check_grid(path, parameters, grid)  # its points counted and sized before any later step walks them
     problem = campaign_name_problem(doc["campaign"].strip())
     if problem is not None:  # the campaign names data/runs/<campaign>: never '..' or a path
         raise SweepError(path, f"campaign {doc['campaign']!r}: {problem}")
@@ -106,39 +99,3 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     grid = {k: [resolve_paths(path, {k: v}, kinds)[k] for v in values] for k, values in grid.items()}
     return Sweep(path, notebook, doc["campaign"].strip(), parameters, grid,
                  str(doc.get("description") or ""), str(doc.get("hypothesis") or ""))
-
-
-def expand_grid(sweep: Sweep) -> list[SweepPoint]:
-    """The cartesian product of the grid (in the file's key order) over the fixed parameters."""
-    keys = list(sweep.grid)
-    points = []
-    for i, combo in enumerate(itertools.product(*(sweep.grid[k] for k in keys))):
-        values = dict(zip(keys, combo))
-        params = {**sweep.parameters, **values}
-        points.append(SweepPoint(i, params, values, _point_name(sweep, values, params)))
-    return points
-
-
-def _point_name(sweep: Sweep, values: Mapping[str, Any], params: Mapping[str, Any]) -> str:
-    # The name depends on the parameters only (not the point's index), so reordering the grid or
-    # adding values keeps finished points findable; the hash separates points whose slugs collide.
-    blob = json.dumps({"notebook": sweep.notebook.name, "params": params}, sort_keys=True, default=str)
-    digest = hashlib.sha1(blob.encode()).hexdigest()[:8]
-    parts = [f"{k}={_slug_value(v)}" for k, v in values.items()]
-    slug = _SLUG_BAD.sub("-", "_".join(parts)).strip("-")[:80]
-    return "-".join(p for p in (sweep.notebook.stem, slug, digest) if p)
-
-
-def _slug_value(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return "+".join(_slug_value(v) for v in value)
-    if isinstance(value, dict):
-        return "+".join(f"{k}{_slug_value(v)}" for k, v in value.items())
-    if isinstance(value, str) and "/" in value:
-        return Path(value).name  # a file: its name reads well; the hash tells two directories apart
-    return str(value)
-
-
-def describe_point(point: SweepPoint) -> str:
-    """The point's grid values in one short line, e.g. ``file=m.gguf caches=cold``."""
-    return " ".join(f"{k}={_slug_value(v)}" for k, v in point.grid_values.items()) or "(fixed parameters)"
