@@ -1,0 +1,102 @@
+"""Hit rates of per-layer expert caches over a routing trace, each policy beside Belady's bound.
+
+:func:`simulate` runs the vectorized kernels (:mod:`.kernels`, :mod:`.arc_kernel`): every cache size of
+a policy in one pass, a row per (size, layer). :func:`simulate_reference` runs :mod:`.layer`'s plain
+classes one layer at a time, the way a session's cache runs them — slow, and the check on the kernels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from workbench.errors import ParamError
+from workbench.expert.policies.arc_kernel import run_arc
+from workbench.expert.policies.kernels import run_scored, run_static
+from workbench.expert.policies.layer import make_layer_policy
+from workbench.expert.policies.names import PolicySpec, parse_policy
+from workbench.expert.routing import RoutingTrace
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """One policy at one cache size: hits per layer out of ``lookups_per_layer`` each."""
+
+    policy: str
+    cache_experts: int
+    layers: tuple[int, ...]
+    hits: tuple[int, ...]
+    lookups_per_layer: int
+
+    @property
+    def lookups(self) -> int:
+        return self.lookups_per_layer * len(self.layers)
+
+    @property
+    def hit_rate(self) -> float:
+        return sum(self.hits) / max(1, self.lookups)
+
+    @property
+    def layer_rates(self) -> tuple[float, ...]:
+        return tuple(h / max(1, self.lookups_per_layer) for h in self.hits)
+
+
+def check_sizes(sizes: Sequence[int], trace: RoutingTrace, where: str = "simulate") -> list[int]:
+    """The cache sizes, each at least the trace's k (a token's experts must fit) and at most its experts."""
+    out = sorted(dict.fromkeys(int(n) for n in sizes))
+    if not out:
+        raise ParamError(where, "cache_experts", "name at least one cache size (experts per layer)")
+    bad = [n for n in out if not trace.k <= n <= trace.n_experts]
+    if bad:
+        raise ParamError(where, "cache_experts", f"{bad[0]} experts per layer: must be in [{trace.k}, {trace.n_experts}] "
+                                                 f"(a token routes {trace.k} of {trace.n_experts} experts per layer)")
+    return out
+
+
+def simulate(trace: RoutingTrace, policies: Sequence[str | PolicySpec], sizes: Sequence[int]) -> list[SimResult]:
+    """Every policy at every size (``belady`` always among them: the bound), in the order asked, Belady first."""
+    sizes = check_sizes(sizes, trace)
+    specs = [p if isinstance(p, PolicySpec) else parse_policy(p, "simulate") for p in policies]
+    specs = [PolicySpec("belady")] + [s for s in dict.fromkeys(specs) if s.name != "belady"]
+    experts = np.ascontiguousarray(trace.experts)
+    layers = len(trace.layers)
+    caps = np.repeat(np.asarray(sizes, dtype=np.int64), layers)
+    out = []
+    for spec in specs:
+        if spec.name == "static":
+            hits = run_static(experts, sizes, trace.n_experts)
+        elif spec.name == "arc":
+            hits = run_arc(experts, caps, trace.n_experts)
+        else:
+            hits = run_scored(experts, caps, trace.n_experts, spec.name, spec.age_tokens)
+        for i, n in enumerate(sizes):
+            row = hits[i * layers:(i + 1) * layers]
+            out.append(SimResult(str(spec), n, trace.layers, tuple(int(h) for h in row), trace.tokens * trace.k))
+    return out
+
+
+def simulate_reference(trace: RoutingTrace, policy: str | PolicySpec, size: int) -> SimResult:
+    """One policy at one size through :mod:`.layer`'s classes (pinned: the token's own experts)."""
+    spec = policy if isinstance(policy, PolicySpec) else parse_policy(policy, "simulate")
+    check_sizes([size], trace)
+    hits = []
+    for i in range(len(trace.layers)):
+        seq = np.asarray(trace.experts[:, i, :])
+        layer = make_layer_policy(spec, size, seq, trace.n_experts)
+        n = 0
+        for t, row in enumerate(seq.tolist()):
+            layer.start_token(t)
+            token = set(row)
+            for e in row:
+                n += e in layer
+                layer.access(e, token)
+        hits.append(n)
+    return SimResult(str(spec), size, trace.layers, tuple(hits), trace.tokens * trace.k)
+
+
+def belady_fraction(results: Sequence[SimResult]) -> dict[tuple[str, int], float]:
+    """Each result's hit rate over Belady's at its size (nan where Belady hits nothing)."""
+    bound = {r.cache_experts: r.hit_rate for r in results if r.policy == "belady"}
+    return {(r.policy, r.cache_experts): (r.hit_rate / bound[r.cache_experts] if bound.get(r.cache_experts) else float("nan"))
+            for r in results}
