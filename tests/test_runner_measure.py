@@ -9,7 +9,7 @@ import pytest
 from workbench.io.envinfo import eviction_support
 from workbench.errors import WorkerFailed
 from workbench.ledger import Ledger
-from workbench.errors import WorkbenchError
+from workbench.errors import BaselineMismatch, WorkbenchError
 from workbench.measure import RunConfig, interleave, measure
 from workbench.measure.run.runner import measure_with
 from workbench.measure.run.spawn import run_worker
@@ -133,11 +133,17 @@ def test_baseline_attempt_from_the_ledger(model: str, ledger: Ledger, locks: str
     assert second.speedup == pytest.approx(first.stats.median_s / second.stats.median_s)
     assert second.verdict_reason == "n < 3" and second.ci_low is None  # two runs: no interval
     assert "differs" not in (second.notes or "")
-    # a baseline from another cache state still compares, but says what differs (found in review)
+    # a baseline from another cache state is refused before anything is recorded (issue 33), and
+    # compared only when asked, saying ACROSS and what differs
+    before = len(ledger.attempts())
+    with pytest.raises(BaselineMismatch, match=f"baseline {first.attempt_id[:8]} is warm, not cold"):
+        measure([RunConfig(model, "mmap")], runs=2, cache="cold", ledger=ledger, lock_dir=locks,
+                baseline=first.attempt_id)
+    assert len(ledger.attempts()) == before
     (third,) = measure([RunConfig(model, "mmap")], runs=2, cache="cold", ledger=ledger, lock_dir=locks,
-                       baseline=first.attempt_id)
-    assert f"baseline {first.attempt_id[:8]} differs: cache 'warm' vs 'cold'" in third.notes
-    assert "differs" in ledger.attempt(third.attempt_id)["notes"]
+                       baseline=first.attempt_id, baseline_across=True)
+    assert f"ACROSS: baseline {first.attempt_id[:8]} is warm, not cold" in third.notes
+    assert "ACROSS" in ledger.attempt(third.attempt_id)["notes"]
 
 
 def test_unreachable_cold_state_is_not_labelled_cold(ledger: Ledger, locks: str) -> None:

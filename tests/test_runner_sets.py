@@ -13,6 +13,7 @@ from workbench.formats.synth import write_synthetic
 from workbench.io.envinfo import eviction_support
 from workbench.io.identity import model_identity
 from workbench import defaults
+from workbench.errors import BaselineMismatch
 from workbench.ledger import Ledger
 from workbench.measure import RunConfig, measure
 from workbench.measure.run.runner import measure_with
@@ -122,9 +123,12 @@ def test_runs_of_two_sets_are_not_paired_and_a_copy_of_one_set_is(ledger, locks,
     base, same = measure_with(FakeRuns(), [RunConfig(str(tmp_path / "a"), "pread"),
                                            RunConfig(str(tmp_path / "a-copy"), "pread")], **run)
     assert "another model" not in same.notes and "(paired rounds)" in same.verdict_reason
-    # a ledger baseline taken on another set is flagged, as another file is
-    (later,) = measure_with(FakeRuns(), [RunConfig(b.path, "mmap")], baseline=base.attempt_id, **run)
-    assert f"baseline {base.attempt_id[:8]} differs: file 'set:xxh3_128:" in later.notes
+    # a ledger baseline taken on another set is refused as another file is, and flagged when asked for
+    with pytest.raises(BaselineMismatch, match=f"baseline {base.attempt_id[:8]} is another model"):
+        measure_with(FakeRuns(), [RunConfig(b.path, "mmap")], baseline=base.attempt_id, **run)
+    (later,) = measure_with(FakeRuns(), [RunConfig(b.path, "mmap")], baseline=base.attempt_id,
+                            baseline_across=True, **run)
+    assert f"ACROSS: baseline {base.attempt_id[:8]} is another model" in later.notes
     assert a.path != b.path
 
 

@@ -175,6 +175,18 @@ class TraceError(WorkbenchError):
         super().__init__(f"{self.path}: {detail}")
 
 
+class BaselineMismatch(WorkbenchError):
+    """A ``--baseline`` attempt of another model, cache state or device than the measurement held
+    against it, refused before anything is recorded: ``what`` says what differs, ``flag`` how to ask
+    for the ratio anyway."""
+
+    def __init__(self, what: str, flag: str):
+        self.what, self.flag = what, flag
+        super().__init__(f"{printable(what)}: refused (a ratio across them compares two different things); "
+                         f"measure a baseline of this model, state and device, or pass {flag} to compare "
+                         "anyway, marked ACROSS wherever the ratio is shown")
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP, handled like Ctrl-C (the CLI installs the handler): every ``finally`` and
     ``except BaseException`` that closes attempts and kills workers runs. ``signum`` is the signal."""

@@ -37,6 +37,7 @@ from workbench.errors import OutputError
 from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
 from workbench.outputs import ledger_files, refuse_overwrite, write_text
 from workbench.records import COST_FIELDS, format_effect, model_display_name
+from workbench.records.baseline_match import with_across
 from workbench.untrusted import for_csv
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def _neutral(value: Any) -> Any:
 def _effect(a: dict[str, Any]) -> str:
     if a.get("auto_verdict") == "baseline":
         return "baseline"
-    return format_effect(_none(a.get("speedup")), _none(a.get("ci_low")), _none(a.get("ci_high")))
+    return with_across(format_effect(_none(a.get("speedup")), _none(a.get("ci_low")), _none(a.get("ci_high"))), a)
 
 
 def _none(value: Any) -> Any:

@@ -14,6 +14,7 @@ from workbench.ledger import schema
 from workbench.ledger.owner import RUNNING, abandoned, interrupted_values
 from workbench.ledger.schema import decode
 from workbench.records import AttemptStats, RunRecord, format_verdict, verdict_n
+from workbench.records.baseline_match import row_across
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -21,10 +22,14 @@ if TYPE_CHECKING:
 MIN_PREFIX = 6
 
 # with the baseline's successful runs, for the runs a side behind the verdict (its caveat below 5)
-_ATTEMPT_SELECT = ("SELECT c.name AS campaign, a.*, b.n AS baseline_n FROM attempts a"
+# and its model, cache state and device, for what differs between them (records/baseline_match.py)
+_BASE_FACTS = ("file_hash", "file_size", "file_path", "cache", "device")
+_ATTEMPT_SELECT = ("SELECT c.name AS campaign, a.*, b.n AS baseline_n"
+                   + "".join(f", b.{k} AS baseline_{k}" for k in _BASE_FACTS) + " FROM attempts a"
                    " JOIN campaigns c ON c.id = a.campaign_id LEFT JOIN attempts b ON b.id = a.baseline_id")
-# derived, beside the stored columns: the verdict as every table shows it (format_verdict)
-_DERIVED = ("baseline_n", "verdict_n", "verdict_text")
+# derived, beside the stored columns: the verdict as every table shows it (format_verdict), and what
+# the baseline measured differently ('' when nothing: a ratio across two models says so everywhere)
+_DERIVED = ("baseline_n", "verdict_n", "verdict_text", "baseline_across")
 
 
 class LedgerQueries:
@@ -169,6 +174,9 @@ def _decode_attempt(row: dict[str, Any]) -> dict[str, Any]:
     row["stable"] = None if row["stable"] is None else bool(row["stable"])
     row["verdict_n"] = verdict_n(row["n"], row.get("baseline_n"), row["environment"])  # an A/B cell: its rounds
     row["verdict_text"] = format_verdict(row["verdict"], row["auto_verdict"], row["verdict_n"])
+    row["baseline_across"] = row_across(row)
+    for key in _BASE_FACTS:
+        row.pop(f"baseline_{key}", None)
     return row
 
 

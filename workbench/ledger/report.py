@@ -175,6 +175,7 @@ def history_lines(attempts: pd.DataFrame) -> list[str]:
     """The attempts in the order they were made, each with its hypothesis, verdict (and the speedup
     with its interval it rests on) and notes."""
     from workbench.records import format_effect
+    from workbench.records.baseline_match import with_across
 
     lines, last_hypothesis = [], None
     for a in attempts.to_dict("records"):
@@ -183,7 +184,8 @@ def history_lines(attempts: pd.DataFrame) -> list[str]:
         what = for_markdown(f"{a['label']} ({a['cache']}, {a['device']})")
         verdict = f"**{for_markdown(a.get('verdict_text') or a['verdict'])}**"
         if _present(a.get("speedup")) and a.get("auto_verdict") != "baseline":
-            verdict += f" {format_effect(a['speedup'], _number(a.get('ci_low')), _number(a.get('ci_high')))}"
+            verdict += " " + with_across(format_effect(a['speedup'], _number(a.get('ci_low')),
+                                                       _number(a.get('ci_high'))), a, for_markdown)
             if _present(a.get("verdict_reason")):
                 verdict += f": {for_markdown(a['verdict_reason'])}"
         parts = [f"{when}", f"`{for_markdown_code(str(a['id'])[:8])}` {what}", verdict]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.ledger.sessions import session_facts, session_lines
 from workbench.ledger.settings_diff import settings_lines
+from workbench.records.baseline_match import with_across
 from workbench.records import failure_reason, format_effect, format_spread, format_verdict, model_display_name
 from workbench.untrusted import for_markdown, for_markdown_code
 
@@ -237,7 +238,7 @@ def _gbps(a: dict[str, Any]) -> str:
 def _vs_baseline(a: dict[str, Any]) -> str:
     if a["auto_verdict"] == "baseline":
         return "baseline"
-    return format_effect(a["speedup"], a.get("ci_low"), a.get("ci_high"))
+    return with_across(format_effect(a["speedup"], a.get("ci_low"), a.get("ci_high")), a, for_markdown)
 
 
 def _verdict(a: dict[str, Any], runs: pd.DataFrame | None) -> str:

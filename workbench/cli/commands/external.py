@@ -51,7 +51,7 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
              file: str, device: str | None, order: str, seed: int, time_only: bool, cache: str, runs: int,
              campaign: str,
              hypothesis: str, baseline: str | None, ledger_path: str | None, min_effect_pct: float,
-             timeout_s: float, as_json: bool) -> None:
+             timeout_s: float, as_json: bool, baseline_across: bool) -> None:
     """Time external engines: spawn (or --start-marker) → the first output line matching --marker, then
     kill the process group. Several --cmd are measured interleaved, one attempt each, with verdicts.
 
@@ -89,7 +89,7 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
         results = measure_engines(engines, file, runs=runs, cache=cache, order=order, seed=seed,
                                   timeout_s=timeout_s, device=device, baseline=baseline, ledger=ledger,
                                   campaign=campaign, hypothesis=hypothesis, progress=progress,
-                                  min_effect=min_effect_pct / 100)
+                                  min_effect=min_effect_pct / 100, baseline_across=baseline_across)
     report_results(results, ledger, as_json, single=n == 1)
     lacking = [evidence_tally(r.runs) for r in results]
     finish_external(tally_attempts(results), sum(x[0] for x in lacking), sum(x[1] for x in lacking),

@@ -98,8 +98,11 @@ def show(ctx: click.Context, attempt_id: str, sub_ledger: str | None) -> None:
 @click.pass_context
 def verdict(ctx: click.Context, attempt_id: str, verdict: str, note: str, sub_ledger: str | None) -> None:
     """Record a person's verdict on an attempt."""
-    full = _opened(ctx, sub_ledger).set_verdict(attempt_id, verdict, note)
-    click.echo(f"{full[:8]}: {verdict}")
+    led = _opened(ctx, sub_ledger)
+    full = led.set_verdict(attempt_id, verdict, note)
+    across = led.attempt(full).get("baseline_across")
+    # a verdict on a ratio against another model, state or device: said where the person reads it
+    click.echo(f"{full[:8]}: {verdict}" + (for_terminal(f" (its ratio is ACROSS: {across})") if across else ""))
 
 
 @ledger.command("export")

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from workbench.records import format_effect, model_display_name
+from workbench.records.baseline_match import with_across
 from workbench.untrusted import for_terminal
 
 
@@ -49,7 +50,7 @@ def num(value: Any) -> Any:
 def effect(a: dict[str, Any]) -> str:
     if a.get("auto_verdict") == "baseline":
         return "baseline"
-    return format_effect(num(a.get("speedup")), num(a.get("ci_low")), num(a.get("ci_high")))
+    return with_across(format_effect(num(a.get("speedup")), num(a.get("ci_low")), num(a.get("ci_high"))), a)
 
 
 def model_name(path: Any) -> str:

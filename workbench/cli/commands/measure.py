@@ -66,7 +66,7 @@ def compare(file: str, strategies: tuple[str, ...], labels: tuple[str, ...], **o
 def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, params: tuple[str, ...],
                  device: str, order: str, seed: int, verify: bool, caches: tuple[str, ...], runs: int,
                  campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
-                 min_effect_pct: float, timeout_s: float, as_json: bool) -> None:
+                 min_effect_pct: float, timeout_s: float, as_json: bool, baseline_across: bool) -> None:
     from workbench.measure.run.model import model_name
     from workbench.measure.run.runner import measure, open_ledger, preflight
     from workbench.records import RunConfig
@@ -81,6 +81,7 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
     # The model's name in the label, as in the notebooks: attempts on two models must not read the same.
     labels = labels or [f"{c.display} · {model_name(file)}" for c in configs]
     ledger = open_ledger(ledger_path)
+    _check_baseline(ledger, baseline, configs, caches, baseline_across)
     results: list[Any] = []
     interrupted = None
     single = len(strategies) == 1 and len(caches) == 1
@@ -91,13 +92,24 @@ def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, 
                 results += measure(configs, runs=runs, cache=cache, order=order, seed=seed, ledger=ledger,
                                    campaign=campaign, hypothesis=hypothesis, labels=labels, baseline=baseline,
                                    verify=verify, timeout_s=timeout_s, progress=progress,
-                                   min_effect=min_effect_pct / 100)
+                                   min_effect=min_effect_pct / 100, baseline_across=baseline_across)
         except MeasurementInterrupted as exc:
             interrupted = exc
     if interrupted is not None:  # after the bar is gone, so the line stands on its own
         _interrupted(interrupted, results, caches, len(configs) * runs * len(caches))
     report_results(results, ledger, as_json, single=single)
     finish(tally_attempts(results))
+
+
+def _check_baseline(ledger: Any, baseline: str | None, configs: list[Any], caches: tuple[str, ...],
+                    across: bool) -> None:
+    """A --baseline of another model, state or device refused over every --cache state before the first
+    is measured: one that fits cold but not warm must not leave the cold attempts recorded first."""
+    if baseline:
+        from workbench.measure.run.baseline import check_baseline
+        from workbench.measure.run.model import Models
+
+        check_baseline(ledger, baseline, configs, caches, Models(), across=across)
 
 
 def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple[str, ...], total: int) -> None:

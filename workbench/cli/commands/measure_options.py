@@ -24,7 +24,12 @@ def measure_option_list(cache_repeatable: bool) -> list[Callable[..., Any]]:
                      help="Fresh-process runs per configuration (≥ 5 for a claim; from 6 on, rounds are paired)."),
         click.option("--campaign", default="default", show_default=True, help="Ledger campaign."),
         click.option("--hypothesis", default="", help="What this attempt is meant to show."),
-        click.option("--baseline", default=None, help="Compare against this ledger attempt (id or prefix)."),
+        click.option("--baseline", default=None,
+                     help="Compare against this ledger attempt (id or prefix) of the same model, cache state "
+                          "and device (another is refused)."),
+        click.option("--baseline-across", "baseline_across", is_flag=True,
+                     help="Accept a --baseline of another model, cache state or device: every ratio against "
+                          "it then says ACROSS and what differs (tables, --json, exports)."),
         click.option("--min-effect", "min_effect_pct", type=click.FloatRange(0, 100, max_open=True), default=2.0,
                      show_default=True, metavar="PERCENT",
                      help="Smallest speedup or slowdown worth a verdict (README: Measuring honestly)."),

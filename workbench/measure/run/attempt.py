@@ -22,6 +22,8 @@ from workbench.records import (
     verdict_n,
 )
 
+from workbench.records.baseline_match import with_across
+
 # The keys of ``--json`` output the issue fixes, in order; extras follow them.
 ATTEMPT_KEYS = ("attempt_id", "strategy", "params", "device", "cache", "n", "median_s", "min_s",
                 "max_s", "spread_pct", "gbps", "verdict", "runs")
@@ -54,6 +56,7 @@ class AttemptResult:
     recorded: str = "all"  # what the ledger holds of it: all, part (some runs), none (a write failed)
     verdict_n: int | None = None  # runs a side behind the verdict (fewer than 5: not a claim)
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the machine's load-path settings
+    baseline_across: str = ""  # what the baseline measured differently (another model …), asked for anyway
 
     @property
     def split(self) -> tuple[float | None, float | None]:
@@ -73,7 +76,8 @@ class AttemptResult:
         """``1.14× [1.05–1.22]`` against the baseline; ``baseline`` for the baseline itself."""
         if self.verdict == "baseline":
             return "baseline"
-        return format_effect(self.speedup, self.ci_low, self.ci_high)
+        return with_across(format_effect(self.speedup, self.ci_low, self.ci_high),
+                           {"baseline_across": self.baseline_across})
 
     def to_json(self) -> dict[str, Any]:
         """The issue's keys first (attempt_id … runs), then the extras."""
@@ -91,7 +95,7 @@ class AttemptResult:
             "ceiling_gbps": self.ceiling_gbps, "ceiling_fraction": self.ceiling_fraction,
             "notes": self.notes, "recorded": self.recorded, "verdict_n": self.verdict_n,
             "verdict_text": self.verdict_text, "fixed_s": self.split[0], "streaming_s": self.split[1],
-            "settings": dict(self.settings),
+            "settings": dict(self.settings), "baseline_across": self.baseline_across, "effect": self.effect,
         }
 
 

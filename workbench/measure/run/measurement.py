@@ -13,6 +13,7 @@ from workbench.errors import LedgerError, UnrecordedResults, WorkbenchError
 from workbench.measure.run.attempt import AttemptResult, Decision, cache_label, decide, effective_state
 from workbench.measure.engine.evidence import evidence_note
 from workbench.measure.run.model import Models, identity_members, model_directory, recheck_note
+from workbench.records.baseline_match import across_caveat, baseline_differences, describe_across
 from workbench.records import (
     AttemptStats, LoadPath, RunConfig, RunRecord, format_differences, settings_differences,
 )
@@ -26,7 +27,7 @@ class Session:
     """The attempts of one measure() call, opened in the ledger lazily and finished together."""
 
     def __init__(self, ledger: Ledger, configs: list[RunConfig], labels: Sequence[str] | None,
-                 campaign: str, hypothesis: str, cache: str, min_effect: float):
+                 campaign: str, hypothesis: str, cache: str, min_effect: float, models: Models | None = None):
         self.ledger, self.configs, self.campaign = ledger, configs, campaign
         self.hypothesis, self.cache, self.min_effect = hypothesis, cache, min_effect
         self.labels = list(labels) if labels is not None else [c.display for c in configs]
@@ -36,7 +37,8 @@ class Session:
         self.finished: set[int] = set()  # attempts the ledger holds finished, with every run
         self.lost: LedgerError | None = None  # the first ledger write that failed
         self._env: dict[str, dict[str, Any]] = {}
-        self.models = Models()  # each model's files and identity, resolved once
+        self.models = models or Models()  # each model's files and identity, resolved once
+        self.across = ""  # what a ledger baseline measured differently, when asked to compare anyway
         ledger.ensure_campaign(campaign)
 
     def model(self, path: str) -> Model:
@@ -155,13 +157,11 @@ class Session:
                 for i, c in enumerate(self.configs)]
 
     def _baseline_mismatch(self, baseline: str) -> str:
-        """What differs between a ledger baseline and this measurement (file, cache, device), if anything:
-        a verdict against a baseline taken on another file or cache state compares two different things."""
+        """The load-path settings that differ between a ledger baseline and this measurement, if any (its
+        model, cache state and device were checked before the first run: runner.check_baseline)."""
         base = self.ledger.attempt(baseline)
         config = self.configs[0]
-        ours = {"file": self.models.identity(config.file).get("hash"), "cache": self.cache, "device": config.device}
-        theirs = {"file": base.get("file_hash"), "cache": base.get("cache"), "device": base.get("device")}
-        diff = [f"{k} {theirs[k]!r} vs {ours[k]!r}" for k in ours if theirs[k] and ours[k] and theirs[k] != ours[k]]
+        diff = []
         # the device as the worker reported it (name, binding), as the baseline's environment holds it
         first = next((r for r in self.runs[0] if r.report is not None and r.report.device_info), None)
         device = dict(first.report.device_info) if first is not None else {"backend": config.device}
@@ -182,7 +182,7 @@ class Session:
         config, base = self.configs[i], self.configs[0]
         same = not self.paired or self.models.same(config.file, base.file)
         d = decide(runs, base_runs, is_baseline=is_base, paired=self.paired and same, min_effect=self.min_effect)
-        notes = [d.note, "" if is_base else self.baseline_note]
+        notes = [d.note, "" if is_base else self.baseline_note, "" if is_base else across_caveat({"baseline_across": self.across_of(i)})]
         if not same and not is_base:
             notes.append(f"another model than the baseline's ({self.models.identity(base.file).get('path')} vs "
                          f"{self.models.identity(config.file).get('path')}): rounds not paired")
@@ -191,6 +191,20 @@ class Session:
             d = dataclasses.replace(d, verdict="failed", reason=changed)
             notes.append(changed)
         return d, "; ".join(filter(None, notes))
+
+    def across_of(self, i: int) -> str:
+        """``baseline … is another model …`` for config ``i`` ('' when its baseline measured the same):
+        a ledger baseline allowed across, or the first config, of another model."""
+        if not self.paired:
+            return self.across
+        first, config = self.configs[0], self.configs[i]
+        if i == 0 or self.models.same(config.file, first.file):
+            return ""
+        mine, theirs = self.models.identity(config.file), self.models.identity(first.file)
+        what = describe_across(self.result_ids[0], baseline_differences(
+            {"file_hash": mine.get("hash"), "file_size": mine.get("size"), "file_path": mine.get("path")},
+            {"file_hash": theirs.get("hash"), "file_size": theirs.get("size"), "file_path": theirs.get("path")}))
+        return what
 
     def _finish_one(self, i: int, stats: AttemptStats, base_runs: Sequence[RunRecord] | None,
                     baseline_id: str | None, walls: dict[str, float],
@@ -225,7 +239,8 @@ class Session:
             verdict_reason=d.reason, ceiling_name=name, ceiling_gbps=gbps,
             ceiling_fraction=fraction, label=self.labels[i], cache_requested=self.cache, notes=note,
             recorded="all" if i in self.finished else ("part" if self.ids[i] is not None else "none"),
-            verdict_n=d.n, settings=dict(self._environment(config.file).get("settings") or {}))
+            verdict_n=d.n, settings=dict(self._environment(config.file).get("settings") or {}),
+            baseline_across="" if is_base else self.across_of(i))
 
 
 def _strategy_kind(config: RunConfig) -> dict[str, str]:

@@ -14,6 +14,7 @@ from workbench.errors import (
 from workbench.measure.run.attempt import (
     AttemptResult,
 )
+from workbench.measure.run.baseline import check_baseline
 from workbench.measure.run.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.lock.device import DeviceLock
 from workbench.measure.run.model import (  # noqa: F401 - recorded_identity: imported from here too
@@ -43,7 +44,7 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
             labels: Sequence[str] | None = None, baseline: str | None = None, verify: bool = True,
             timeout_s: float = 600.0, progress: Progress | None = None,
             lock_dir: str | os.PathLike[str] | None = None,
-            min_effect: float = DEFAULT_MIN_EFFECT) -> list[AttemptResult]:
+            min_effect: float = DEFAULT_MIN_EFFECT, baseline_across: bool = False) -> list[AttemptResult]:
     """Measure ``configs`` interleaved, one fresh ``python -m workbench.measure.run.worker`` per run.
 
     Parameters
@@ -66,6 +67,9 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
         Where the per-device lock files live (default ``$WORKBENCH_LOCK_DIR`` or /tmp/workbench-locks).
     min_effect
         The smallest speedup or slowdown worth a verdict (0.02: 2 %); README "Measuring honestly".
+    baseline_across
+        Hold the configs to a ledger ``baseline`` of another model, cache state or device anyway
+        (refused otherwise, before anything is recorded); every ratio then says ACROSS and what differs.
 
     Every config is compared with the baseline by the ratio of medians and its bootstrap interval,
     pairing the rounds of this call (round k = the k-th run of each config); a ``baseline`` from the
@@ -75,7 +79,8 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
     run_fn = functools.partial(run_worker, verify=verify, timeout_s=timeout_s, cache=cache_request(cache))
     return measure_with(run_fn, configs, runs=runs, cache=cache, order=order, seed=seed,
                         ledger=ledger, campaign=campaign, hypothesis=hypothesis, labels=labels,
-                        baseline=baseline, progress=progress, lock_dir=lock_dir, min_effect=min_effect)
+                        baseline=baseline, progress=progress, lock_dir=lock_dir, min_effect=min_effect,
+                        baseline_across=baseline_across)
 
 
 def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
@@ -83,7 +88,7 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
                  campaign: str = "default", hypothesis: str = "", labels: Sequence[str] | None = None,
                  baseline: str | None = None, progress: Progress | None = None,
                  lock_dir: str | os.PathLike[str] | None = None,
-                 min_effect: float = DEFAULT_MIN_EFFECT) -> list[AttemptResult]:
+                 min_effect: float = DEFAULT_MIN_EFFECT, baseline_across: bool = False) -> list[AttemptResult]:
     """:func:`measure` with any way of doing one run (a worker, an external engine)."""
     if not configs:
         raise WorkbenchError("nothing to measure: no configurations given")
@@ -103,7 +108,7 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
     try:
         return _measure_runs(run_fn, configs, sequence, store, labels=labels, campaign=campaign,
                              hypothesis=hypothesis, cache=cache, baseline=baseline, progress=progress,
-                             lock_dir=lock_dir, min_effect=min_effect)
+                             lock_dir=lock_dir, min_effect=min_effect, baseline_across=baseline_across)
     finally:
         if store is not ledger:  # opened here, so closed here
             store.close()
@@ -112,12 +117,16 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
 def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[int], store: Ledger, *,
                   labels: Sequence[str] | None, campaign: str, hypothesis: str, cache: str,
                   baseline: str | None, progress: Progress | None,
-                  lock_dir: str | os.PathLike[str] | None, min_effect: float) -> list[AttemptResult]:
-    session = Session(store, list(configs), labels, campaign, hypothesis, cache, min_effect)
-    base_runs = None
+                  lock_dir: str | os.PathLike[str] | None, min_effect: float,
+                  baseline_across: bool = False) -> list[AttemptResult]:
+    models, across, base_runs = Models(), "", None
     if baseline:
         baseline = store.resolve_id(baseline)  # a prefix is fine; a wrong one fails before any run
+        # another model, state or device: refused here, before anything (the campaign too) is written
+        across = check_baseline(store, baseline, configs, [cache], models, across=baseline_across)
         base_runs = store.run_records(baseline)
+    session = Session(store, list(configs), labels, campaign, hypothesis, cache, min_effect, models)
+    session.across = across
     try:
         for position, i in enumerate(sequence):
             session.open(i)  # before its first run: a runner killed during that run leaves it, interrupted
