@@ -69,7 +69,7 @@ class ExpertCache:
         ``"pread"``, ``"direct-bounce"``, ``"direct-inplace"`` or ``"auto"`` (by placement:
         :data:`DEFAULT_READER`); O_DIRECT falls back to pread per file where refused, noted in :attr:`facts`.
     policy
-        ``"lru"``, ``"fifo"`` or an :class:`~workbench.expert.policy.EvictionPolicy` instance.
+        ``"lru"``, ``"fifo"`` or an :class:`~workbench.expert.policy.EvictionPolicy` (per layer: :mod:`~.policies`).
     gate, gate_scope
         With ``gate`` (a resident fraction), a miss whose pages the page cache holds at least that
         fraction of is read buffered (the page cache serves it; O_DIRECT would go to the disk again).
@@ -123,7 +123,10 @@ class ExpertCache:
         """Make a miss live and pinned, evicting unpinned entries as the budget needs; its pages are
         accounted now, its bytes arrive with :meth:`fill`. Returns the reader kind it must be read with."""
         offset, nbytes = self.layouts[key.blob].slice(key.expert)
-        while self._live and self._live_bytes + nbytes > self.budget:
+        room = getattr(self._policy, "make_room", None)  # per-layer caches evict by count (expert.policies)
+        for victim in room(key, self._pins) if room else ():
+            self.evict(victim)
+        while room is None and self._live and self._live_bytes + nbytes > self.budget:
             try:
                 victim = self._policy.victim(self._pins)
             except LookupError:
@@ -153,6 +156,8 @@ class ExpertCache:
             self._pins[key] = left
         else:
             del self._pins[key]
+            if getattr(self._policy, "passing", None) and self._policy.passing(key):
+                self.evict(key)  # served, and not kept: a static placement's cold expert
 
     def stage(self, key: SliceKey) -> bool:
         """Make ``key`` live on this thread (reading it on a miss); True on a hit."""

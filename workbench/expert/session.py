@@ -28,6 +28,7 @@ from workbench.expert.decode import Decoder, SliceUploader, Timers, arena_slots
 from workbench.expert.uploader import open_uploader
 from workbench.expert.lanes import LanePool
 from workbench.expert.memory import process_memory
+from workbench.expert.policies.partition import session_eviction
 from workbench.expert.pressure_turn import TurnPressure
 from workbench.expert.procstat import CgroupMemory, read_io, read_status
 from workbench.expert.session_check import SessionChecker
@@ -64,13 +65,15 @@ class ExpertSession:
         k = self.trace.k
         working = working_set_bytes(layer_blobs, k)
         expert_bytes = sum(b.nbytes for b in blobs)
-        budget = config.cache_bytes or default_cache_bytes(expert_bytes, working)
+        policy, per_layer = session_eviction(blobs, self.trace, config.policy, config.cache_experts,
+                                             config.turns * config.tokens)
+        budget = per_layer or config.cache_bytes or default_cache_bytes(expert_bytes, working)
         self._stack = contextlib.ExitStack()
         try:
             self.cache = self._stack.enter_context(ExpertCache(
                 index.path, blobs, budget_bytes=budget, placement=config.placement,
                 boundary_release=config.boundary_release, release_advice=config.release_advice,
-                reader=config.reader, policy=config.policy,
+                reader=config.reader, policy=policy,
                 gate=config.gate, gate_scope=config.gate_scope))
             arena_bytes = max(arena_slots([max(n for _, n in b.slices) for _ in range(k) for b in bs])[1]
                               for bs in layer_blobs.values())

@@ -9,7 +9,7 @@ from workbench.expert.cache import BOUNDARY_RELEASE, GATE_SCOPES
 from workbench.expert.compute import parse_compute
 from workbench.expert.layout import PLACEMENTS
 from workbench.expert.memory import release_advice_flag
-from workbench.expert.policy import POLICIES
+from workbench.expert.policies.partition import check_session_policy
 from workbench.expert.readers import READERS
 from workbench.expert.routing import DISTRIBUTIONS, RoutingTrace, load_trace, moe_shape, synthetic_trace
 from workbench.expert.session_defaults import default_k
@@ -24,6 +24,7 @@ class SessionConfig:
     turns: int
     tokens: int  # decode tokens per turn
     cache_mib: float | None = None  # None: half the expert bytes, at least two tokens' working set
+    cache_experts: int | None = None  # per-layer caches of N experts instead of a byte budget (expert.policies)
     experts_per_token: int | None = None  # None: the trace file's k, else a quarter of the experts (1–8)
     placement: str = "inplace"  # inplace | bounce | aligned
     boundary_release: str = "on"  # on | off
@@ -69,9 +70,10 @@ def check_config(c: SessionConfig) -> None:
     if c.gate is not None and not 0.0 <= c.gate <= 1.0:
         raise ParamError("session", "gate", f"must be a resident fraction in [0, 1], got {c.gate!r}")
     parse_compute(c.compute)
+    check_session_policy(c)
     release_advice_flag(c.release_advice, "session")  # unknown, or MADV_FREE where this platform has none
     for name, known in (("placement", PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
-                        ("reader", ("auto", *READERS)), ("policy", tuple(POLICIES)), ("distribution", DISTRIBUTIONS),
+                        ("reader", ("auto", *READERS)), ("distribution", DISTRIBUTIONS),
                         ("gate_scope", GATE_SCOPES), ("uploader", UPLOADERS)):
         if getattr(c, name) not in known:
             raise ParamError("session", name, f"{getattr(c, name)!r} is not one of {', '.join(known)}")

@@ -1,0 +1,81 @@
+"""A session replaying a trace with per-layer caches of N experts measures the hit rate the simulator
+predicts for the same trace, policy and N (issue 34, section 2: simulation and measurement check each other)."""
+from __future__ import annotations
+
+import pytest
+
+from workbench.errors import ParamError
+from workbench.expert.policies.partition import unit_bytes
+from workbench.expert.policies.simulate import simulate
+from workbench.expert.routing import load_trace, moe_shape, save_trace, synthetic_trace
+from workbench.expert.session import ExpertSession, SessionConfig
+from workbench.upload.host import HostDevice
+
+POLICIES = ["lru", "fifo", "lfu:5", "arc", "static", "belady"]
+
+
+@pytest.fixture(scope="module")
+def moe(synth_model):
+    """An alignment-64 GGUF MoE: 2 layers x 3 blobs x 32 experts, slices off page boundaries."""
+    return synth_model("gguf", "moe", alignment=64, size=8 << 20, experts=32)
+
+
+@pytest.fixture(scope="module")
+def trace_file(moe, tmp_path_factory):
+    layers, n = moe_shape(moe.blobs)
+    path = tmp_path_factory.mktemp("trace") / "zipf.csv"
+    save_trace(synthetic_trace(60, layers, n, 4, distribution="zipf", zipf_s=1.1, seed=3), path)
+    return str(path)
+
+
+def _replay(index, trace, **kw):
+    cfg = SessionConfig(turns=3, tokens=20, trace=trace, **kw)
+    with ExpertSession(index, HostDevice(), cfg) as s:
+        records = list(s.turns())
+        s.finish_checks()
+        live = s.cache.live_keys()
+        return records, s.facts, live
+
+
+@pytest.mark.parametrize("lanes, overlap", [(1, False), (2, True)])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_session_hit_rate_is_the_simulators(moe, trace_file, policy, lanes, overlap):
+    n = 8
+    records, facts, live = _replay(moe, trace_file, cache_experts=n, policy=policy, lanes=lanes, overlap=overlap,
+                                   verify=True, verify_end=True)
+    predicted = next(r for r in simulate(load_trace(trace_file), [policy], [n]) if r.policy == policy)
+    blobs_per_layer = len(moe.blobs) // len(predicted.layers)
+    hits, lookups = sum(r.hits for r in records), sum(r.hits + r.misses for r in records)
+    assert lookups == predicted.lookups * blobs_per_layer
+    assert hits == sum(predicted.hits) * blobs_per_layer  # every slice of an expert shares its fate
+    assert abs(hits / lookups - predicted.hit_rate) < 0.01
+    # N experts a layer, in bytes: what the facts report as the budget
+    by_layer = {b.layer: [x for x in moe.blobs if x.layer == b.layer] for b in moe.blobs}
+    assert facts.cache_bytes == sum(n * unit_bytes(bs) for bs in by_layer.values())
+    assert facts.policy.startswith(policy) and "per layer (8 experts)" in facts.policy
+    layer_of = [b.layer for b in moe.blobs]
+    for layer in by_layer:  # what stays live is at most N experts a layer (static: passing ones dropped)
+        assert len({k.expert for k in live if layer_of[k.blob] == layer}) <= n
+
+
+def test_a_static_cache_keeps_only_the_hot_experts(moe, trace_file):
+    _, _, live = _replay(moe, trace_file, cache_experts=4, policy="static")
+    trace = load_trace(trace_file)
+    from workbench.expert.policies.offline import hot_experts
+
+    hot = hot_experts(trace.experts, trace.n_experts, 4)
+    layer_row = {layer: i for i, layer in enumerate(trace.layers)}
+    assert live and all(hot[layer_row[moe.blobs[k.blob].layer], k.expert] for k in live)
+
+
+@pytest.mark.parametrize("kw, detail", [
+    ({"policy": "arc"}, "give --cache-experts N"),
+    ({"policy": "lru", "cache_experts": 8, "cache_mib": 4.0}, "not both"),
+    ({"policy": "lru", "cache_experts": 2}, "must be in [4, 32]"),
+    ({"policy": "mru", "cache_experts": 8}, "is not one of"),
+    ({"policy": "lru", "cache_experts": 8, "overlap": True, "prefetch": "previous"}, "follow the trace in order"),
+])
+def test_bad_per_layer_options_are_one_line(moe, trace_file, kw, detail):
+    with pytest.raises(ParamError) as err:
+        _replay(moe, trace_file, **kw)
+    assert detail in str(err.value) and "\n" not in str(err.value)
