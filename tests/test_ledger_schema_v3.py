@@ -17,10 +17,12 @@ def _as_version2(path: Path) -> None:
     with sqlite3.connect(path) as conn:
         for table, column, decl in ADDED_COLUMNS[2]:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-        conn.execute("CREATE TABLE turns (id TEXT PRIMARY KEY, attempt_id TEXT NOT NULL, turn INTEGER NOT NULL, "
+        conn.execute("CREATE TABLE turns (id TEXT PRIMARY KEY, attempt_id TEXT NOT NULL REFERENCES attempts(id), "
+                     "turn INTEGER NOT NULL, "
                      "tokens INTEGER, bytes_read INTEGER, hits INTEGER, misses INTEGER, evictions INTEGER, "
                      "minflt INTEGER, majflt INTEGER, accounted_bytes INTEGER, actual_anon_bytes INTEGER, "
                      "unreleased_pages INTEGER, seconds REAL, tokens_per_s REAL, extra TEXT, created TEXT NOT NULL)")
+        conn.execute("CREATE INDEX turns_attempt ON turns(attempt_id)")  # as version 2's DDL made them
         conn.execute("UPDATE schema_version SET version = 2")
 
 

@@ -17,8 +17,10 @@ rewrites a row this ledger already holds:
 
 Rows carry globally unique ids, so merging the same file twice adds nothing. The other file is first
 copied page by page into a private temporary database (SQLite unlinks it as soon as it is opened, so a
-merge killed at any point leaves no copy behind) and checked whole there
-(:mod:`workbench.ledger.validate`); any problem is one LedgerError and this ledger is not written at all.
+merge killed at any point leaves no copy behind; nothing is created beside the file:
+:mod:`workbench.ledger.foreign`) and checked whole there (:mod:`workbench.ledger.validate`: its schema
+first, before SQLite evaluates anything in it), every statement under SQLite's limits, a deadline and a
+heap cap; any problem is one LedgerError and this ledger is not written at all.
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from typing import Any, Iterable
 from workbench.defaults import host_id, machine_host_id
 from workbench.errors import LedgerError
 from workbench.ledger.schema import COLUMNS, table_columns, transaction
-from workbench.ledger.validate import check_ledger, snapshot_ledger
+from workbench.ledger.foreign import bounded, snapshot_ledger
+from workbench.ledger.validate import check_ledger
 
 CHILD_TABLES = ("runs", "turns", "verdict_history")  # rows that belong to one attempt (attempt_id)
 
@@ -44,10 +47,11 @@ def merge_into(conn: sqlite3.Connection, own_path: Path, other_path: Path) -> di
         raise LedgerError(other_path, "cannot merge a ledger into itself")
     snapshot = sqlite3.connect("", isolation_level=None)  # a private temporary database, unlinked at once
     try:
-        snapshot_ledger(other_path, snapshot)
-        check_ledger(snapshot, other_path, conn)
-        with transaction(conn, own_path):
-            return _copy_rows(conn, snapshot)
+        with bounded(snapshot, other_path, other_path.stat().st_size):
+            snapshot_ledger(other_path, snapshot)
+            check_ledger(snapshot, other_path, conn)
+            with transaction(conn, own_path):
+                return _copy_rows(conn, snapshot)
     finally:
         snapshot.close()
 

@@ -7,9 +7,11 @@ that are finite and not negative, JSON where a column holds JSON, campaign names
 within its size bound and no time in the future (:mod:`workbench.ledger.limits`). The first problem found (and
 how many more there are) is one :class:`LedgerError` line naming the file; nothing is merged.
 
-The checks run on a snapshot of the file (SQLite's backup API, into a private temporary database), and
-the merge reads that same snapshot, so a file that changes after it was checked cannot slip anything
-past them.
+The checks run on a snapshot of the file (SQLite's backup API, into a private temporary database,
+:mod:`workbench.ledger.foreign`), and the merge reads that same snapshot, so a file that changes after
+it was checked cannot slip anything past them. The first check is the schema itself — every table,
+index, trigger and view with its SQL (:mod:`workbench.ledger.known_schema`) — because SQLite evaluates
+what a schema says (``integrity_check`` computes every index expression); nothing is evaluated before it.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from workbench.errors import LedgerError
+from workbench.ledger.foreign import MAX_VALUE
+from workbench.ledger.known_schema import describe, unknown_objects
 from workbench.ledger.limits import oversized, time_problem
 from workbench.ledger.schema import ATTEMPT_KINDS, SCHEMA_VERSION, columns_at
 from workbench.records import AUTO_VERDICTS, CACHE_STATES, VERDICTS, campaign_name_problem
@@ -28,37 +32,40 @@ Rule = Callable[[Any], "str | None"]  # a value → what is wrong with it, or No
 MAX_REPORTED = 1000  # stop counting problems after this many; one is enough to refuse
 
 
-def snapshot_ledger(source: Path, copy: sqlite3.Connection) -> None:
-    """Copy ``source`` page by page into the open database ``copy`` without writing beside the source.
-
-    A source with a ``-wal`` file beside it is opened read-only through SQLite's locking (the WAL
-    holds committed rows); otherwise it is opened as immutable, which creates no -wal/-shm files.
-    """
-    mode = "mode=ro" if Path(f"{source}-wal").exists() else "immutable=1"
-    try:
-        src = sqlite3.connect(f"{source.resolve().as_uri()}?{mode}", uri=True)
-    except sqlite3.Error as exc:
-        raise LedgerError(source, f"cannot open for merging: {exc}") from exc
-    try:
-        src.backup(copy)
-    except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
-        raise LedgerError(source, f"not a readable SQLite ledger: {exc}; nothing merged") from exc
-    finally:
-        src.close()
-
-
 def check_ledger(conn: sqlite3.Connection, shown: Path, target: sqlite3.Connection) -> None:
     """Refuse (LedgerError naming ``shown``) a snapshot ``conn`` that this workbench would not have written."""
     try:
+        _check_objects(conn, shown)
         _check_pages(conn, shown)
-        version = _check_schema(conn, shown)
+        version = _read_version(conn, shown)
+        _check_columns(conn, shown, version)
         problems = list(_value_problems(conn, target, version))
+    except sqlite3.DataError as exc:  # SQLITE_TOOBIG: a value past foreign.MAX_VALUE, never loaded
+        raise LedgerError(shown, f"holds a value larger than {MAX_VALUE:,} bytes, far more than any column "
+                                 f"of a ledger ({exc}); nothing merged") from exc
     except sqlite3.DatabaseError as exc:
         raise LedgerError(shown, f"not a readable SQLite ledger: {exc}; nothing merged") from exc
     if problems:
         more = f"; {len(problems) - 1}{'+' if len(problems) >= MAX_REPORTED else ''} more problem(s)" \
             if len(problems) > 1 else ""
         raise LedgerError(shown, f"{problems[0]}{more}; nothing merged")
+
+
+def _check_objects(conn: sqlite3.Connection, shown: Path) -> None:
+    """Every table, index, trigger and view one a ledger holds, before SQLite evaluates any of them.
+
+    Where one is not, a table of a known name whose columns differ is named with its columns (the
+    version is read first: ``schema_version``'s own object is then known, nothing else is evaluated)."""
+    unknown = unknown_objects(conn)
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone():
+        raise LedgerError(shown, "not a workbench ledger (no schema_version table); nothing merged")
+    if not unknown:
+        return
+    if all(obj[:2] != ("table", "schema_version") for obj in unknown):
+        _check_columns(conn, shown, _read_version(conn, shown))
+    more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+    raise LedgerError(shown, f"schema: {describe(unknown[0])}{more} is not part of a workbench ledger; "
+                             "nothing merged (nothing in it was evaluated)")
 
 
 def _check_pages(conn: sqlite3.Connection, shown: Path) -> None:
@@ -68,24 +75,25 @@ def _check_pages(conn: sqlite3.Connection, shown: Path) -> None:
         raise LedgerError(shown, f"corrupt SQLite file: {found[:300]}; nothing merged")
 
 
-def _check_schema(conn: sqlite3.Connection, shown: Path) -> int:
-    """The snapshot's schema version, once its tables and columns are exactly that version's."""
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "schema_version" not in tables:
-        raise LedgerError(shown, "not a workbench ledger (no schema_version table); nothing merged")
+def _read_version(conn: sqlite3.Connection, shown: Path) -> int:
     versions = [r[0] for r in conn.execute("SELECT version FROM schema_version")]
     if len(versions) != 1 or not isinstance(versions[0], int) or versions[0] not in range(1, SCHEMA_VERSION + 1):
         raise LedgerError(shown, f"ledger schema version {versions[:3]}; this workbench merges one of "
                                  f"{list(range(1, SCHEMA_VERSION + 1))}; nothing merged")
-    for table, columns in columns_at(versions[0]).items():
+    return versions[0]
+
+
+def _check_columns(conn: sqlite3.Connection, shown: Path, version: int) -> None:
+    """The tables and columns (generated and hidden ones included) are exactly ``version``'s."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    for table, columns in columns_at(version).items():
         if table not in tables:
             raise LedgerError(shown, f"schema: table '{table}' is missing; nothing merged")
-        found = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+        found = [r[1] for r in conn.execute(f"PRAGMA table_xinfo({table})")]
         missing, extra = set(columns) - set(found), set(found) - set(columns)
         if missing or extra:
             raise LedgerError(shown, f"schema: table '{table}' lacks {sorted(missing)} / has unknown "
                                      f"{sorted(extra)}; nothing merged")
-    return versions[0]
 
 
 # -- value rules -----------------------------------------------------------------------------------
