@@ -3,8 +3,11 @@
 In order of preference:
 
 * a **memory cgroup** made for the session as a child of the cgroup this process runs in (so it stays
-  inside whatever limit the machine already puts on us): cgroup v2 ``memory.max`` where the unified
-  hierarchy has the memory controller, else v1 ``memory.limit_in_bytes``. The worker joins it first
+  inside whatever limit the machine already puts on us), else of the nearest ancestor that can hold one,
+  the root included (:mod:`workbench.measure.session.cgroups` says the rule; the H200's is the root):
+  cgroup v2 ``memory.max`` where the unified hierarchy has the memory controller, else v1
+  ``memory.limit_in_bytes``. Where it was made is in :attr:`MemoryLimit.detail` and
+  :meth:`MemoryLimit.record_json` (the attempt's ``environment["memory_limit"]``). The worker joins it first
   thing (:func:`join_cgroup`), so everything it allocates *and the page cache it reads in* is
   charged to it. Pages another process already cached stay charged to that process: start the
   session cold for the limit to hold the model's pages too;
@@ -16,7 +19,10 @@ In order of preference:
   Part of what it leaves, the worker's own file pages, the worker then locks after its warm-up turn
   (:mod:`workbench.io.own_pages`): the protection a cgroup gives them by charging them to the runner
   that cached them. A cell whose own major faults still run above :data:`OWN_FAULTS_PER_TURN` a turn
-  after turn 0 measured the method, not the session, and :meth:`MemoryPressure.outcome` says so;
+  after turn 0 measured the method, not the session, and :meth:`MemoryPressure.outcome` says so.
+  Once it is inflated the holder is never the OOM killer's victim, the worker is
+  (:mod:`workbench.measure.session.oom`): a cell it kills is recorded ``OOM-killed`` with the turns it
+  finished, and the next cell runs;
 * else a one-line refusal naming why neither worked.
 
 Without swap the cost of a leak shows as reclaim of the page cache and re-reads (refaults, major
@@ -26,13 +32,15 @@ says which happened.
 from __future__ import annotations
 
 import mmap
+import signal
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from workbench.errors import ParamError
 from workbench.measure.session import cgroups
 from workbench.measure.session.balloon import Balloon, measure_working_set, meminfo
 from workbench.measure.session.cgroups import join_cgroup
+from workbench.measure.session.oom import EXPOSED, Protection, machine_oom_kills, protect_holder, unprotect_holder
 
 MiB = 1 << 20
 METHODS = ("auto", "cgroup", "balloon")
@@ -44,6 +52,7 @@ METHODS = ("auto", "cgroup", "balloon")
 # carry the cost of the method (the H200 cells: 400–1,160 a turn, compute_s 3.5–30 s a cell against 0.06 s a turn).
 OWN_FAULTS_PER_TURN = 4
 OWN_FILES = "pressure reached the session's own files"
+KILLED = "killed by SIGKILL, not the OOM killer"
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,22 @@ class MemoryLimit:
     working_set_bytes: int = 0  # a balloon: what it left beside the limit for the machine's own working set
     inflate_s: float = 0.0  # a balloon: how long locking it took (before any turn)
     worker_file_bytes: int = 0  # a balloon: the part of that working set left for the worker's own file pages
+    cgroup: cgroups.Cgroup | None = None  # a cgroup: where it was made, and why not nearer
+    holder_oom_score_adj: int | None = None  # a balloon: the holder's score once inflated (-1000 where allowed)
+
+    @property
+    def worker_oom_score_adj(self) -> int | None:
+        """What each worker sets its ``oom_score_adj`` to before exec: +1000 under a balloon, else None."""
+        return EXPOSED if self.method == "balloon" else None
+
+    def record_json(self) -> dict[str, Any]:
+        """How the limit was enforced, for the attempt's ``environment["memory_limit"]``."""
+        out: dict[str, Any] = {"method": self.method, "limit_bytes": self.limit_bytes, "detail": self.detail}
+        if self.cgroup is not None:
+            out["cgroup"] = self.cgroup.record_json()
+        if self.method == "balloon":
+            out.update(holder_oom_score_adj=self.holder_oom_score_adj, worker_oom_score_adj=EXPOSED)
+        return out
 
     def worker_json(self) -> dict:
         """What the worker needs to join the cgroup and read it ({} for a balloon)."""
@@ -82,7 +107,9 @@ class MemoryPressure:
         self.limit: MemoryLimit | None = None
         self.worker_file_bytes = worker_file_bytes  # the worker's RssFile, measured (a balloon's working set)
         self._balloon: Balloon | None = None
+        self._protection: Protection | None = None
         self._oom_before = 0
+        self._machine_oom_before = -1
 
     def __enter__(self) -> "MemoryPressure":
         why = []
@@ -92,7 +119,7 @@ class MemoryPressure:
                     made = make(self.limit_bytes)
                     reaped = f"; removed {len(made.reaped)} stale cgroup(s) of runners gone" if made.reaped else ""
                     self.limit = MemoryLimit(f"cgroup-v{made.version}", self.limit_bytes, made.path, made.version,
-                                             made.detail + reaped)
+                                             made.detail + reaped, cgroup=made)
                     break
                 except OSError as exc:
                     why.append(f"v{2 if make is cgroups.make_v2 else 1}: {exc.strerror or exc}")
@@ -104,7 +131,12 @@ class MemoryPressure:
         if self.limit is None:
             raise ParamError("session", "memory_limit", "cannot enforce it here: " + "; ".join(why))
         self._oom_before = self.oom_kills()
+        self.mark_cell()
         return self
+
+    def mark_cell(self) -> None:
+        """A cell starts now: the kernel's OOM kills so far, against which its end is judged."""
+        self._machine_oom_before = machine_oom_kills()
 
     def _inflate(self) -> MemoryLimit:
         available, working = meminfo("MemAvailable"), measure_working_set(self.worker_file_bytes)
@@ -114,12 +146,14 @@ class MemoryPressure:
             raise OSError(0, f"only {available / MiB:,.0f} MiB available, not more than the limit and "
                           f"{working.text()}")
         self._balloon = Balloon(size).inflate()
+        self._protection = protect_holder()  # after inflating: a balloon the machine cannot give should die
         b = self._balloon
-        return MemoryLimit("balloon", self.limit_bytes, detail=(
+        return MemoryLimit("balloon", self.limit_bytes, holder_oom_score_adj=self._protection.now, detail=(
             f"balloon: {size / MiB:,.0f} MiB locked of {available / MiB:,.0f} MiB available in {b.inflate_s:.1f} s "
             f"({b.threads} threads, before the session); {left / MiB:,.0f} MiB left = the limit "
             f"{self.limit_bytes / MiB:,.0f} MiB + {working.text()}; the worker locks its own resident file "
-            f"pages after turn 0, at most the {working.worker_file_bytes / MiB:,.0f} MiB left for them"),
+            f"pages after turn 0, at most the {working.worker_file_bytes / MiB:,.0f} MiB left for them; "
+            f"{self._protection.text()}"),
             working_set_bytes=working.bytes, inflate_s=b.inflate_s, worker_file_bytes=working.worker_file_bytes)
 
     def oom_kills(self) -> int:
@@ -142,10 +176,10 @@ class MemoryPressure:
         was already released)."""
         kills = self.oom_kills()
         balloon = self.limit is not None and not self.limit.path
-        if kills > self._oom_before or (returncode == -9 and balloon):
-            how = (f"cgroup oom_kill +{kills - self._oom_before}" if kills > self._oom_before
-                   else "SIGKILL under a balloon")
-            return f"OOM-killed ({how})"
+        if kills > self._oom_before:
+            return f"OOM-killed (cgroup oom_kill +{kills - self._oom_before})"
+        if returncode == -signal.SIGKILL and balloon:
+            return self._killed_under_balloon()
         after = [max(0, n) for n in turn_majflt[1:]]
         if balloon and after and sum(after) > OWN_FAULTS_PER_TURN * len(after):
             return (f"{OWN_FILES}: {sum(after):,} major faults in the {len(after)} turns after turn 0 "
@@ -168,10 +202,22 @@ class MemoryPressure:
                     f"reclaimed, not the limit)")
         return "no pressure seen (the session stayed under the limit)"
 
+    def _killed_under_balloon(self) -> str:
+        """A worker dead of SIGKILL under a balloon: the OOM killer's when the kernel's count rose meanwhile."""
+        now, before = machine_oom_kills(), self._machine_oom_before
+        if now < 0 or before < 0:
+            return "OOM-killed (SIGKILL under a balloon; this kernel keeps no oom_kill count to confirm it)"
+        if now > before:
+            return f"OOM-killed (the kernel's OOM killer: /proc/vmstat oom_kill +{now - before} while the cell ran)"
+        return f"{KILLED} (/proc/vmstat oom_kill unchanged while the cell ran: a timeout or another process)"
+
     def __exit__(self, *exc: object) -> None:
         if self._balloon is not None:
             self._balloon.deflate()
             self._balloon = None
+        if self._protection is not None:  # after the balloon is gone: never exposed while holding it
+            unprotect_holder(self._protection)
+            self._protection = None
         if self.limit is not None and self.limit.path:
             cgroups.remove_cgroup(self.limit.path)
 
@@ -191,5 +237,5 @@ def _make_v1(limit: int) -> cgroups.Cgroup:
     return cgroups.make_v1(limit, swap_total=meminfo("SwapTotal"))
 
 
-__all__ = ["METHODS", "OWN_FAULTS_PER_TURN", "OWN_FILES", "MemoryLimit", "MemoryPressure", "held_for_cells",
+__all__ = ["KILLED", "METHODS", "OWN_FAULTS_PER_TURN", "OWN_FILES", "MemoryLimit", "MemoryPressure", "held_for_cells",
            "join_cgroup"]
