@@ -15,6 +15,8 @@ from workbench.expert.session_records import (
     MEMORY_TURN_KEYS,
     PRESSURE_KEYS,
     TURN_EXTRAS,
+    PREFETCH_KEYS,
+    TOKEN_KEYS,
     WALL_KEYS,
     TurnRecord,
 )
@@ -115,7 +117,7 @@ def test_json_is_the_issue_document(moe64):
     doc = json.loads(json.dumps(report.to_json()))
     assert list(doc) == ["turns", "summary"] and len(doc["turns"]) == 2
     keys = list(ISSUE_KEYS) + list(DECODE_TURN_KEYS) + list(MEMORY_TURN_KEYS) + list(TURN_EXTRAS) + list(PRESSURE_KEYS)
-    keys += list(WALL_KEYS)
+    keys += list(WALL_KEYS) + list(TOKEN_KEYS) + list(PREFETCH_KEYS)
     assert all(list(t) == keys for t in doc["turns"])  # the first issue's keys first, in order
     assert TurnRecord.from_json(report.turns[1].to_json()) == report.turns[1]
     old = {k: doc["turns"][0][k] for k in ISSUE_KEYS}  # a turn recorded before the decode fields existed

@@ -150,6 +150,12 @@ class ExpertCache:
         if kind == "pread" and self.reader_kinds[self.file_of(key)] != "pread":
             self._c.gated_reads += 1  # the gate sent it to the page cache instead of the placement's reader
 
+    def pin(self, key: SliceKey) -> None:
+        """Pin a live entry without counting a lookup or telling the policy (a prefetch keeping what it named)."""
+        if key not in self._live:
+            raise KeyError(f"{key} is not in the cache")
+        self._pins[key] = self._pins.get(key, 0) + 1
+
     def unpin(self, key: SliceKey) -> None:
         left = self._pins[key] - 1
         if left:

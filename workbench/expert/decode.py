@@ -14,7 +14,10 @@ madvise), completions, unpins — is timed on its own (bookkeeping), so a change
 policy shows there and not as a change in compute.
 
 The routing of the next layer is known ahead because it comes from a trace: overlap here is the
-write-up's route-ahead with a perfect predictor. Nothing is read ahead across a turn's end. With one
+write-up's route-ahead with a perfect predictor (``--prefetch route``). With a predictor instead
+(:mod:`workbench.expert.prefetch`), ``ahead`` stages what it names and the layer lands through its
+stage (the routing looked up when the layer comes). Nothing is read ahead across a turn's end.
+Each token's seconds and stall (read + upload + route) are kept as it ends (:class:`Timers`). With one
 inline lane and no overlap the layer is staged slice by slice instead (look up or read, copy, drain,
 release), as the one-thread session always was: a cache of one slice still works there.
 Uploads go through a :class:`SliceUploader` (``put`` then ``drain``); the default copies pageable
@@ -23,9 +26,10 @@ without touching the loop.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from workbench.expert.cache import ExpertCache, SliceKey
 from workbench.expert.compute import LayerCompute
@@ -55,10 +59,16 @@ class Timers:
     route: float = 0.0
     bookkeeping: float = 0.0  # the cache's: lookup, admit (gate, evict, madvise), complete, unpin
     landed_bytes: int = 0
+    token_s: list[float] = field(default_factory=list)  # each token's seconds (workbench.records.token_tail)
+    token_stall_s: list[float] = field(default_factory=list)  # of them, read + upload + route
+
+    @property
+    def stall(self) -> float:
+        return self.read + self.upload + self.route
 
 
 @dataclass
-class _Plan:
+class LayerPlan:
     keys: list[SliceKey]
     reads: dict[SliceKey, tuple[Any, str]] = field(default_factory=dict)  # miss → (lane handle, reader kind)
 
@@ -77,34 +87,77 @@ class Decoder:
 
     def __init__(self, cache: ExpertCache, lanes: LanePool, uploader: SliceUploader, arena: DeviceBuffer,
                  compute: LayerCompute, trace: RoutingTrace, by_layer: dict[int, list[int]], overlap: bool,
-                 on_upload: Callable[[SliceKey, int, int], None] | None = None):
+                 on_upload: Callable[[SliceKey, int, int], None] | None = None, prefetch: Any = None):
         self.cache, self.lanes, self.uploader, self.arena = cache, lanes, uploader, arena
         self.compute, self.trace, self.by_layer, self.overlap = compute, trace, by_layer, overlap
         self.on_upload = on_upload
+        self.prefetch = prefetch  # a PrefetchStage (workbench.expert.prefetch): stages its predictor's experts ahead
         self.timers = Timers()
         self.last_landed: list[tuple[SliceKey, int, int]] = []
 
     def run(self, first_token: int, tokens: int) -> None:
         """Decode ``tokens`` tokens from ``first_token``; nothing is left in flight afterwards."""
         steps = [(t, i) for t in range(first_token, first_token + tokens) for i in range(len(self.trace.layers))]
-        ahead: _Plan | None = None
-        serial = self.lanes.inline and not self.overlap
+        ahead: Any = None
+        serial, stage = self.lanes.inline and not self.overlap, self.prefetch
+        mark = (time.perf_counter(), self.timers.stall)
         for n, (t, i) in enumerate(steps):
+            if n and i == 0:
+                mark = self._token_done(mark)
             if serial:
                 landed = self._land_serial(t, i)
+            elif stage is not None:
+                landed = stage.land(self, t, i, ahead)
             else:
                 landed = self._land(ahead if ahead is not None else self._plan(t, i))
-            ahead = self._plan(*steps[n + 1]) if self.overlap and n + 1 < len(steps) else None
+            if self.overlap and n + 1 < len(steps):
+                ahead = stage.ahead(self, *steps[n + 1]) if stage is not None else self._plan(*steps[n + 1])
+            else:
+                ahead = None
             t0 = time.perf_counter()
             self.compute.run(self.arena, [(k.blob, at, size) for k, at, size in landed])
             self.timers.compute += time.perf_counter() - t0
             self.last_landed = landed
+        if stage is not None:
+            stage.finish(self)
+        self._token_done(mark)
 
-    def _keys(self, t: int, i: int) -> list[SliceKey]:
+    def _token_done(self, mark: tuple[float, float]) -> tuple[float, float]:
+        """Close the token begun at ``mark`` (its start, the stall then); the next one's mark."""
+        now, stall = time.perf_counter(), self.timers.stall
+        self.timers.token_s.append(round(now - mark[0], 9))
+        self.timers.token_stall_s.append(round(stall - mark[1], 9))
+        return now, stall
+
+    # --- what a prefetch stage drives (workbench.expert.prefetch.stage) --------------------------
+    def route(self, t: int, i: int) -> list[int]:
+        """Token ``t``'s experts in layer position ``i`` (timed: the routing stall)."""
         t0 = time.perf_counter()
         experts = self.trace.token(t)[i].tolist()
         self.timers.route += time.perf_counter() - t0
-        return [SliceKey(blob, e) for e in experts for blob in self.by_layer[self.trace.layers[i]]]
+        return experts
+
+    def lookup(self, key: SliceKey) -> str | None:
+        return self._lookup(key)
+
+    def submit_read(self, key: SliceKey, kind: str) -> Any:
+        """Start reading an admitted entry on a lane; the handle to wait on."""
+        return self.lanes.submit(lambda reader: self.cache.fill(key, reader), kind, self.cache.file_of(key))
+
+    def land(self, plan: LayerPlan) -> list[tuple[SliceKey, int, int]]:
+        return self._land(plan)
+
+    @contextlib.contextmanager
+    def timed(self, cause: str) -> Iterator[None]:
+        """Add the block's seconds to the timer of ``cause`` (read, upload, route, bookkeeping)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self.timers, cause, getattr(self.timers, cause) + time.perf_counter() - t0)
+
+    def _keys(self, t: int, i: int) -> list[SliceKey]:
+        return [SliceKey(blob, e) for e in self.route(t, i) for blob in self.by_layer[self.trace.layers[i]]]
 
     def _land_serial(self, t: int, i: int) -> list[tuple[SliceKey, int, int]]:
         """One slice at a time on this thread: look up or read it, copy it, drain, let it go."""
@@ -148,17 +201,15 @@ class Decoder:
         finally:
             self.timers.bookkeeping += time.perf_counter() - t0
 
-    def _plan(self, t: int, i: int) -> _Plan:
-        plan = _Plan(self._keys(t, i))
+    def _plan(self, t: int, i: int) -> LayerPlan:
+        plan = LayerPlan(self._keys(t, i))
         for key in plan.keys:
             kind = self._lookup(key)
             if kind is not None:
-                handle = self.lanes.submit(lambda reader, key=key: self.cache.fill(key, reader), kind,
-                                           self.cache.file_of(key))
-                plan.reads[key] = (handle, kind)
+                plan.reads[key] = (self.submit_read(key, kind), kind)
         return plan
 
-    def _land(self, plan: _Plan) -> list[tuple[SliceKey, int, int]]:
+    def _land(self, plan: LayerPlan) -> list[tuple[SliceKey, int, int]]:
         landed, views, at = [], [], 0
         try:
             for key in plan.keys:

@@ -28,6 +28,7 @@ from workbench.expert.decode import Decoder, SliceUploader, Timers, arena_slots
 from workbench.expert.uploader import open_uploader
 from workbench.expert.lanes import LanePool
 from workbench.expert.memory import process_memory
+from workbench.expert.prefetch import PrefetchStage, make_predictor, parse_prefetch
 from workbench.expert.policies.partition import session_eviction
 from workbench.expert.pressure_turn import TurnPressure
 from workbench.expert.procstat import CgroupMemory, read_io, read_status
@@ -92,9 +93,12 @@ class ExpertSession:
             self._stack.close()
             raise
         self.uploader = uploader
+        spec = parse_prefetch(config.prefetch)  # a predictor stages ahead only with overlap (check_config)
+        self.prefetch = PrefetchStage(make_predictor(spec, self.trace, config.seed)) \
+            if config.overlap and spec.predicts else None
         self.decoder = Decoder(self.cache, self.lanes, uploader, self._arena,
                                self.compute, self.trace, self._by_layer, config.overlap,
-                               self.checker.check_upload if config.verify else None)
+                               self.checker.check_upload if config.verify else None, self.prefetch)
         self._probe = memory_probe
         self._pressure = TurnPressure([f.path for f in index.files]) if config.memory_limit_mib else None
         self._cg_before = memory_probe() if memory_probe else None
@@ -115,7 +119,15 @@ class ExpertSession:
             f.boundary_release, f.policy, f.budget_bytes, f.reserved_bytes, self.trace.k, self.trace.source,
             trace_note, self.device.info().name, bool(c.verify), self.compute.description, c.lanes, c.overlap,
             _gate_text(self.cache), f.leak_bound_pages, working, expert_bytes, f.files, warnings,
-            release_advice=f.release_advice, uploader=c.uploader, upload_threads=c.upload_threads)
+            release_advice=f.release_advice, uploader=c.uploader, upload_threads=c.upload_threads,
+            prefetch=self._prefetch_text())
+
+    def _prefetch_text(self) -> str:
+        if self.prefetch is not None:
+            return self.prefetch.description
+        if not self.config.overlap:
+            return "none (no overlap: a layer's misses are read once it is routed)"
+        return "route (the next layer's own routing, known ahead: a perfect predictor)"
 
     def turns(self) -> Iterator[TurnRecord]:
         """Run the configured number of turns, yielding each turn's record as it ends."""
@@ -130,6 +142,8 @@ class ExpertSession:
         before, meter0, io0 = self.cache.counters(), self.lanes.meter.snapshot(), read_io()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         self.decoder.timers = timers = Timers()
+        if self.prefetch is not None:
+            self.prefetch.reset_turn()
         t0 = time.perf_counter()
         self.decoder.run(self._next_token, n)
         self.device.synchronize()
@@ -137,17 +151,19 @@ class ExpertSession:
         ru1, io1 = resource.getrusage(resource.RUSAGE_SELF), read_io()
         self._next_token += n
         c, mem = self.cache.counters().minus(before), self.cache.memory()
+        # entries read ahead for a layer that did not route them were admitted, not looked up: not misses
+        misses = c.misses - (self.prefetch.unused_entries if self.prefetch is not None else 0)
         reads = self.lanes.meter.snapshot().minus(meter0)
         disk = io1.read_bytes - io0.read_bytes
         page_cache = max(0, (io1.rchar - io0.rchar) - disk)
         stalls, book = timers.read + timers.upload + timers.route, timers.bookkeeping
         status, cg = read_status(), self._cgroup_delta()
         record = TurnRecord(
-            turn=len(self._records), tokens=n, bytes_read=c.bytes_read, hits=c.hits, misses=c.misses,
+            turn=len(self._records), tokens=n, bytes_read=c.bytes_read, hits=c.hits, misses=misses,
             evictions=c.evictions, minflt=ru1.ru_minflt - ru0.ru_minflt, majflt=ru1.ru_majflt - ru0.ru_majflt,
             accounted_bytes=mem.accounted_bytes, actual_anon_bytes=process_memory().anon_bytes,
             unreleased_pages=mem.unreleased_pages, seconds=seconds, tokens_per_s=n / max(seconds, 1e-12),
-            hit_rate=c.hits / max(1, c.hits + c.misses), compute_s=timers.compute, stall_read_s=timers.read,
+            hit_rate=c.hits / max(1, c.hits + misses), compute_s=timers.compute, stall_read_s=timers.read,
             stall_upload_s=timers.upload, stall_route_s=timers.route, bookkeeping_s=book,
             other_s=max(0.0, seconds - timers.compute - stalls - book),
             residual_s_per_token=max(0.0, seconds - stalls - book) / n,
@@ -162,6 +178,8 @@ class ExpertSession:
             shift_copy_bytes=c.shift_copy_bytes, shift_copy_s=c.shift_copy_s, resident_bytes=mem.resident_bytes,
             gated_reads=c.gated_reads, lazyfree_bytes=mem.lazyfree_bytes, file_rss_bytes=status.file_bytes,
             cpu_user_s=ru1.ru_utime - ru0.ru_utime, cpu_sys_s=ru1.ru_stime - ru0.ru_stime,
+            token_s=tuple(timers.token_s), token_stall_s=tuple(timers.token_stall_s),
+            **(self.prefetch.tally.to_json() if self.prefetch is not None else {}),
             **(self._pressure.after(disk) if self._pressure is not None else {}))
         self._records.append(record)
         if self.config.verify_end:  # outside the turn's timing

@@ -10,6 +10,7 @@ from workbench.expert.compute import parse_compute
 from workbench.expert.layout import PLACEMENTS
 from workbench.expert.memory import release_advice_flag
 from workbench.expert.policies.partition import check_session_policy
+from workbench.expert.prefetch.spec import check_prefetch
 from workbench.expert.readers import READERS
 from workbench.expert.routing import DISTRIBUTIONS, RoutingTrace, load_trace, moe_shape, synthetic_trace
 from workbench.expert.session_defaults import default_k
@@ -42,6 +43,7 @@ class SessionConfig:
     compute: str = "none"  # none | sleep:MS | device
     lanes: int = 1  # reader threads for misses (1 without overlap: on the decode thread)
     overlap: bool = False  # read the next layer's misses while this layer computes
+    prefetch: str = "route"  # what overlap stages ahead: route | none | previous | popularity | oracle (.prefetch.spec)
     gate: float | None = None  # resident fraction at which a miss is read buffered (None: off)
     gate_scope: str = "blob"  # blob: measured at each miss; file: the whole model once, at the start
     steady_window: int = 5  # turns in fio's trailing steady-state window
@@ -71,6 +73,7 @@ def check_config(c: SessionConfig) -> None:
         raise ParamError("session", "gate", f"must be a resident fraction in [0, 1], got {c.gate!r}")
     parse_compute(c.compute)
     check_session_policy(c)
+    check_prefetch(c.prefetch, c.overlap)
     release_advice_flag(c.release_advice, "session")  # unknown, or MADV_FREE where this platform has none
     for name, known in (("placement", PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
                         ("reader", ("auto", *READERS)), ("distribution", DISTRIBUTIONS),

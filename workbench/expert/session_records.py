@@ -7,9 +7,9 @@ accounted_bytes, actual_anon_bytes, unreleased_pages, seconds, tokens_per_s``), 
 loop's (:data:`DECODE_TURN_KEYS`: where the time went, bytes by source, the lanes' queue depth and
 GB/s) and the memory a turn ended with (:data:`MEMORY_TURN_KEYS`), then ``shift_copy_bytes``,
 ``resident_bytes`` and ``gated_reads``, then what a memory limit's pressure hit (:data:`PRESSURE_KEYS`),
-then the misses' staged GB/s against the machine's wall (:data:`WALL_KEYS`).
-A turn stays a few hundred bytes, so a 10,000-token session
-is small whatever its turn length.
+then the misses' staged GB/s against the machine's wall (:data:`WALL_KEYS`), then every token's seconds
+and stall (:data:`TOKEN_KEYS`: the per-token percentiles are taken over these raw times) and what a
+predictor did (:data:`PREFETCH_KEYS`). A turn stays a few hundred bytes plus two numbers a token.
 
 Where a turn's time went (``seconds``, the turn's wall)::
 
@@ -46,7 +46,12 @@ TURN_EXTRAS = ("shift_copy_bytes", "shift_copy_s", "resident_bytes", "gated_read
 PRESSURE_KEYS = ("file_rss_bytes", "model_lost_bytes", "model_fetched_bytes", "model_reread_bytes",
                  "other_fetched_bytes", "vm_majflt", "vm_swapin", "vm_refault_file", "vm_refault_anon",
                  "swap_used_bytes")
-WALL_KEYS = ("wall_name", "wall_gbps", "staged_of_wall", "wall_note")  # the misses against their wall, last
+WALL_KEYS = ("wall_name", "wall_gbps", "staged_of_wall", "wall_note")  # the misses against their wall
+# then every token's seconds and stall (workbench.records.token_tail), and what a predictor did
+# (workbench.expert.prefetch.tally; -1 where no predictor ran: --prefetch route, or no overlap)
+TOKEN_KEYS = ("token_s", "token_stall_s")
+PREFETCH_KEYS = ("prefetch_named", "prefetch_right", "prefetch_routed", "prefetch_bytes", "prefetch_unused_bytes",
+                 "prefetch_never_used_bytes", "prefetch_idle_bytes", "prefetch_dropped")
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,16 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     wall_gbps: float | None = None
     staged_of_wall: float | None = None  # staged_gbps over wall_gbps (None: see wall_note)
     wall_note: str = ""  # why there is no fraction: "no misses", "no wall: run `workbench ceilings`"
+    token_s: tuple[float, ...] = ()  # each token's seconds on the decode thread (empty: recorded before)
+    token_stall_s: tuple[float, ...] = ()  # of each, waiting for reads, uploads and routing
+    prefetch_named: int = -1  # experts the predictor named, over the (token, layer)s it was asked about
+    prefetch_right: int = -1  # of them, routed there
+    prefetch_routed: int = -1  # experts routed there
+    prefetch_bytes: int = -1  # entries' bytes read ahead
+    prefetch_unused_bytes: int = -1  # of them, not routed by the layer they were read for
+    prefetch_never_used_bytes: int = -1  # evicted before any token used them
+    prefetch_idle_bytes: int = -1  # read ahead, live and unused as the turn ended
+    prefetch_dropped: int = -1  # entries the cache had no room for (its budget held by entries in use)
 
     @property
     def held_anon_bytes(self) -> int:
@@ -167,7 +182,11 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     def from_json(cls, data: dict[str, Any]) -> "TurnRecord":
         """Back from :meth:`to_json`; a turn recorded before a field existed gets its default."""
         required = {f.name for f in fields(cls) if f.name in ISSUE_TURN_KEYS}
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in required or f.name in data})
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in required or f.name in data}
+        for key in TOKEN_KEYS:
+            if key in values:
+                values[key] = tuple(values[key] or ())
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -208,6 +227,7 @@ class SessionFacts:
     release_advice: str = "dontneed"  # how the cache handed pages back: dontneed | free (MADV_FREE, lazily)
     uploader: str = "pageable"  # how landed slices reach the device: pageable copies | pinned (a staging ring)
     upload_threads: int = 1  # threads copying them out of the cache
+    prefetch: str = "route"  # what was staged ahead, in words (workbench.expert.prefetch)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

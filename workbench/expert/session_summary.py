@@ -6,8 +6,10 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from workbench.expert.prefetch.tally import tally_fields
 from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.expert.steady import DEFAULT_SLOPE_PCT, DEFAULT_WINDOW, drift_after, steady_from
+from workbench.records.token_tail import tail_fields
 
 # metric → per-turn value: what drift_after watches once tok/s and the hit rate are steady
 _DRIFT = {
@@ -77,6 +79,28 @@ class SessionSummary:
     steady_slope_pct: float = DEFAULT_SLOPE_PCT
     lazyfree_bytes_last: int = 0  # last turn: resident pages handed back with MADV_FREE (out of the two above)
     lazyfree_bytes_max: int = 0
+    # every token of every turn (the first turn's cache filling included): workbench.records.token_tail
+    token_n: int = 0  # tokens the percentiles rest on (0: turns recorded before tokens were)
+    token_p50_ms: float | None = None
+    token_p90_ms: float | None = None
+    token_p99_ms: float | None = None  # nearest rank: below 100 tokens, the slowest token (token_tail.p99_caveat)
+    token_max_ms: float | None = None
+    stall_p50_ms: float | None = None
+    stall_p90_ms: float | None = None
+    stall_p99_ms: float | None = None
+    stall_max_ms: float | None = None
+    stall_ms_per_token: float | None = None
+    # what the predictor did (workbench.expert.prefetch.tally; -1 and None where none ran)
+    prefetch_named: int = -1
+    prefetch_right: int = -1
+    prefetch_routed: int = -1
+    prefetch_bytes: int = -1
+    prefetch_unused_bytes: int = -1
+    prefetch_never_used_bytes: int = -1
+    prefetch_idle_bytes: int = -1  # the last turn's: read ahead, still live and unused at the end
+    prefetch_dropped: int = -1
+    prefetch_precision: float | None = None
+    prefetch_recall: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -144,6 +168,7 @@ def summarize(records: Sequence[TurnRecord], facts: SessionFacts, verified_slice
         shift_copy_s=sum(max(0.0, r.shift_copy_s) for r in records),
         shift_copy_bytes_per_token=total("shift_copy_bytes") / tokens, steady_window=window, steady_slope_pct=slope_pct,
         lazyfree_bytes_last=last.lazyfree_bytes, lazyfree_bytes_max=max(r.lazyfree_bytes for r in records),
+        **tail_fields(records), **tally_fields(records),
     )
 
 

@@ -6,8 +6,10 @@ memory the cache does not account for moved from the first turn to the last, fau
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from workbench.records.token_tail import tail_fields, tail_line
 from workbench.untrusted import for_markdown, for_markdown_code
 
 if TYPE_CHECKING:
@@ -52,7 +54,27 @@ def _decode(t: pd.DataFrame) -> str:
     read = sum(e.get("stall_read_s", 0.0) for e in extra)
     book = [e["bookkeeping_s"] for e in extra if e.get("bookkeeping_s", -1) >= 0]  # none before it was timed
     books = f", bookkeeping {sum(book) / tokens.sum() * 1e3:.2f} ms/token" if len(book) == len(extra) else ""
-    return f"; residual {residual * 1e3:.2f} ms/token{books}, read stalls {read:.2f} s, hit rate {hits:.0%}"
+    return (f"; residual {residual * 1e3:.2f} ms/token{books}, read stalls {read:.2f} s, hit rate {hits:.0%}"
+            f"{_tokens(extra)}{_prefetched(extra)}")
+
+
+def _tokens(extra: list[dict[str, Any]]) -> str:
+    """Per-token latency and stall percentiles over every turn's tokens (none before they were recorded)."""
+    fields = tail_fields([SimpleNamespace(token_s=e.get("token_s") or (), token_stall_s=e.get("token_stall_s") or ())
+                          for e in extra])
+    return f"; {tail_line(fields)}" if fields["token_n"] else ""
+
+
+def _prefetched(extra: list[dict[str, Any]]) -> str:
+    """A predictor's precision and recall, and what it read ahead unused (none without a predictor)."""
+    ran = [e for e in extra if e.get("prefetch_named", -1) >= 0]
+    if not ran:
+        return ""
+    named, right, routed, read, unused = (sum(int(e.get(f"prefetch_{k}", 0)) for e in ran)
+                                          for k in ("named", "right", "routed", "bytes", "unused_bytes"))
+    ratio = lambda a, b: f"{a / b:.2f}" if b > 0 else "—"  # noqa: E731
+    return (f"; prefetch precision {ratio(right, named)}, recall {ratio(right, routed)}, read ahead "
+            f"{read / 2**20:.1f} MiB, {unused / 2**20:.1f} unused by its layer")
 
 
 def session_facts(a: dict[str, Any]) -> str:

@@ -48,6 +48,10 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 @click.option("--lanes", type=click.IntRange(1), default=1, show_default=True, help="Reader threads for misses.")
 @click.option("--overlap/--no-overlap", default=False, show_default=True,
               help="Read the next layer's misses while this layer computes.")
+@click.option("--prefetch", default="route", show_default=True,
+              help="What --overlap stages ahead of a layer: route (its own routing, known ahead: a perfect "
+                   "predictor) | none | previous (the previous token's experts) | popularity[:n=N,from=seen|trace] "
+                   "| oracle[:precision=P,recall=R,seed=S] (the routing degraded).")
 @click.option("--gate", type=click.FloatRange(0, 1), default=None,
               help="Resident fraction at which a miss is read buffered from the page cache (default: off).")
 @click.option("--gate-scope", type=click.Choice(["blob", "file"]), default="blob", show_default=True,
@@ -176,7 +180,9 @@ def _print_ab(result: Any) -> None:
         line = (f"tok/s {f['tok/s']:.2f}, residual {f['residual s/token'] * 1e3:.2f} ms/token, bookkeeping "
                 f"{f['bookkeeping s/token'] * 1e3:.2f} ms/token, shift copy {f['shift MiB/token']:.2f} MiB/token "
                 f"{f['shift ms/token']:.2f} ms/token, staged {f['staged GB/s']:.2f} GB/s, unreleased "
-                f"{f['unreleased pages']:,.0f}, cores busy {f['cores busy']:.2f}") if f else f"FAILED {c.error}"
+                f"{f['unreleased pages']:,.0f}, cores busy {f['cores busy']:.2f}, per token ms p50 "
+                f"{f['token p50 ms']:.2f} p99 {f['token p99 ms']:.2f} (n = {f['tokens']:.0f}), stall "
+                f"{f['stall ms/token']:.2f} ms/token{_predicted(f)}") if f else f"FAILED {c.error}"
         click.echo(f"  {result.arms[i].label:<28} round {r + 1}: {c.attempt_id[:8]} {line}")
         if c.memory_method:
             click.echo(f"    memory {c.memory_kind}: {c.memory}")
@@ -186,7 +192,17 @@ def _print_ab(result: Any) -> None:
         click.echo(f"check {check}")
 
 
-_TURN_HEADER = (f"{'turn':>4} {'tok/s':>8} {'hit':>5} {'read s':>7} {'upl s':>6} {'book s':>6} {'comp s':>7} "
+def _predicted(f: dict[str, float]) -> str:
+    """A cell's predictor: precision, recall, MiB/token read ahead and unused (nothing without one)."""
+    if f["precision"] < 0 and f["recall"] < 0:
+        return ""
+    shown = lambda v: "—" if v < 0 else f"{v:.2f}"  # noqa: E731
+    return (f", prefetch precision {shown(f['precision'])} recall {shown(f['recall'])}, read ahead "
+            f"{f['prefetch MiB/token']:.2f} MiB/token ({f['unused MiB/token']:.2f} unused by its layer, "
+            f"{f['never used MiB/token']:.2f} never used)")
+
+
+_TURN_HEADER = (f"{'turn':>4} {'tok/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'hit':>5} {'read s':>7} {'upl s':>6} {'book s':>6} {'comp s':>7} "
                 f"{'resid ms/t':>10} {'shift MiB/t':>11} {'disk MiB/t':>10} {'QD':>4} {'majflt':>6} {'unreleased':>10} "
                 f"{'anon-acct MiB':>13} {'GB/s':>6} of wall (misses staged)")
 
@@ -199,10 +215,13 @@ def _print_start(facts: Any) -> None:
 def _print_turn(r: Any) -> None:
     if r.turn == 0:  # the header with the first turn: a refusal before it stays one line
         click.echo(_TURN_HEADER, err=True)
+    from workbench.records.token_tail import tail
     from workbench.measure.session.wall import wall_text
 
     gap = (r.held_anon_bytes - r.accounted_bytes) / 2**20 if r.actual_anon_bytes >= 0 else float("nan")
-    click.echo(f"{r.turn:>4} {r.tokens_per_s:>8.1f} {r.hit_rate:>5.0%} {r.stall_read_s:>7.3f} {r.stall_upload_s:>6.3f} "
+    ms = tail(r.token_s)
+    p50, p99 = (ms.p50 * 1e3, ms.p99 * 1e3) if ms else (float("nan"), float("nan"))
+    click.echo(f"{r.turn:>4} {r.tokens_per_s:>8.1f} {p50:>7.2f} {p99:>7.2f} {r.hit_rate:>5.0%} {r.stall_read_s:>7.3f} {r.stall_upload_s:>6.3f} "
                f"{r.bookkeeping_s:>6.3f} {r.compute_s:>7.3f} {r.residual_s_per_token * 1e3:>10.2f} "
                f"{r.shift_copy_bytes / r.tokens / 2**20:>11.2f} {r.disk_bytes_per_token / 2**20:>10.2f} "
                f"{r.read_queue_depth:>4.1f} {r.majflt:>6} {r.unreleased_pages:>10} {gap:>13.1f} {r.staged_gbps:>6.2f} "

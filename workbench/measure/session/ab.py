@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from workbench.errors import ParamError
 from workbench.expert.session_config import SessionConfig, check_config
 from workbench.measure.run.effect import MIN_PAIRED_ROUNDS
+from workbench.measure.session.ab_metrics import METRICS, SHOWN, metric_caveat
 from workbench.records import CLAIM_MIN_RUNS, format_effect, verdict_caveat
 
 if TYPE_CHECKING:
@@ -40,32 +41,9 @@ if TYPE_CHECKING:
 
 # what the read bytes may legitimately differ by: these options change what the cache reads
 CHANGES_READS = frozenset({"cache_mib", "policy", "experts_per_token", "trace", "distribution", "zipf_s", "seed",
-                           "turns", "tokens"})
+                           "turns", "tokens", "prefetch"})
 OUTER_KEYS = ("cache", "device")
 DEFAULT_ROUNDS = max(MIN_PAIRED_ROUNDS, CLAIM_MIN_RUNS)  # fewer are never paired by round (below 5: no claim)
-_tokens = lambda ts: sum(t.tokens for t in ts)  # noqa: E731
-# metric → (per-cell value from the turns after the first, higher is better?)
-METRICS: dict[str, tuple[Callable[[Sequence[Any]], float], bool]] = {
-    "tok/s": (lambda ts: sum(t.tokens for t in ts) / max(1e-12, sum(t.seconds for t in ts)), True),
-    "residual s/token": (lambda ts: sum(t.residual_s_per_token * t.tokens for t in ts) / _tokens(ts), False),
-    "bookkeeping s/token": (lambda ts: sum(max(0.0, t.bookkeeping_s) for t in ts) / _tokens(ts), False),
-    "staged GB/s": (lambda ts: sum(t.bytes_read for t in ts) / 1e9 / sum(t.read_busy_s for t in ts)
-                    if sum(t.read_busy_s for t in ts) > 0 else 0.0, True),
-    "unreleased pages": (lambda ts: float(ts[-1].unreleased_pages), False),
-    "major faults/token": (lambda ts: sum(t.majflt for t in ts) / sum(t.tokens for t in ts), False),
-    "disk MiB/token": (lambda ts: sum(t.disk_bytes_per_token * t.tokens for t in ts) / sum(t.tokens for t in ts)
-                       / 2**20, False),
-    "refaults/token": (lambda ts: sum(max(0, t.cg_refaults) for t in ts) / sum(t.tokens for t in ts), False),
-}
-# shown beside the metrics in a cell's figures, compared by no verdict (what a placement changes by design)
-SHOWN = {
-    "shift MiB/token": lambda ts: sum(t.shift_copy_bytes for t in ts) / _tokens(ts) / 2**20,
-    "shift ms/token": lambda ts: sum(max(0.0, t.shift_copy_s) for t in ts) / _tokens(ts) * 1e3,
-    "cores busy": lambda ts: (sum(t.cpu_user_s + t.cpu_sys_s for t in ts) / max(1e-12, sum(t.seconds for t in ts))
-                              if all(t.cpu_user_s >= 0 for t in ts) else -1.0),  # -1: turns recorded before it
-}
-
-
 @dataclass(frozen=True)
 class Arm:
     label: str  # the --ab text
@@ -250,8 +228,9 @@ def _effects(arms: Sequence[Arm], cells: Sequence[tuple[int, int, Any]], figures
         judgement = "" if verdict == "inconclusive" else \
             ("better" if (verdict == "higher") == higher_better else "worse")
         reason = f"{e.reason} ({e.method})" if e.method else e.reason
+        caveat = " ".join(filter(None, [verdict_caveat(verdict, len(rounds)), metric_caveat(metric, figures)]))
         out.append(MetricEffect(arms[cand].label, metric, bm, cm, e.speedup, e.ci_low, e.ci_high, verdict,
-                                judgement, reason, len(rounds), verdict_caveat(verdict, len(rounds))))
+                                judgement, reason, len(rounds), caveat))
     return out
 
 

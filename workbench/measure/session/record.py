@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.expert.session_config import SessionConfig
 from workbench.expert.session_records import SessionFacts, TurnRecord
+from workbench.expert.prefetch.tally import tally_line
 from workbench.expert.session_summary import SessionReport, growth_line, steady_line, summarize
+from workbench.records.token_tail import tail_line
 from workbench.measure.session.wall import NO_WALL, machine_walls, turn_wall
 from workbench.records import AttemptStats, RunConfig
 
@@ -158,7 +160,8 @@ def session_stats(records: list[TurnRecord], failed: bool = False) -> AttemptSta
 def summary_line(report: SessionReport) -> str:
     """What the attempt's notes say of a session: the leak against its bound, tok/s, where the time
     went (the residual without the stalls and the cache's bookkeeping), the shift copy, bytes per
-    token by source, steady state."""
+    token by source, steady state, the per-token latency and stall percentiles, and what was
+    prefetched (a predictor's precision, recall and the bytes it read ahead unused)."""
     s = report.summary
     f = s.facts or SessionFacts("", "", "", "", "", "", "", 0, 0, 0, "", "", "", False)
     mib = 2**20
@@ -178,7 +181,15 @@ def summary_line(report: SessionReport) -> str:
             f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
             f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
             f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
-            f"compute {f.compute}{_advice(f, s)}{_uploads(f)}")
+            f"compute {f.compute}{_advice(f, s)}{_uploads(f)}; {tail_line(s)}{_prefetch(f, s)}")
+
+
+def _prefetch(f: SessionFacts, s: Any) -> str:
+    """What was staged ahead with overlap, and (a predictor) how right it was and what it read."""
+    if not f.overlap:
+        return ""
+    did = tally_line(s, s.tokens)
+    return f"; prefetch {f.prefetch}" + (f"; {did}" if did else "")
 
 
 def _uploads(f: SessionFacts) -> str:

@@ -153,7 +153,10 @@ def preflight_session(file: str, config: SessionConfig, device: str) -> Any:
     """The model's index, or one line before anything is recorded: a missing or dense model, bad
     settings, a missing backend."""
     from workbench.errors import BackendUnavailable
+    from workbench.expert.prefetch.predictors import check_fits
+    from workbench.expert.prefetch.spec import parse_prefetch
     from workbench.expert.routing import load_trace, moe_shape
+    from workbench.expert.session_defaults import default_k
     from workbench.formats import open_index
     from workbench.upload import DEVICES, device_availability
 
@@ -161,9 +164,11 @@ def preflight_session(file: str, config: SessionConfig, device: str) -> Any:
     index = open_index(file)
     if not index.blobs:
         raise ParamError("session", "file", f"{file} has no expert blobs: a session needs a MoE model")
+    layers, n_experts = moe_shape(index.blobs)
+    k = config.experts_per_token or default_k(n_experts)
     if config.trace is not None:
-        layers, n_experts = moe_shape(index.blobs)
-        load_trace(config.trace, layers=layers, n_experts=n_experts)
+        k = load_trace(config.trace, layers=layers, n_experts=n_experts).k
+    check_fits(parse_prefetch(config.prefetch), k, n_experts)  # a degraded oracle this model cannot have
     name = device.partition(":")[0]
     avail = device_availability(name)
     if not avail:
