@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import os
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from workbench.errors import TraceError
 from workbench.expert.traces.dense import RoutingTrace, dense_routing
 from workbench.expert.traces.read import read_trace
+from workbench.expert.traces.sticky import as_trace, is_model_file, load_model
 from workbench.formats.index import ExpertBlob
 
 DISTRIBUTIONS = ("uniform", "zipf")
@@ -70,14 +72,21 @@ def _check_synthetic(tokens: int, layers: tuple[int, ...], n_experts: int, k: in
         raise TraceError(where, f"zipf exponent s={zipf_s} must be > 0")
 
 
-def load_trace(path: str | os.PathLike, *, layers: Sequence[int] | None = None,
-               n_experts: int | None = None) -> RoutingTrace:
+def load_trace(path: str | os.PathLike, *, layers: Sequence[int] | None = None, n_experts: int | None = None,
+               tokens: int | None = None, seed: int = 0) -> RoutingTrace:
     """Read a trace file (any format of :func:`~workbench.expert.traces.read_trace`) in the dense form a
     session replays; with ``layers``/``n_experts`` (the model's), check it fits them (the gap rule:
-    :func:`~workbench.expert.traces.dense_routing`).
+    :func:`~workbench.expert.traces.dense_routing`). A routing-model file (``.json``, written by
+    ``workbench trace fit``) is synthesized instead: ``tokens`` tokens (default 1,024) with ``seed``.
 
     Raises :class:`TraceError` with one line naming the file, the row or token, and the problem.
     """
+    if is_model_file(path):
+        model = load_model(path)
+        synth = as_trace(model.synthesize(tokens or 1024, seed=seed))
+        fitted = dense_routing(replace(synth, source=os.fspath(path), layer_kind=model.layer_kind), layers=layers,
+                               n_experts=n_experts)
+        return replace(fitted, source=f"{os.fspath(path)} (fitted model, seed={seed})")
     return dense_routing(read_trace(path), layers=layers, n_experts=n_experts)
 
 

@@ -91,9 +91,9 @@ def routing(index: TensorIndex, config: SessionConfig) -> tuple[RoutingTrace, st
         trace = synthetic_trace(config.turns * config.tokens, layers, n_experts, k,
                                 distribution=config.distribution, zipf_s=config.zipf_s, seed=config.seed)
         return trace, ""
-    trace = load_trace(config.trace, layers=layers, n_experts=n_experts)
+    need = config.turns * config.tokens
+    trace = load_trace(config.trace, layers=layers, n_experts=n_experts, tokens=need, seed=config.seed)
     if k is not None and k != trace.k:
         raise ParamError("session", "experts_per_token", f"{k} but the trace routes {trace.k} per layer")
-    need = config.turns * config.tokens
     note = f"trace of {trace.tokens} tokens replayed {need / trace.tokens:.1f} times" if need > trace.tokens else ""
-    return trace, note
+    return trace, "; ".join(n for n in (trace.note, note) if n)

@@ -41,3 +41,34 @@ def _summary_row(r: dict) -> tuple:
 
 def _num(value: float, digits: int = 3) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def echo_fit(result: Any, tokens: int) -> None:
+    """The fitted parameters, the original's and the fitted trace's statistics side by side, the gaps."""
+    m = result.model
+    click.echo(f"fitted: stickiness {_spread(m.stickiness)}, recency {_spread(m.recency)}, memory "
+               f"{_spread(m.memory, 0)} tokens")
+    a = result.original.summary.set_index("layer").loc["all"]
+    b = result.fitted.summary.set_index("layer").loc["all"]
+    rows = [(name, _num(a[col], d), _num(b[col], d)) for name, col, d in (
+        ("top share × experts", "top_share", 2), ("gini", "gini", 3), ("entropy", "entropy", 3),
+        ("half set", "half_set", 3), ("overlap", "overlap", 3), ("reuse p50", "reuse_median", 0))]
+    wa, wb = (s.working_set[s.working_set["layer"] == "all"].set_index("window")["fraction"]
+              for s in (result.original, result.fitted))
+    rows += [(f"working set, {w} tokens", _num(wa[w]), _num(wb[w])) for w in wa.index if w in wb.index]
+    echo_table(("all layers", "original", f"fitted ({tokens} tokens)"), rows)
+    echo_table(("measure", "largest gap", "tolerance", "within", "source's halves"),
+               [(r["measure"], _num(r["largest_gap"]), _num(r["tolerance"], 2), "yes" if r["within"] else "NO",
+                 _num(r["source_halves_gap"])) for r in result.deviation.to_dict(orient="records")])
+    for r in result.deviation.to_dict(orient="records"):
+        if not r["within"]:
+            moves = r["source_halves_gap"] >= r["largest_gap"]
+            click.echo(f"{r['measure']}: the fitted trace stands {r['largest_gap']:.3f} from the original, beyond "
+                       f"{r['tolerance']:.2f}" + ("; the source's own halves stand as far apart (it is not "
+                                                  "stationary: a longer trace would pin it)" if moves else
+                                                  "; the model does not capture it"))
+
+
+def _spread(values: Any, digits: int = 2) -> str:
+    lo, hi = float(min(values)), float(max(values))
+    return f"{lo:.{digits}f}" if abs(hi - lo) < 10 ** -digits else f"{lo:.{digits}f}–{hi:.{digits}f}"

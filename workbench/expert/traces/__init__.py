@@ -18,15 +18,24 @@ Reading (every reader bounded — sizes checked before anything is allocated —
 
 Statistics: :func:`trace_stats(trace) <trace_stats>` → :class:`TraceStats`, pandas frames ``summary``,
 ``popularity``, ``reuse``, ``working_set`` (what each means: :mod:`workbench.expert.traces.stats`).
+Generator: :class:`StickyModel` (per-layer popularity, sticky experts, a recent history; seeded
+``synthesize(tokens, seed=)`` → :class:`RoutingTrace`), fitted by :func:`fit_trace(trace) <fit_trace>` →
+:class:`FitResult` (model, both traces' statistics, the gaps against :data:`TOLERANCES`); its parameter
+file (``save_model``/``load_model``, ``.json``) is what ``workbench session --trace`` synthesizes from.
+
 Gaps in the statistics: each layer is analysed on the tokens it has; popularity counts every recorded
 token, and the temporal statistics (overlap with the previous token, reuse distance, working set) look
 only inside runs of consecutive positions, never across a gap.
 """
 from workbench.expert.traces.dense import RoutingTrace, dense_routing
+from workbench.expert.traces.fit import TOLERANCES, FitResult, fit_trace
 from workbench.expert.traces.limits import MAX_EXPERTS, MAX_IDS, MAX_K, MAX_LAYER
 from workbench.expert.traces.read import FORMATS, read_trace
 from workbench.expert.traces.stats import TraceStats, trace_stats
+from workbench.expert.traces.sticky import StickyModel, as_trace, is_model_file, load_model, save_model
 from workbench.expert.traces.trace import Trace
+from workbench.expert.traces.write import trace_bytes
 
-__all__ = ["FORMATS", "MAX_EXPERTS", "MAX_IDS", "MAX_K", "MAX_LAYER", "RoutingTrace", "Trace", "TraceStats",
-           "dense_routing", "read_trace", "trace_stats"]
+__all__ = ["FORMATS", "MAX_EXPERTS", "MAX_IDS", "MAX_K", "MAX_LAYER", "TOLERANCES", "FitResult", "RoutingTrace",
+           "StickyModel", "Trace", "TraceStats", "as_trace", "dense_routing", "fit_trace", "is_model_file",
+           "load_model", "read_trace", "save_model", "trace_bytes", "trace_stats"]
