@@ -100,3 +100,51 @@ def belady_fraction(results: Sequence[SimResult]) -> dict[tuple[str, int], float
     bound = {r.cache_experts: r.hit_rate for r in results if r.policy == "belady"}
     return {(r.policy, r.cache_experts): (r.hit_rate / bound[r.cache_experts] if bound.get(r.cache_experts) else float("nan"))
             for r in results}
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A sweep over one trace: every result, and what the trace was (``--json`` of ``trace simulate``)."""
+
+    source: str
+    note: str  # what the gap rule dropped, when the trace came from a file with gaps
+    layers: tuple[int, ...]
+    tokens: int
+    k: int
+    n_experts: int
+    results: tuple[SimResult, ...]
+    seconds: float  # the simulation's wall time, every policy and size
+
+    @property
+    def lookups(self) -> int:
+        return sum(r.lookups for r in self.results)
+
+    def to_json(self) -> dict:
+        frac = belady_fraction(self.results)
+        bound = {r.cache_experts: r for r in self.results if r.policy == "belady"}
+        rows = []
+        for r in self.results:
+            b = bound[r.cache_experts]
+            rows.append({"policy": r.policy, "cache_experts": r.cache_experts, "hit_rate": r.hit_rate,
+                         "of_belady": _finite(frac[(r.policy, r.cache_experts)]), "hits": sum(r.hits),
+                         "lookups": r.lookups,
+                         "layers": [{"layer": layer, "hit_rate": rate, "of_belady": _finite(rate / br if br else float("nan"))}
+                                    for layer, rate, br in zip(r.layers, r.layer_rates, b.layer_rates)]})
+        return {"source": self.source, "note": self.note, "layers": list(self.layers), "tokens": self.tokens,
+                "k": self.k, "n_experts": self.n_experts, "seconds": self.seconds,
+                "lookups_per_s": self.lookups / self.seconds if self.seconds > 0 else None, "results": rows}
+
+
+def _finite(x: float) -> float | None:
+    return None if x != x else x
+
+
+def run_simulation(trace: RoutingTrace, policies: Sequence[str | PolicySpec], sizes: Sequence[int]) -> Simulation:
+    """:func:`simulate`, timed, with the trace's facts."""
+    import time
+
+    t0 = time.perf_counter()
+    results = simulate(trace, policies, sizes)
+    seconds = time.perf_counter() - t0
+    return Simulation(trace.source, getattr(trace, "note", ""), trace.layers, trace.tokens, trace.k, trace.n_experts,
+                      tuple(results), seconds)
