@@ -93,6 +93,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'workbench ledger verdict ID kept --note "…"': (RUN, ""),
     'workbench run FILE --strategy "pread evict=1" --cache asis --runs 5': (RUN, ""),
     "workbench session MODEL": (HELP, ""),
+    "workbench trace stats TRACE": (HELP, "tests/test_traces_fit.py runs it on a trace in every format"),
+    "workbench trace fit TRACE --out mixtral.model.json": (HELP, "tests/test_traces_fit.py runs trace fit"),
+    "workbench session MODEL --trace mixtral.model.json": (HELP, "tests/test_traces_fit.py: a session's routing "
+                                                                   "from a model file"),
     "workbench ceilings": (RUN, ""),
     "workbench ceilings --refresh": (RUN, ""),
     "workbench ledger upgrade": (RUN, ""),

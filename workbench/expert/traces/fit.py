@@ -5,12 +5,13 @@ closely the fitted trace's statistics follow the original's (:data:`TOLERANCES`)
 The fit is a calibration by simulation, seeded, every candidate and layer simulated at once:
 
 1. recency and memory: on up to :data:`_SELECT_LAYERS` layers, each candidate (no history, or memory
-   4 … 256 tokens with recency 0.3 / 0.6 / 0.9) is calibrated as in 2 and the one whose working-set
-   curve lies closest to the trace's, over those layers, is kept for every layer;
+   4 … 256 tokens with recency 0.3 / 0.6 / 0.9, then the best one's neighbours) is calibrated as in 2
+   and the one whose working-set curve lies closest to the trace's, over those layers, is kept for
+   every layer;
 2. popularity and stickiness, per layer: the weights start at the trace's expert shares and are
    corrected multiplicatively for what drawing ``k`` without replacement, keeping and the history do
-   to them; the stickiness is bisected until the synthesized overlap meets the trace's. Common random
-   numbers (one seed every round) keep the bisection monotone.
+   to them; the stickiness is bisected until the synthesized overlap meets the trace's. Every round draws
+   afresh (its own seed); the weights are their mean over the bisection's rounds.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from workbench.expert.traces.trace import Trace
 TOLERANCES = {"popularity": 0.05, "overlap": 0.03, "working_set": 0.06}
 CANDIDATES = [(1.0, 0.0)] + [(float(m), r) for m in (4, 16, 64, 256) for r in (0.3, 0.6, 0.9)]  # (memory, recency)
 _SELECT_LAYERS = 8
-_WARMUP_ROUNDS, _BISECT_ROUNDS = 3, 12
+_WARMUP_ROUNDS, _BISECT_ROUNDS = 3, 8
 
 
 @dataclass(frozen=True)
@@ -78,28 +79,46 @@ def fit_model(trace: Trace, stats: TraceStats, *, seed: int = 0) -> StickyModel:
 
 def _select(trace: Trace, stats: TraceStats, target: np.ndarray, eps: np.ndarray, overlap: np.ndarray,
             calib: int, longest: int, seed: int) -> tuple[float, float]:
-    """(memory, recency) of the candidate whose working set lies closest to the trace's."""
+    """(memory, recency) of the candidate whose working set lies closest to the trace's: the grid of
+    :data:`CANDIDATES`, then the best one's neighbours (memory halved and doubled, recency nudged)."""
     cands = [c for c in CANDIDATES if c[0] <= max(longest / 2, 1)]
     picked = np.unique(np.linspace(0, len(trace.layers) - 1, min(_SELECT_LAYERS, len(trace.layers))).astype(int))
     if len(cands) == 1 or np.isnan(overlap[picked]).all():
         return cands[0]
+    args = (trace, stats, target, eps, overlap, calib, seed, picked)
+    errors = _errors(cands, *args)
+    memory, recency = cands[int(np.argmin(errors))]
+    if recency == 0:
+        return memory, recency
+    near = [(memory * f, recency) for f in (0.5, 0.7, 1.4, 2.0) if memory * f <= max(longest / 2, 1)]
+    near += [(memory, r) for r in (recency - 0.1, min(recency + 0.05, 0.99)) if 0 < r < 1]
+    near_errors = _errors(near, *args)
+    if near_errors.min() < errors.min():
+        return near[int(np.argmin(near_errors))]
+    return memory, recency
+
+
+def _errors(cands: list[tuple[float, float]], trace: Trace, stats: TraceStats, target: np.ndarray, eps: np.ndarray,
+            overlap: np.ndarray, calib: int, seed: int, picked: np.ndarray) -> np.ndarray:
+    """Per candidate: the largest gap of the working-set curve (mean over the picked layers) from the
+    trace's, plus the mean gap of the overlap, on a fresh seed after calibration."""
     rows = [(c, i) for c in range(len(cands)) for i in picked]
     mem = np.array([cands[c][0] for c, _ in rows])
     rec = np.array([cands[c][1] for c, _ in rows])
     idx = np.array([i for _, i in rows])
     weights, rho, _ = _calibrate(target[idx], eps[idx], overlap[idx], mem, rec, trace.k, calib, seed)
     # judged on a fresh seed: a candidate whose overlap cannot come down to the trace's loses here
-    sim = simulate(weights, rho, rec, mem, trace.k, calib, np.random.default_rng(seed + 1))
+    sim = simulate(weights, rho, rec, mem, trace.k, calib, np.random.default_rng([seed, 1 << 20]))
     got = trace_stats(as_trace(RoutingTrace(sim, tuple(range(len(rows))), trace.n_experts, "calibration")))
     ws = got.working_set[got.working_set["layer"] != "all"].copy()
     row = ws["layer"].astype(int).to_numpy()
     ws["cand"] = [rows[r][0] for r in row]
     ws["layer"] = [trace.layers[idx[r]] for r in row]
     both = ws.merge(stats.working_set, on=["layer", "window"], suffixes=("", "_trace"))
-    error = (both["fraction"] - both["fraction_trace"]).abs().groupby(both["cand"]).mean()
-    per_row = np.abs(got.summary["overlap"].to_numpy()[:len(rows)] - np.nan_to_num(overlap[idx]))
-    error = error.add(pd.Series(per_row).groupby([c for c, _ in rows]).mean(), fill_value=0)
-    return cands[int(error.idxmin())]
+    curve = (both["fraction"] - both["fraction_trace"]).groupby([both["cand"], both["window"]]).mean()
+    error = curve.abs().groupby(level="cand").max().reindex(range(len(cands)), fill_value=0.0)
+    miss = np.abs(got.summary["overlap"].to_numpy()[:len(rows)] - np.nan_to_num(overlap[idx]))
+    return error.to_numpy() + pd.Series(miss).groupby([c for c, _ in rows]).mean().to_numpy()
 
 
 def _calibrate(target: np.ndarray, eps: np.ndarray, overlap: np.ndarray, memory: np.ndarray, recency: np.ndarray,
@@ -109,15 +128,19 @@ def _calibrate(target: np.ndarray, eps: np.ndarray, overlap: np.ndarray, memory:
     goal = np.nan_to_num(overlap)
     log_w, lo, hi = np.log(target), np.zeros(len(target)), np.ones(len(target))
     rho = np.where(has_pairs, 0.5, 0.0)
+    kept = []
     for round_ in range(_WARMUP_ROUNDS + _BISECT_ROUNDS):
-        sim = simulate(_normalise(np.exp(log_w)), rho, recency, memory, k, tokens, np.random.default_rng(seed))
+        sim = simulate(_normalise(np.exp(log_w)), rho, recency, memory, k, tokens, np.random.default_rng([seed, round_]))
         log_w = log_w + 0.8 * (np.log(target) - np.log(_shares(sim, target.shape[1]) + eps))
         log_w -= log_w.max(axis=1, keepdims=True)
         if round_ >= _WARMUP_ROUNDS:
+            kept.append(log_w)
             low = _overlap(sim) < goal
             lo, hi = np.where(low, rho, lo), np.where(low, hi, rho)
             rho = np.where(has_pairs, (lo + hi) / 2, 0.0)
-    return _normalise(np.exp(log_w)), rho, sim
+    # each round's weights carry its own sample's noise (a sticky layer samples few independent
+    # tokens): their mean over the bisection's rounds is the estimate
+    return _normalise(np.exp(np.mean(kept, axis=0))), rho, sim
 
 
 def deviation(original: TraceStats, fitted: TraceStats, source_halves: tuple[TraceStats, TraceStats] | None = None

@@ -13,7 +13,8 @@ from workbench.expert.traces.trace import Trace
 _COLUMNS = ("token", "layer", "expert")
 _LIMITS = (MAX_POSITION, MAX_LAYER, MAX_EXPERTS)
 _CHUNK_ROWS = 1 << 18
-_INTEGER = r"\s*[0-9]{1,18}\s*"  # 18 digits fit an int64: a longer number is refused before int() sees it
+_INTEGER = r"[0-9]+"
+_DIGITS = 18  # fit an int64: a longer number is out of range before anything converts it
 
 
 def read_csv(path: str) -> Trace:
@@ -55,10 +56,16 @@ def _checked(path: str, chunk: pd.DataFrame) -> np.ndarray:
         got = printable(",".join(chunk.loc[line]))[:200]
         raise TraceError(path, f"line {line + 1}: expected three non-negative integers token,layer,expert; "
                                f"got {got!r}")
-    values = cells[~blank].to_numpy().astype(np.int64).reshape(-1, 3)
+    kept = cells[~blank]
+    for c, name in enumerate(_COLUMNS):
+        long = np.flatnonzero(kept[c].str.lstrip("0").str.len().to_numpy() > _DIGITS)
+        if len(long):
+            raise TraceError(path, f"line {int(kept.index[long[0]]) + 1}: {name} {kept[c].iloc[long[0]][:40]} "
+                                   f"out of range (0 .. {_LIMITS[c] - 1})")
+    values = kept.to_numpy().astype(np.int64).reshape(-1, 3)
     for c, (name, limit) in enumerate(zip(_COLUMNS, _LIMITS)):
         over = np.flatnonzero(values[:, c] >= limit)
         if len(over):
-            line = int(chunk.index[~blank.to_numpy()][over[0]]) + 1
+            line = int(kept.index[over[0]]) + 1
             raise TraceError(path, f"line {line}: {name} {int(values[over[0], c])} out of range (0 .. {limit - 1})")
     return values
