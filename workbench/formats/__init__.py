@@ -3,7 +3,7 @@
 ``open_index(path)`` takes a model: one file, a directory, a safetensors index or any shard of a set
 (resolve.py says which files that is), indexes each file by its format — recognised by content, not by
 file name — and checks them as one set (sets.py). A format is a class with ``name``,
-``sniff(head: bytes) -> bool`` and ``read_index(path, size) -> TensorIndex``, registered in
+``sniff(head: bytes) -> bool`` and ``read_index(path, size, max_tensors) -> TensorIndex``, registered in
 :data:`FORMATS`; adding one is a module plus one line here.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 import stat
 
 from workbench.errors import FormatError
+from workbench.formats.bounds import MAX_TENSORS
 from workbench.formats.index import PAGE_SIZE, ExpertBlob, FileIdentity, ModelFile, TensorIndex, TensorInfo
 from workbench.formats.opening import open_regular_file
 from workbench.registry import Registry
@@ -59,10 +60,11 @@ def open_index(path: str | os.PathLike[str]) -> TensorIndex:
     return index_set(resolve_model(path), open_file_index)
 
 
-def open_file_index(path: str | os.PathLike[str]) -> TensorIndex:
-    """Index one model file on its own (no set resolution): what :func:`open_index` does per member."""
+def open_file_index(path: str | os.PathLike[str], max_tensors: int = MAX_TENSORS) -> TensorIndex:
+    """Index one model file on its own (no set resolution): what :func:`open_index` does per member,
+    with ``max_tensors`` what its model has left of the one cap (FormatError past it, before indexing)."""
     path, st = _check_path(path)
-    index = FORMATS.get(_detect(path, st)).read_index(path, st.st_size)
+    index = FORMATS.get(_detect(path, st)).read_index(path, st.st_size, max_tensors)
     # stat before the header was read: a change while reading it also shows up as drift later
     return dataclasses.replace(index, mtime_ns=st.st_mtime_ns, inode=st.st_ino, files=())
 

@@ -21,6 +21,13 @@ alone, before any system call:
 
 Members are then confined and stat'ed one at a time, in order, and the first that fails stops
 resolution (resolve.py).
+
+:data:`MAX_TENSORS` is one cap per model, whatever its files (issue 35 §1: a 94 MB safetensors header
+of 1.4 M tensors took 32 s and 1.4 GB to index, a GGUF of 3 M tensors 31 s and 2.3 GB). Each member is
+indexed with the budget its set has left (sets.py), and each format checks its count against it before
+the index is built: GGUF by its header's ``tensor_count``; safetensors by its header's strings before
+the JSON is parsed (:func:`check_header_strings`: every tensor entry holds five), then by its entries.
+:data:`MAX_KV` bounds a GGUF's key/values likewise (real files hold 20–60).
 """
 from __future__ import annotations
 
@@ -30,7 +37,11 @@ MAX_TENSORS = 262_144
 MAX_MEMBERS = 4_096
 MAX_NAME_DEPTH = 8
 MAX_COMPONENT_BYTES = 255
+MAX_KV = 65_536
 _SLACK_QUOTES = 4_096  # metadata's strings beside the weight_map (total_size, a format name …)
+# JSON values a safetensors header of ``n`` tensors can hold: per tensor a key, an entry of three fields,
+# at most 8 dimensions and two offsets (each value after the first follows a ``,`` or a ``:``).
+_SEPARATORS_PER_TENSOR = 1 + 3 + 2 + 7 + 1 + 1
 
 
 def check_index_strings(index_path: str, raw: bytes) -> None:
@@ -43,6 +54,26 @@ def check_index_strings(index_path: str, raw: bytes) -> None:
     if quotes > 4 * MAX_TENSORS + _SLACK_QUOTES:
         raise FormatError(index_path, "weight_map", f"about {quotes // 4:,} entries: more than the "
                           f"{MAX_TENSORS:,} tensors an index may list (the largest public checkpoints list ~140 k)")
+
+
+def check_tensor_count(path: str, field: str, count: int, budget: int = MAX_TENSORS, about: bool = False) -> None:
+    """Refuse a file of ``count`` tensors where its model has ``budget`` left of :data:`MAX_TENSORS`."""
+    if count > budget:
+        earlier = f" ({MAX_TENSORS - budget:,} in the model's other files)" if budget < MAX_TENSORS else ""
+        raise FormatError(path, field, f"{'about ' if about else ''}{count:,} tensors: more than the "
+                          f"{MAX_TENSORS:,} a model may hold{earlier} (the largest public checkpoints hold ~140 k)")
+
+
+def check_header_strings(path: str, raw: bytes, budget: int = MAX_TENSORS) -> None:
+    """Refuse, before parsing, a safetensors header with more strings (five per tensor: its name,
+    ``dtype`` and its value, ``shape``, ``data_offsets``) or more values than ``budget`` tensors hold."""
+    quotes = raw.count(b'"')
+    if quotes > 10 * budget + _SLACK_QUOTES:
+        check_tensor_count(path, "header", quotes // 10, budget, about=True)
+    separators = raw.count(b",") + raw.count(b":")
+    if separators > _SEPARATORS_PER_TENSOR * budget + _SLACK_QUOTES:
+        raise FormatError(path, "header", f"{separators:,} JSON values: more than a header of "
+                          f"{budget:,} tensors can hold (at most {_SEPARATORS_PER_TENSOR} each)")
 
 
 def check_member_name(index_path: str, name: str, where: str) -> None:

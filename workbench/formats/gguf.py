@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from workbench.formats.bounds import MAX_TENSORS
 from workbench.formats.gguf_walk import MAGIC, walk_gguf_header
 from workbench.formats.index import TensorIndex
 from workbench.formats.moe import group_gguf_experts
@@ -31,13 +32,14 @@ class GGUFFormat:
         return head[:4] == MAGIC
 
     @staticmethod
-    def read_index(path: str, size: int) -> TensorIndex:
-        return read_gguf_index(path, size)
+    def read_index(path: str, size: int, max_tensors: int = MAX_TENSORS) -> TensorIndex:
+        return read_gguf_index(path, size, max_tensors)
 
 
-def read_gguf_index(path: str, size: int) -> TensorIndex:
-    """Index a GGUF file of ``size`` bytes; raises :class:`FormatError` on anything malformed."""
-    header = walk_gguf_header(path, size)
+def read_gguf_index(path: str, size: int, max_tensors: int = MAX_TENSORS) -> TensorIndex:
+    """Index a GGUF file of ``size`` bytes holding at most ``max_tensors`` tensors (what its model has
+    left of :data:`~workbench.formats.bounds.MAX_TENSORS`); FormatError on anything malformed."""
+    header = walk_gguf_header(path, size, max_tensors)
     tensors = sorted(header.tensors, key=lambda t: (t.offset, t.nbytes))  # file order: the data's, not the table's
     return TensorIndex(
         path=path, format="gguf", size=size, data_offset=header.data_offset, alignment=header.alignment,

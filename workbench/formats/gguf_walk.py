@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import FormatError
+from workbench.formats.bounds import MAX_KV, MAX_TENSORS, check_tensor_count
 from workbench.formats.index import TensorInfo
 from workbench.formats.opening import open_regular_file
 
@@ -98,13 +99,18 @@ class _Walker:
         return self.size - self.pos
 
 
-def walk_gguf_header(path: str, size: int) -> GGUFHeader:
-    """Read and check the header of the GGUF file at ``path`` (``size`` bytes); FormatError on anything bad."""
+def walk_gguf_header(path: str, size: int, max_tensors: int = MAX_TENSORS) -> GGUFHeader:
+    """Read and check the header of the GGUF file at ``path`` (``size`` bytes, at most ``max_tensors``
+    tensors and :data:`~workbench.formats.bounds.MAX_KV` key/values); FormatError on anything bad."""
     if size < 24:
         raise FormatError(path, "header", f"truncated: {size} bytes, a GGUF header needs at least 24")
     with open_regular_file(path) as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         w = _Walker(path, buf, size, gguf_tables())
         version, n_tensors, n_kv = _walk_counts(w)
+        check_tensor_count(path, "tensor_count", n_tensors, max_tensors)  # before any record is read
+        if n_kv > MAX_KV:
+            raise FormatError(path, "kv_count", f"{n_kv:,} key/values: more than the {MAX_KV:,} a GGUF may "
+                                                "hold (real files hold 20–60)")
         alignment, metadata = _walk_kvs(w, n_kv)
         infos = [_walk_tensor_info(w, i) for i in range(n_tensors)]
     data_offset = -(-w.pos // alignment) * alignment

@@ -12,6 +12,7 @@ import struct
 from typing import Any, ClassVar
 
 from workbench.errors import FormatError
+from workbench.formats.bounds import MAX_TENSORS, check_header_strings, check_tensor_count
 from workbench.formats.index import TensorIndex, TensorInfo
 from workbench.formats.moe import group_safetensors_experts, group_stacked_safetensors_experts
 from workbench.formats.opening import open_regular_file
@@ -38,14 +39,16 @@ class SafetensorsFormat:
         return len(head) >= 9 and head[8:9] == b"{"
 
     @staticmethod
-    def read_index(path: str, size: int) -> TensorIndex:
-        return read_safetensors_index(path, size)
+    def read_index(path: str, size: int, max_tensors: int = MAX_TENSORS) -> TensorIndex:
+        return read_safetensors_index(path, size, max_tensors)
 
 
-def read_safetensors_index(path: str, size: int) -> TensorIndex:
-    """Index a safetensors file of ``size`` bytes; raises :class:`FormatError` on anything malformed."""
-    header, data_offset = _read_header(path, size)
+def read_safetensors_index(path: str, size: int, max_tensors: int = MAX_TENSORS) -> TensorIndex:
+    """Index a safetensors file of ``size`` bytes holding at most ``max_tensors`` tensors (what its
+    model has left of :data:`~workbench.formats.bounds.MAX_TENSORS`); FormatError on anything malformed."""
+    header, data_offset = _read_header(path, size, max_tensors)
     metadata = _read_metadata(path, header.pop("__metadata__", None))
+    check_tensor_count(path, "header", len(header), max_tensors)  # before a TensorInfo is made
     tensors = [_read_tensor(path, name, entry, data_offset, size) for name, entry in header.items()]
     tensors.sort(key=lambda t: (t.offset, t.nbytes))
     _check_overlaps(path, tensors)
@@ -57,7 +60,7 @@ def read_safetensors_index(path: str, size: int) -> TensorIndex:
     )
 
 
-def _read_header(path: str, size: int) -> tuple[dict[str, Any], int]:
+def _read_header(path: str, size: int, max_tensors: int) -> tuple[dict[str, Any], int]:
     if size < 8:
         raise FormatError(path, "header length", f"truncated: file has {size} bytes, needs at least 8")
     with open_regular_file(path) as f:
@@ -67,6 +70,7 @@ def _read_header(path: str, size: int) -> tuple[dict[str, Any], int]:
         if n > MAX_HEADER:
             raise FormatError(path, "header length", f"{n} bytes exceeds the {MAX_HEADER}-byte limit")
         raw = f.read(n)
+    check_header_strings(path, raw, max_tensors)  # parsing 1.4 M entries alone takes seconds
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except RecursionError:

@@ -14,18 +14,21 @@ from collections import Counter
 from typing import Callable
 
 from workbench.errors import FormatError
+from workbench.formats.bounds import MAX_TENSORS
 from workbench.formats.index import ModelFile, TensorIndex, TensorInfo
 from workbench.formats.moe import group_blobs
 from workbench.formats.resolve import ModelSpec, gguf_split_siblings
 
 SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS = "split.no", "split.count", "split.tensors.count"
 
-IndexOne = Callable[[str], TensorIndex]  # one member file → its own index
+IndexOne = Callable[[str, int], TensorIndex]  # one member file, the tensors its model has left → its index
 
 
 def index_set(spec: ModelSpec, index_one: IndexOne) -> TensorIndex:
-    """The model's index; a lone GGUF whose keys say it is one split of several brings its siblings."""
-    first = index_one(spec.files[0])
+    """The model's index; a lone GGUF whose keys say it is one split of several brings its siblings.
+    Each member is indexed with what the set has left of the one :data:`MAX_TENSORS` cap, so the set's
+    work is bounded as one file's is."""
+    first = index_one(spec.files[0], MAX_TENSORS)
     if len(spec.files) == 1 and spec.weight_map is None:  # an index over one shard is still checked
         count = _split_int(first, SPLIT_COUNT)
         if first.format != "gguf" or count is None or count <= 1:  # llama.cpp: split when count > 1
@@ -35,7 +38,11 @@ def index_set(spec: ModelSpec, index_one: IndexOne) -> TensorIndex:
             raise FormatError(first.path, SPLIT_COUNT, f"split.count is {count} but the name is not "
                               f"'<name>-0000i-of-{count:05d}.gguf': cannot find the other splits")
         spec = dataclasses.replace(spec, path=siblings[0], files=siblings, kind="gguf-split")
-    parts = [first if f == first.path else index_one(f) for f in spec.files]
+    parts, used = [], len(first)
+    for f in spec.files:
+        part = first if f == first.path else index_one(f, MAX_TENSORS - used)
+        used += len(part) if part is not first else 0
+        parts.append(part)
     _check_formats(parts)
     if parts[0].format == "gguf":
         _check_gguf_splits(parts)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+from fractions import Fraction
 
 from workbench.errors import ParamError
 from workbench.formats.index import TensorIndex
@@ -41,6 +42,8 @@ __all__ = ["CHUNK_BYTES", "FORMATS", "_write_content", "parse_size", "write_synt
 FORMATS = ("gguf", "safetensors")
 _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
           "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+MAX_SIZE = 2**50  # 1 PiB: a size past it is a typo, not a model
+MAX_EXPERTS = 4_096  # experts per layer (the largest public MoE models have 384)
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -49,13 +52,20 @@ def parse_size(text: str | int) -> int:
     if isinstance(text, int):
         value = text
     else:
-        m = _SIZE_RE.match(str(text))
+        m = _SIZE_RE.match(str(text)) if len(str(text)) <= 64 else None  # 1 PiB takes 16 digits
         if m is None or m.group(2).upper() not in _UNITS:
-            raise ParamError("synth", "size", f"cannot parse {text!r} (e.g. 1048576, 64MiB, 2GiB, 500MB)")
-        value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+            raise ParamError("synth", "size", f"cannot parse {_short(text)} (e.g. 1048576, 64MiB, 2GiB, 500MB)")
+        value = int(Fraction(m.group(1)) * _UNITS[m.group(2).upper()])  # exact: float() of 400 digits is inf
     if value <= 0:
         raise ParamError("synth", "size", f"must be positive, got {text!r}")
+    if value > MAX_SIZE:
+        raise ParamError("synth", "size", f"{_short(text)} is more than {MAX_SIZE // 2**50} PiB")
     return value
+
+
+def _short(text: object) -> str:
+    text = repr(text)
+    return text if len(text) <= 40 else f"{text[:39]}… ({len(text):,} characters)"
 
 
 def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, size: int | None,
@@ -144,8 +154,8 @@ def _check_args(format: str, layout: str, size: int, experts: int, alignment: in
         raise ParamError("synth", "layout", f"{layout!r} is not one of {', '.join(LAYOUTS)}")
     if size is not None and size <= 0:
         raise ParamError("synth", "size", f"must be positive, got {size}")
-    if experts < 1:
-        raise ParamError("synth", "experts", f"must be >= 1, got {experts}")
+    if not 1 <= experts <= MAX_EXPERTS:
+        raise ParamError("synth", "experts", f"must be in [1, {MAX_EXPERTS}], got {experts}")
     if alignment < 1 or alignment & (alignment - 1):
         raise ParamError("synth", "alignment", f"{alignment} is not a power of two")
     if not 0 <= seed < 2**63:

@@ -1,0 +1,94 @@
+"""Issue 35 §1: one cap for the tensors of a model, whatever its files — a single safetensors header or
+GGUF, not only a set's index — checked before the index is built, refused in one line within 1 s of CPU.
+(Before: a 94 MB header of 1.4 M tensors took 32 s and 1.4 GB to inspect, a GGUF of 3 M tensors 31 s
+and 2.3 GB.)"""
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from workbench.cli import main
+from workbench.errors import FormatError
+from workbench.formats import open_index
+from workbench.formats.bounds import MAX_KV, MAX_TENSORS
+
+_ZERO = '{"dtype":"U8","shape":[0],"data_offsets":[0,0]}'
+
+
+def safetensors_of(path: Path, n: int, value: str = _ZERO) -> Path:
+    header = ("{" + ",".join(f'"t{i:07d}":{value}' for i in range(n)) + "}").encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    return path
+
+
+def _kv(key: str, value: int) -> bytes:
+    return struct.pack("<Q", len(key)) + key.encode() + struct.pack("<II", 4, value)  # UINT32
+
+
+def gguf_of(path: Path, n: int, kvs: dict[str, int] | None = None, records: bool = True, n_kv: int | None = None) -> Path:
+    """A GGUF of ``n`` empty F32 tensors (``records=False``: the count says ``n``, the records are garbage)."""
+    kvs = kvs or {}
+    head = b"GGUF" + struct.pack("<IQQ", 3, n, len(kvs) if n_kv is None else n_kv) + b"".join(
+        _kv(k, v) for k, v in kvs.items())
+    record = b"".join(struct.pack("<Q", 8) + f"t{i:07d}".encode() + struct.pack("<IQIQ", 1, 0, 0, 0) for i in range(n)) \
+        if records else b"\xff" * (32 * n)
+    path.write_bytes(head + record + b"\0" * 64)
+    return path
+
+
+def refused(path: Path, *needles: str) -> None:
+    start = time.process_time()
+    with pytest.raises(FormatError) as err:
+        open_index(path)
+    assert time.process_time() - start < 1.0
+    assert all(n in str(err.value) for n in needles), err.value
+    result = CliRunner().invoke(main, ["inspect", "--no-hash", str(path)])
+    lines = [line for line in result.output.splitlines() if line]
+    assert result.exit_code == 2 and len(lines) == 1 and needles[0] in lines[0], result.output
+
+
+def test_a_safetensors_header_of_more_tensors_than_a_model_may_hold_is_refused_before_parsing(tmp_path):
+    # past the cap by more than the 4,096 strings left for metadata: refused on its strings, unparsed
+    refused(safetensors_of(tmp_path / "m.safetensors", MAX_TENSORS + 1_000), f"{MAX_TENSORS:,} a model may hold")
+
+
+def test_a_header_of_more_values_than_its_tensors_could_hold_is_refused_before_parsing(tmp_path):
+    path = tmp_path / "m.safetensors"
+    header = b'{"t":{"dtype":"U8","shape":[' + b",".join([b"0"] * (20 * MAX_TENSORS)) + b'],"data_offsets":[0,0]}}'
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    refused(path, "JSON values: more than a header of")
+
+
+def test_entries_that_are_not_tensors_count_against_the_cap_before_any_is_read(tmp_path):
+    # two quotes an entry pass the string count; the parsed entries are counted before a tensor is made
+    refused(safetensors_of(tmp_path / "m.safetensors", MAX_TENSORS + 1, value="0"), f"{MAX_TENSORS + 1:,} tensors")
+
+
+def test_a_gguf_counting_more_tensors_than_a_model_may_hold_is_refused_at_its_count(tmp_path):
+    refused(gguf_of(tmp_path / "m.gguf", MAX_TENSORS + 1, records=False), "tensor_count", f"{MAX_TENSORS + 1:,}")
+
+
+def test_a_gguf_counting_more_key_values_than_any_file_holds_is_refused_at_its_count(tmp_path):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, MAX_KV + 1) + b"\0" * (13 * (MAX_KV + 1)))
+    refused(path, "kv_count", f"{MAX_KV:,}")
+
+
+def test_a_split_set_shares_one_cap_and_its_later_splits_are_refused_at_their_counts(tmp_path):
+    half = MAX_TENSORS // 2 + 1
+    keys = {"split.count": 2, "split.tensors.count": 2 * half}
+    gguf_of(tmp_path / "m-00001-of-00002.gguf", half, {**keys, "split.no": 0})
+    gguf_of(tmp_path / "m-00002-of-00002.gguf", half, {**keys, "split.no": 1}, records=False)  # never walked
+    with pytest.raises(FormatError) as err:
+        open_index(tmp_path / "m-00001-of-00002.gguf")
+    text = str(err.value)
+    assert "m-00002-of-00002.gguf" in text and f"{half:,} tensors" in text and "in the model's other files" in text
+
+
+def test_a_model_at_the_cap_is_still_indexed(tmp_path):
+    index = open_index(gguf_of(tmp_path / "m.gguf", 1000))
+    assert len(index) == 1000
