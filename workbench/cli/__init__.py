@@ -4,7 +4,8 @@ Each command lives in ``workbench/cli/commands/<area>.py`` and is imported only 
 ``workbench --help`` stays fast and no GPU binding loads by accident.
 
 A :class:`~workbench.errors.WorkbenchError` becomes one line on stderr and exit code 2; so does an
-option that takes one value given twice (:mod:`workbench.cli.options`).
+option that takes one value given twice (:mod:`workbench.cli.options`), and any usage error click finds
+(a number out of its range, :mod:`workbench.cli.numbers`; a missing argument).
 """
 from __future__ import annotations
 
@@ -55,6 +56,10 @@ class LazyGroup(RefuseRepeats, click.Group):
         previous = _terminate_like_ctrl_c()
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a bad option value, a missing argument: one line too, exit 2
+            where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            click.echo(f"workbench: error: {printable(exc.format_message())}{where}", err=True)
+            sys.exit(exc.exit_code)
         except WorkbenchError as exc:
             click.echo(f"workbench: error: {printable(str(exc))}", err=True)  # one line, whatever it quotes
             sys.exit(2)

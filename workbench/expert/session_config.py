@@ -13,6 +13,7 @@ from workbench.expert.policies.partition import check_session_policy
 from workbench.expert.prefetch.spec import check_prefetch
 from workbench.expert.readers import READERS
 from workbench.expert.routing import DISTRIBUTIONS, RoutingTrace, load_trace, moe_shape, synthetic_trace
+from workbench.expert.session_bounds import check_bounds
 from workbench.expert.session_defaults import default_k
 from workbench.expert.uploader import UPLOADERS
 from workbench.formats.index import TensorIndex
@@ -57,6 +58,7 @@ class SessionConfig:
 
 def check_config(c: SessionConfig) -> None:
     """ParamError (one line) for settings no session can run with."""
+    check_bounds(c)  # every number in its range, every float finite (session_bounds.py)
     for name in ("turns", "tokens", "lanes", "steady_window", "upload_threads"):
         low = 2 if name == "steady_window" else 1
         if not isinstance(getattr(c, name), int) or getattr(c, name) < low:

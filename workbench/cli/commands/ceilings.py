@@ -5,6 +5,7 @@ import json
 
 import click
 
+from workbench.cli import numbers
 from workbench.cli.options import refuse_duplicates
 
 CEILINGS_SIZE = "512MiB"  # the scratch file `workbench ceilings` reads unless told
@@ -15,7 +16,7 @@ CEILINGS_SIZE = "512MiB"  # the scratch file `workbench ceilings` reads unless t
               help="Directory on the file system to measure (default: cwd).")
 @click.option("--device", "devices", multiple=True, help="Backend(s) for host→device copies (default: host).")
 @click.option("--size", default=None, help=f"Scratch file size, e.g. 256MiB, 2GiB (default: {CEILINGS_SIZE}).")
-@click.option("--threads", type=click.IntRange(1), default=None, help="Most reader threads (default: cores).")
+@click.option("--threads", type=numbers.count(1, numbers.MAX_THREADS), default=None, help="Most reader threads (default: cores).")
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
               help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ceilings as JSON.")

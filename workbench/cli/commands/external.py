@@ -5,6 +5,7 @@ from typing import Any, Sequence
 
 import click
 
+from workbench.cli import numbers
 from workbench.cli.commands.measure_options import measure_options
 from workbench.cli.commands.results_out import Progress, report_results, unrecorded_printed
 from workbench.cli.exits import EXIT_HELP_EXTERNAL, finish_external, tally_attempts
@@ -28,7 +29,7 @@ from workbench.measure.run.order import DEFAULT_ORDER, ORDERS
               help="The file that identifies each build, one per --cmd ('' = resolve from the command: "
                    "its executable, or interpreter + script).")
 @click.option("--shell", is_flag=True, help="Run the commands through /bin/sh instead of as argument lists.")
-@click.option("--expect-exit", "expect_exits", multiple=True, type=int, metavar="CODE",
+@click.option("--expect-exit", "expect_exits", multiple=True, type=numbers.count(-255, 255), metavar="CODE",
               help="The exit status that is no failure when an engine exits on its own after the marker "
                    "(default 0; any other fails the run): one for all, or one per --cmd.")
 @click.option("--file", "file", required=True, type=click.Path(exists=True),
@@ -40,7 +41,7 @@ from workbench.measure.run.order import DEFAULT_ORDER, ORDERS
 @click.option("--order", type=click.Choice(ORDERS), default=DEFAULT_ORDER, show_default=True,
               help="Order inside each round: abba alternates A B, B A (drift cancels in pairs), abab repeats "
                    "A B, shuffle is seeded by --seed.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --order shuffle.")
+@click.option("--seed", type=numbers.seed(), default=0, show_default=True, help="Seed of --order shuffle.")
 @click.option("--time-only", is_flag=True,
               help="Accept runs without evidence that the engine read --file (time only, no GB/s): exit 0 "
                    "instead of 4.")

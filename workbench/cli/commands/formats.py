@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from workbench.cli import numbers
 from workbench.formats.index import PAGE_SIZE, TensorIndex
 
 
@@ -26,10 +27,10 @@ def _size(n: int) -> str:
 @click.option("--layout", type=click.Choice(["dense", "moe"]), default="dense", show_default=True)
 @click.option("--size", default=None, help="Target model size: 256MiB, 2GiB, 500MB, or bytes (required "
               "unless --shape names a real model: then its full size).")
-@click.option("--experts", type=int, default=8, show_default=True, help="Experts per MoE layer.")
-@click.option("--alignment", type=int, default=32, show_default=True,
+@click.option("--experts", type=numbers.count(1, numbers.MAX_EXPERTS), default=8, show_default=True, help="Experts per MoE layer.")
+@click.option("--alignment", type=numbers.count(1, 2**30), default=32, show_default=True,
               help="GGUF general.alignment (4096 puts every tensor on a page boundary).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Content seed (same seed, same bytes).")
+@click.option("--seed", type=numbers.seed(), default=0, show_default=True, help="Content seed (same seed, same bytes).")
 @click.option("--expert-layout", type=click.Choice(["stacked", "split"]), default=None,
               help="MoE safetensors: one tensor per expert (split, the default) or gpt-oss style "
                    "experts.gate_up_proj/down_proj holding a layer's experts (stacked). GGUF is always stacked.")
@@ -38,12 +39,12 @@ def _size(n: int) -> str:
 @click.option("--shape", type=click.Choice(["llama3-8b"]), default=None,
               help="A real dense model's dimensions; with --size the layer count fills it (8GiB: 14 layers), "
                    "without it the whole model (llama3-8b: 32 layers, 16.06 GB in bf16, 4 shards).")
-@click.option("--shards", type=int, default=None,
+@click.option("--shards", type=numbers.count(1, numbers.MAX_SHARDS), default=None,
               help="Write a sharded model: N files (OUT is a directory, or a file name whose stem names "
                    "the shards), as save_pretrained / gguf-split lay them out.")
 @click.option("--max-shard-size", default=None,
               help="Write a sharded model, a new file whenever the next tensor would pass this size (5GB).")
-@click.option("--expert-remainder", type=int, default=None,
+@click.option("--expert-remainder", type=numbers.count(0, 2**30), default=None,
               help="MoE: every expert blob starts this many bytes past a page boundary, in every file "
                    "(the measured family: 1152 at alignment 32); zero pad tensors go in front of blobs.")
 @click.option("--expert-stride", type=click.Choice(["page", "odd"]), default="page", show_default=True,
@@ -76,7 +77,7 @@ def synth(out: str, fmt: str, layout: str, size: str | None, experts: int, align
 @click.argument("model", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print the whole index as JSON.")
 @click.option("--no-hash", is_flag=True, help="Skip the whole-model hash (it reads every byte once).")
-@click.option("--top", type=int, default=20, show_default=True, help="Tensors to list (largest first).")
+@click.option("--top", type=numbers.count(0, numbers.MAX_LISTED), default=20, show_default=True, help="Tensors to list (largest first).")
 @click.option("--all", "show_all", is_flag=True, help="List every tensor, in file order.")
 def inspect(model: str, as_json: bool, no_hash: bool, top: int, show_all: bool) -> None:
     """Show a model's tensor index: its files, tensors, alignment facts and MoE expert blobs.

@@ -5,6 +5,7 @@ from typing import Any, Callable
 
 import click
 
+from workbench.cli import numbers
 from workbench.measure.run.order import DEFAULT_ORDER, ORDERS
 from workbench.records import CACHE_STATES
 
@@ -20,7 +21,7 @@ def measure_option_list(cache_repeatable: bool) -> list[Callable[..., Any]]:
                              help="Page-cache state set (and checked with mincore) before every run.")
     return [
         cache,
-        click.option("--runs", type=click.IntRange(1), default=5, show_default=True,
+        click.option("--runs", type=numbers.count(1, numbers.MAX_RUNS), default=5, show_default=True,
                      help="Fresh-process runs per configuration (≥ 5 for a claim; from 6 on, rounds are paired)."),
         click.option("--campaign", default="default", show_default=True, help="Ledger campaign."),
         click.option("--hypothesis", default="", help="What this attempt is meant to show."),
@@ -30,12 +31,12 @@ def measure_option_list(cache_repeatable: bool) -> list[Callable[..., Any]]:
         click.option("--baseline-across", "baseline_across", is_flag=True,
                      help="Accept a --baseline of another model, cache state or device: every ratio against "
                           "it then says ACROSS and what differs (tables, --json, exports)."),
-        click.option("--min-effect", "min_effect_pct", type=click.FloatRange(0, 100, max_open=True), default=2.0,
+        click.option("--min-effect", "min_effect_pct", type=numbers.amount(0, 100, high_open=True), default=2.0,
                      show_default=True, metavar="PERCENT",
                      help="Smallest speedup or slowdown worth a verdict (README: Measuring honestly)."),
         click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
                      help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."),
-        click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
+        click.option("--timeout", "timeout_s", type=numbers.seconds(), default=600.0,
                      show_default=True, help="Seconds before a run is killed and recorded as failed."),
         click.option("--json", "as_json", is_flag=True, help="Print the attempts as JSON."),
     ]
@@ -61,7 +62,7 @@ def worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--order", type=click.Choice(ORDERS), default=DEFAULT_ORDER, show_default=True,
                      help="Order inside each round: abba alternates A B, B A (drift cancels in pairs), "
                           "abab repeats A B, shuffle is seeded by --seed."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of --order shuffle."),
+        click.option("--seed", type=numbers.seed(), default=0, show_default=True, help="Seed of --order shuffle."),
         click.option("--verify/--no-verify", default=True, show_default=True,
                      help="Read the device bytes back after each run and compare them with the file."),
         *measure_option_list(cache_repeatable=True),

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from workbench.cli import numbers
 from workbench.cli.exits import EXIT_HELP, EXIT_RUNS_FAILED, RunTally, finish, tally_run
 from workbench.records import plural
 from workbench.untrusted import for_terminal
@@ -136,12 +137,12 @@ def _dry_run(spec: Any, points: list[Any], out: Path, ledger: Path) -> None:
 
 @click.command()
 @click.option("--size", default=None, help="Size of each synthetic model, e.g. 64MiB (default: the demo's).")
-@click.option("--runs", type=int, default=None, help="Fresh-process runs per attempt (default: the demo's).")
+@click.option("--runs", type=numbers.count(1, numbers.MAX_RUNS), default=None, help="Fresh-process runs per attempt (default: the demo's).")
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
               help="Ledger file (default $WORKBENCH_LEDGER, else data/ledger.sqlite).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Data directory for models, runs and reports (default ./data).")
-@click.option("--shards", type=int, default=None,
+@click.option("--shards", type=numbers.count(1, numbers.MAX_SHARDS), default=None,
               help="Write each model as a gguf-split set of this many files (default 1: one file).")
 def demo(size: str | None, runs: int | None, ledger_path: str | None, out_dir: str | None,
          shards: int | None) -> None:

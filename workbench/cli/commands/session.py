@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from workbench.cli import numbers
 from workbench.cli.exits import EXIT_HELP, finish, tally_run
 
 PLACEMENTS = ("inplace", "bounce", "aligned")  # workbench.expert.PLACEMENTS, spelled out: --help stays light
@@ -23,12 +24,12 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 
 @click.command(epilog=EXIT_HELP.replace("every run", "the session").replace("a run", "the session"))
 @click.argument("file", type=click.Path(exists=True))
-@click.option("--turns", type=click.IntRange(1), default=20, show_default=True, help="Turns in the session.")
-@click.option("--tokens", type=click.IntRange(1), default=16, show_default=True, help="Decode tokens per turn.")
-@click.option("--cache-mib", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--turns", type=numbers.count(1, numbers.MAX_TURNS), default=20, show_default=True, help="Turns in the session.")
+@click.option("--tokens", type=numbers.count(1, numbers.MAX_TURNS), default=16, show_default=True, help="Decode tokens per turn.")
+@click.option("--cache-mib", type=numbers.mebibytes(), default=None,
               help="Expert cache budget (MiB of expert slices); default half the expert bytes, at least two "
                    "tokens' working set.")
-@click.option("--experts-per-token", type=click.IntRange(1), default=None,
+@click.option("--experts-per-token", type=numbers.count(1, numbers.MAX_EXPERTS), default=None,
               help="Experts routed per layer per token (default: the trace's, else a quarter of the experts, 1–8).")
 @click.option("--placement", type=click.Choice(PLACEMENTS), default="inplace", show_default=True,
               help="Where slices sit in the per-layer buffers (inplace: O_DIRECT straight into place).")
@@ -40,35 +41,35 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 @click.option("--uploader", type=click.Choice(["pageable", "pinned"]), default="pageable", show_default=True,
               help="How landed slices reach the device: pageable copies from the cache, or through a small "
                    "ring of page-locked slots.")
-@click.option("--upload-threads", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--upload-threads", type=numbers.count(1, numbers.MAX_THREADS), default=1, show_default=True,
               help="Threads copying landed slices out of the cache (either uploader). H200, 2026-12-03, warm, n = 6: 4 "
                    "threads left tok/s level (1.01x [0.89-1.03]): the time moved from uploads to reads.")
 @click.option("--compute", default="none", show_default=True,
               help="none | sleep:MS (MS per token) | device (the routed experts' matmuls on the device).")
-@click.option("--lanes", type=click.IntRange(1), default=1, show_default=True, help="Reader threads for misses.")
+@click.option("--lanes", type=numbers.count(1, numbers.MAX_THREADS), default=1, show_default=True, help="Reader threads for misses.")
 @click.option("--overlap/--no-overlap", default=False, show_default=True,
               help="Read the next layer's misses while this layer computes.")
 @click.option("--prefetch", default="route", show_default=True,
               help="What --overlap stages ahead of a layer: route (its own routing, known ahead: a perfect "
                    "predictor) | none | previous (the previous token's experts) | popularity[:n=N,from=seen|trace] "
                    "| oracle[:precision=P,recall=R,seed=S] (the routing degraded).")
-@click.option("--gate", type=click.FloatRange(0, 1), default=None,
+@click.option("--gate", type=numbers.amount(0, 1), default=None,
               help="Resident fraction at which a miss is read buffered from the page cache (default: off).")
 @click.option("--gate-scope", type=click.Choice(["blob", "file"]), default="blob", show_default=True,
               help="blob: measured at each miss; file: the whole model once per process (the first write-up).")
-@click.option("--memory-limit", "memory_limit_mib", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--memory-limit", "memory_limit_mib", type=numbers.mebibytes(), default=None,
               help="Run under this many MiB (a memory cgroup, else a locked balloon).")
 @click.option("--trace", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Routing trace (CSV or .npy of token,layer,expert); default a seeded synthetic one.")
 @click.option("--distribution", type=click.Choice(["uniform", "zipf"]), default="uniform", show_default=True,
               help="Synthetic routing: uniform, or Zipf-skewed popularity per layer.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic routing.")
+@click.option("--seed", type=numbers.seed(), default=0, show_default=True, help="Seed of the synthetic routing.")
 @click.option("--reader", type=click.Choice(READERS), default="auto", show_default=True,
               help="How misses are read (auto: by placement).")
 @click.option("--policy", type=click.Choice(["lru", "fifo"]), default="lru", show_default=True, help="Eviction.")
-@click.option("--steady-window", type=click.IntRange(2), default=5, show_default=True,
+@click.option("--steady-window", type=numbers.count(2, numbers.MAX_TURNS), default=5, show_default=True,
               help="Turns in the trailing window of the steady-state test.")
-@click.option("--steady-slope", "steady_slope_pct", type=click.FloatRange(min=0, min_open=True), default=2.0,
+@click.option("--steady-slope", "steady_slope_pct", type=numbers.amount(0, 1000, low_open=True), default=2.0,
               show_default=True, help="Steady when the window's slope is within this % of its mean per turn.")
 @click.option("--device", default="host", show_default=True, help="host or cuda[:n] (hip[:n] too).")
 @click.option("--cache", type=click.Choice(["cold", "warm", "asis"]), default="asis", show_default=True,
@@ -79,14 +80,14 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
               help="After each turn, untimed, check the last layer's uploads; at the end, the cache (on with --ab).")
 @click.option("--ab", "ab", multiple=True,
               help="An arm: 'key=value ...' over these options; the first is the baseline.")
-@click.option("--rounds", type=click.IntRange(1), default=AB_ROUNDS, show_default=True,
+@click.option("--rounds", type=numbers.count(1, numbers.MAX_ROUNDS), default=AB_ROUNDS, show_default=True,
               help="A/B rounds (ABBA order); paired by round from 6, and fewer than 5 is not a claim.")
 @click.option("--campaign", default="default", show_default=True, help="Ledger campaign.")
 @click.option("--hypothesis", default="", help="What this session is meant to show.")
 @click.option("--label", default="", help="Name of the session in tables.")
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
               help="Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=3600.0,
+@click.option("--timeout", "timeout_s", type=numbers.seconds(), default=3600.0,
               show_default=True, help="Seconds before a session is killed and recorded as failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print {turns: [...], summary: {...}} (A/B: arms, effects).")
 def session(file: str, device: str, cache: str, ab: tuple[str, ...], rounds: int, campaign: str, hypothesis: str,

@@ -7,6 +7,7 @@ import json
 
 import click
 
+from workbench.cli import numbers
 from workbench.cli.options import RefuseRepeats
 from workbench.untrusted import for_terminal
 from workbench.cli.commands.trace_simulate import simulate
@@ -52,10 +53,10 @@ trace.add_command(simulate)  # per-layer cache policies against Belady's bound (
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Parameter file to write (default: TRACE's name with .model.json, in this directory); "
                    "`workbench session --trace` takes it.")
-@click.option("--tokens", type=click.IntRange(1), default=None,
+@click.option("--tokens", type=numbers.count(1, numbers.MAX_TRACE_TOKENS), default=None,
               help="Tokens of the fitted trace compared with the original (default: the longer of the trace "
                    "and 10,000).")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the fit and the synthesis.")
+@click.option("--seed", type=numbers.seed(), default=0, show_default=True, help="Seed of the fit and the synthesis.")
 @click.option("--write-trace", "write_trace", type=click.Path(dir_okay=False), default=None,
               help="Also write the fitted trace (.npy rows, .jsonl or .csv, by its suffix).")
 @click.option("--json", "as_json", is_flag=True,

@@ -156,6 +156,7 @@ def preflight_session(file: str, config: SessionConfig, device: str) -> Any:
     from workbench.expert.prefetch.predictors import check_fits
     from workbench.expert.prefetch.spec import parse_prefetch
     from workbench.expert.routing import load_trace, moe_shape
+    from workbench.expert.session_bounds import check_for_model
     from workbench.expert.session_defaults import default_k
     from workbench.formats import open_index
     from workbench.upload import DEVICES, device_availability
@@ -165,6 +166,7 @@ def preflight_session(file: str, config: SessionConfig, device: str) -> Any:
     if not index.blobs:
         raise ParamError("session", "file", f"{file} has no expert blobs: a session needs a MoE model")
     layers, n_experts = moe_shape(index.blobs)
+    check_for_model(config, len(layers), n_experts, default_k(n_experts))  # k, the trace's size: before recording
     k = config.experts_per_token or default_k(n_experts)
     if config.trace is not None:
         k = load_trace(config.trace, layers=layers, n_experts=n_experts).k
