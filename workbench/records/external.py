@@ -57,18 +57,28 @@ class BinaryFile:
         return cls(str(data["role"]), str(data["path"]), str(data["hash"]), int(data.get("size", 0)))
 
 
+GRADES = ("bytes-read", "mapping-touched", "mapped-only", "opened-only", "none")
+CREDITED = ("bytes-read", "mapping-touched")  # the grades that show a GB/s
+
+
 @dataclass(frozen=True)
 class ReadEvidence:
     """What shows that an external engine read the model inside its load window (or that nothing does).
 
-    Only what is attributable to the model's files counts (see :mod:`workbench.measure.engine.evidence`):
-    ``fd_bytes`` how far the tree's descriptors on them read (bounded by ``rchar``), ``mapped_bytes`` the
-    most of their pages its mappings had resident, ``resident_before``/``resident_after`` the model's
-    bytes in the page cache at spawn and at the marker; ``seen_bytes`` the files' sum, each at its best
-    measure. ``rchar``/``read_bytes`` are the growth of the tree's ``/proc/PID/io`` counters (any file:
-    a bound, never evidence). ``files_held`` of ``files`` were seen open or mapped by the tree;
-    ``sampling_s`` is the time the sampler spent. ``basis`` says what shows the read ('' = nothing does:
-    the run shows its time only, never a GB/s)."""
+    Only what is attributable to the model's files counts (see :mod:`workbench.measure.engine.evidence`).
+    ``grade`` names it (:data:`GRADES`): ``bytes-read`` (read calls copied the model's bytes into the
+    engine's memory), ``mapping-touched`` (the engine's own accesses faulted its mappings of them in),
+    ``mapped-only`` (mapped, or populated, never shown touched), ``opened-only`` (opened, or read in
+    part, or moved by sendfile/splice), ``none``; only the first two show a GB/s. ``source`` says
+    what recorded it: ``events`` (the kernel's event record of the whole window) or ``samples: WHY``
+    (the fallback where events cannot be recorded). From the event record: ``read_call_bytes``,
+    ``touched_bytes``, ``spliced_bytes``, ``mapped_bytes`` per kind, ``seen_bytes`` the files' pages
+    read or touched, ``events_lost`` records the kernel dropped, ``opens`` opens of the files seen.
+    From samples (older rows, and the fallback): ``fd_bytes`` how far the tree's descriptors read
+    (bounded by ``rchar``), ``mapped_bytes`` the most of their pages its mappings had resident.
+    ``resident_before``/``resident_after``: the model's bytes in the page cache at spawn and at the
+    marker; ``rchar``/``read_bytes``: growth of the tree's ``/proc/PID/io`` counters (any file: a bound,
+    never evidence). ``basis`` says what shows the read ('' = nothing does: time only)."""
 
     model: str  # the model's file name, as messages name it
     model_bytes: int  # the bytes one load of the model reads (its tensors)
@@ -86,19 +96,34 @@ class ReadEvidence:
     files: int = 0
     files_held: int = 0
     sampling_s: float | None = None
+    grade: str = ""  # '' : recorded before grades (shown as `sampled` or `none`)
+    source: str = ""
+    read_call_bytes: int | None = None
+    touched_bytes: int | None = None
+    spliced_bytes: int | None = None
+    events_lost: int = 0
+    opens: int = 0
 
     @property
     def ok(self) -> bool:
         return bool(self.basis)
 
+    @property
+    def level(self) -> str:
+        """The grade, or for a row recorded before grades: ``sampled`` (it had evidence) or ``none``."""
+        return self.grade or ("sampled" if self.ok else "none")
+
     def describe(self) -> str:
-        """``engine read m.gguf: …`` or ``no evidence the engine read m.gguf (…): time only``."""
+        """``engine read m.gguf (bytes-read): …`` or ``no evidence the engine read m.gguf (mapped-only: …):
+        time only``."""
         if self.ok:
-            return f"engine read {self.model}: {self.basis}"
-        return f"no evidence the engine read {self.model} ({self.best()}): time only"
+            return f"engine read {self.model} ({self.level}): {self.basis}"
+        return f"no evidence the engine read {self.model} ({self.level}: {self.best()}): time only"
 
     def best(self) -> str:
         """The most any measure shows, against the model's bytes (for a run without evidence)."""
+        if self.source == "events":
+            return self._best_events()
         if self.unreadable and self.rchar is None and self.resident_after is None:
             return self.unreadable
         if self.seen_bytes is None:  # a row recorded before evidence was per file
@@ -115,19 +140,33 @@ class ReadEvidence:
         return f"at most {_mib(self.seen_bytes)} of its {_mib(self.model_bytes)}" + \
             (f" ({shown})" if shown else "") + held
 
+    def _best_events(self) -> str:
+        parts = {"read by read calls": self.read_call_bytes, "touched through mappings": self.touched_bytes,
+                 "mapped, never touched": max(0, (self.mapped_bytes or 0) - (self.touched_bytes or 0)),
+                 "moved by sendfile/splice, never into its memory": self.spliced_bytes}
+        shown = ", ".join(f"{_mib(v)} {k}" for k, v in parts.items() if v)
+        lost = f"; {self.events_lost} event records lost" if self.events_lost else ""
+        them = "them" if self.files > 1 else "it"
+        opened = "" if shown else (f"; it opened {them}" if self.opens or self.files_held else
+                                   f"; it never opened, read or mapped {them}")
+        return f"at most {_mib(self.seen_bytes or 0)} of its {_mib(self.model_bytes)} reached it" + \
+            (f" ({shown})" if shown else "") + opened + lost
+
     def to_json(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ReadEvidence:
         ints = ("rchar", "read_bytes", "mapped_bytes", "resident_before", "resident_after", "fd_bytes",
-                "seen_bytes")
+                "seen_bytes", "read_call_bytes", "touched_bytes", "spliced_bytes")
         return cls(model=str(data.get("model", "")), model_bytes=int(data.get("model_bytes") or 0),
                    **{k: None if data.get(k) is None else int(data[k]) for k in ints},
                    processes=int(data.get("processes") or 0), samples=int(data.get("samples") or 0),
                    unreadable=str(data.get("unreadable") or ""), basis=str(data.get("basis") or ""),
                    files=int(data.get("files") or 0), files_held=int(data.get("files_held") or 0),
-                   sampling_s=None if data.get("sampling_s") is None else float(data["sampling_s"]))
+                   sampling_s=None if data.get("sampling_s") is None else float(data["sampling_s"]),
+                   grade=str(data.get("grade") or ""), source=str(data.get("source") or ""),
+                   events_lost=int(data.get("events_lost") or 0), opens=int(data.get("opens") or 0))
 
 
 def _gain(before: int | None, after: int | None) -> int | None:

@@ -1,5 +1,12 @@
 """Evidence that an external engine read the model inside its load window — the model's own bytes.
 
+Where the kernel can record the window's events (:mod:`workbench.io.fileevents`; Linux 6.11+, root),
+:mod:`~workbench.measure.engine.grade` grades the run from that record, and nothing here is used. This
+module is the fallback where it cannot (another kernel, no privileges): the evidence is then sampled, as
+below, and graded by what samples can show — ``bytes-read`` through descriptors; a mapping's resident pages
+cannot tell a touched mapping from a populated one, so a mapping is at most ``mapped-only``; a page-cache
+gain alone (``readahead``/``fadvise`` make one without reading) is at most ``opened-only``.
+
 An engine the workbench times is a black box: a command that prints the marker without touching the
 model would otherwise be reported at the model's size over its window (9 GB/s for ``echo loaded``), and
 one that reads 8 MB of ``/dev/zero`` or another file of the model's size would pass any count of "bytes
@@ -17,29 +24,28 @@ tree is sampled (:mod:`~workbench.measure.engine.sampler`), and per file of the 
 - **page cache**: the file's pages brought into the page cache between spawn and the end marker
   (mincore).
 
-A file counts at its best measure, once; the run has evidence when the files' sum covers
-:data:`EVIDENCE_FRACTION` of the model's tensor bytes, and shows its time only (``no evidence the engine
-read MODEL``, no GB/s) otherwise. So a shard seen at its fullest in one sample and another in a later
-one both count (a loader that maps, reads and drops shards one by one), and a third of a set is no load
-of the set. What none of these can see: a warm file read with ``pread`` or io_uring (its offset does not
-move, no page is mapped or fetched), and a warm file opened, read and closed — or mapped, read and
-unmapped — between two samples (under a few ms: a file of a few MiB; a shard copied out by safetensors'
-numpy path) — such runs show time only, and ``--time-only`` accepts them on purpose. The rule does not
-trust a descriptor that only seeks: its offset counts up to what its process's read calls returned,
-so only an engine that seeks to the end of the model *and* reads as much elsewhere would pass.
+Only descriptors credit a sampled run (``bytes-read``, when they cover :data:`EVIDENCE_FRACTION` of
+the model's tensor bytes); the mapped and page-cache figures are shown, never credited. What samples
+cannot see: a warm file read with ``pread`` or io_uring (its offset does not move), a file opened, read
+and closed between two samples, and any touch of a mapping — such runs show time only, and
+``--time-only`` accepts them on purpose. A descriptor that only seeks counts up to what its process's
+read calls returned.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Sequence
 
+from workbench.measure.engine.grade import size_text as _size
 from workbench.measure.engine.target import ReadTarget
 from workbench.records import ReadEvidence, RunRecord
 
 EVIDENCE_FRACTION = 0.9  # the share of the model's bytes a measure must show
 
 
-def judge(s: Any, resident_after: Sequence[int] | None) -> ReadEvidence:
-    """The evidence of a sampled run (``s``: a :class:`~workbench.measure.engine.sampler.TreeSampler`)."""
+def judge(s: Any, resident_after: Sequence[int] | None, why: str = "") -> ReadEvidence:
+    """The evidence of a sampled run (``s``: a :class:`~workbench.measure.engine.sampler.TreeSampler`;
+    ``why``: why no event record was made)."""
     model: ReadTarget = s.model
     n = len(model.paths)
     sizes = list(model.sizes) or [model.nbytes] * n
@@ -48,19 +54,21 @@ def judge(s: Any, resident_after: Sequence[int] | None) -> ReadEvidence:
     gain = None
     if s.resident_before is not None and resident_after is not None:
         gain = [max(0, a - b) for a, b in zip(resident_after, s.resident_before)]
-    per_file = [min(size, max(fd[i], mapped[i], gain[i] if gain else 0)) for i, size in enumerate(sizes)]
     totals = {"mapped": sum(min(m, z) for m, z in zip(mapped, sizes)), "fd": sum(min(f, z) for f, z in zip(fd, sizes)),
               "gain": None if gain is None else sum(min(g, z) for g, z in zip(gain, sizes))}
-    seen = sum(per_file)
+    seen = totals["fd"] or 0  # only descriptors show bytes that reached the engine (see the module doc)
+    basis = _basis(model.nbytes, seen, totals)
+    grade = "bytes-read" if basis else "mapped-only" if totals["mapped"] or any(s.mapped) else \
+        "opened-only" if s.held or s.opens or totals["gain"] else "none"
     rchar = sum(v[1] - v[0] for v in s.rchar.values()) if s.rchar else None
     read = sum(v[1] - v[0] for v in s.read_bytes.values()) if s.read_bytes else None
     return ReadEvidence(
         model=model.name, model_bytes=model.nbytes, rchar=rchar, read_bytes=read, mapped_bytes=totals["mapped"],
         resident_before=None if s.resident_before is None else sum(s.resident_before),
         resident_after=None if resident_after is None else sum(resident_after), processes=len(s.processes),
-        samples=s.samples, unreadable=s.unreadable, basis=_basis(model.nbytes, seen, totals),
-        fd_bytes=totals["fd"], seen_bytes=seen, files=n, files_held=len(s.held),
-        sampling_s=round(s.busy_s, 6))
+        samples=s.samples, unreadable=s.unreadable, basis=basis, fd_bytes=totals["fd"], seen_bytes=seen, files=n,
+        files_held=len(s.held), sampling_s=round(s.busy_s, 6), grade=grade, source=f"samples: {why}",
+        opens=s.opens)
 
 
 def _through_descriptors(s: Any, n: int) -> list[int]:
@@ -85,16 +93,8 @@ def _basis(nbytes: int, seen: int, totals: dict[str, int | None]) -> str:
     need = EVIDENCE_FRACTION * nbytes
     if nbytes <= 0 or seen < need:
         return ""
-    size = _size(nbytes)
-    alone = {"mapped": f"{_size(totals['mapped'] or 0)} of its pages mapped ({size} of tensors)",
-             "gain": f"{_size(totals['gain'] or 0)} brought into the page cache ({size} of tensors)",
-             "fd": f"{_size(totals['fd'] or 0)} read through its descriptors on the model's files ({size} of tensors)"}
-    for name, text in alone.items():
-        if (totals[name] or 0) >= need:
-            return text
-    parts = ", ".join(f"{label} {_size(totals[name] or 0)}" for name, label in
-                      (("mapped", "mapped"), ("fd", "descriptors"), ("gain", "page cache")) if totals[name])
-    return f"{_size(seen)} of its bytes seen, each file at its best ({parts}; {size} of tensors)"
+    return (f"{_size(totals['fd'] or 0)} read through its descriptors on the model's files "
+            f"({_size(nbytes)} of tensors; sampled)")
 
 
 def evidence_tally(runs: Sequence[RunRecord]) -> tuple[int, int, str]:
@@ -107,19 +107,22 @@ def evidence_tally(runs: Sequence[RunRecord]) -> tuple[int, int, str]:
 
 
 def evidence_note(runs: Sequence[RunRecord]) -> str:
-    """``no evidence the engine read m.gguf in 2/5 runs: time only, no GB/s`` for an external attempt
-    whose finished runs do not all show the read; '' otherwise."""
+    """The grades of an external attempt's finished runs: ``evidence: bytes-read 5/5`` when every one is
+    credited, else ``no evidence the engine read m.gguf in 2/5 runs (mapped-only 2/5, bytes-read 3/5): time
+    only, no GB/s``; '' for an attempt with no finished external run."""
     lacking, finished, name = evidence_tally(runs)
-    if not lacking:
+    if not finished:
         return ""
-    return f"no evidence the engine read {name} in {lacking}/{finished} runs: time only, no GB/s"
+    grades = Counter(_level(r) for r in runs if r.ok and r.report is not None and r.report.external is not None)
+    shown = ", ".join(f"{g} {k}/{finished}" for g, k in grades.most_common())
+    if not lacking:
+        return f"evidence: {shown}"
+    return f"no evidence the engine read {name} in {lacking}/{finished} runs ({shown}): time only, no GB/s"
 
 
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:.2f} {unit}"
-    return f"{nbytes} B"
+def _level(run: RunRecord) -> str:
+    evidence = run.report.external.evidence if run.report is not None and run.report.external is not None else None
+    return "none" if evidence is None else evidence.level
 
 
 __all__ = ["EVIDENCE_FRACTION", "ReadTarget", "evidence_note", "evidence_tally", "judge"]

@@ -86,7 +86,8 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
             sampler.root = started[0]  # the engine's tree (the reaper reads nothing of the model)
         hit = read_until_marker(master, watch, watch.t0 + timeout_s, sampler)
         if hit:
-            evidence = sampler.finish() if sampler is not None else None
+            evidence = sampler.finish(watch.start_at if watch.start_at is not None else watch.t0,
+                                      watch.end_at) if sampler is not None else None
             exited, waited = _after_marker(master, watch, proc)
         else:
             exited = _exit_code(proc, watch.t0 + timeout_s)

@@ -1,4 +1,10 @@
-"""Sampling an external engine's process tree for what it does with the model's files.
+"""Watching an external engine's process tree for what it does with the model's files.
+
+Where the kernel allows it, the window is recorded as events (:mod:`workbench.io.fileevents`, opened
+here before the engine is spawned, by the thread that spawns it, so every process it starts is
+recorded) and graded from that record (:mod:`~workbench.measure.engine.grade`); the samples below then
+add only the tree's counters, its processes and the files it was seen holding. Elsewhere the samples are
+the evidence (:mod:`~workbench.measure.engine.evidence`), and the run says why events were not recorded.
 
 Each sample walks the tree (:mod:`~workbench.measure.engine.proc`) and keeps, per file of the model,
 the best it has seen: the furthest offset each descriptor on the file reached (a descriptor that went
@@ -15,6 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from workbench.io.fileevents import EventsUnavailable, FileEventRecorder
 from workbench.measure.engine.proc import io_counters, model_fds, model_mappings, tree_of
 from workbench.measure.engine.target import ReadTarget
 from workbench.measure.engine.watch import OpenWatch
@@ -23,6 +30,7 @@ from workbench.records import ReadEvidence
 SAMPLE_S = 0.1  # the period while the tree holds none of the model's files
 FAST_S = 0.002  # the period while it holds one
 DUTY = 0.1  # the most of the wall time sampling may take
+DRAIN_S = 0.02  # the longest the event rings go undrained
 
 
 @dataclass
@@ -56,6 +64,9 @@ class TreeSampler:
     next_at: float = 0.0
     busy_s: float = 0.0  # time spent sampling
     final: ReadEvidence | None = None
+    events: FileEventRecorder | None = None
+    no_events: str = ""  # why the window is not recorded as events
+    opens: int = 0  # opens of the model's files inotify reported in the window
     _links: dict[tuple[int, str, str], int | None] = field(default_factory=dict)
     _now: list[int] = field(default_factory=list)
     _last: tuple[float, float] = (0.0, 0.0)  # the last sample's start and duration
@@ -70,7 +81,12 @@ class TreeSampler:
         (opened after the residency is read, so the workbench's own look is not an open of the window)."""
         resident = model.resident()
         watch = OpenWatch(model.paths)
-        return cls(0, model, resident_before=resident, watch=watch if watch.fileno() >= 0 else None)
+        sampler = cls(0, model, resident_before=resident, watch=watch if watch.fileno() >= 0 else None)
+        try:
+            sampler.events = FileEventRecorder.open(model.keys, model.sizes or (model.nbytes,) * len(model.paths))
+        except EventsUnavailable as exc:
+            sampler.no_events = str(exc)
+        return sampler
 
     @property
     def wake_fd(self) -> int | None:
@@ -87,7 +103,7 @@ class TreeSampler:
         """inotify said one of the model's files was opened: the next sample is due now (or as soon as
         :data:`FAST_S` and :data:`DUTY` allow after the last one)."""
         if self.watch is not None:
-            self.watch.drain()
+            self.opens += self.watch.drain()
         self.next_at = min(self.next_at, self._last[0] + max(FAST_S, self._last[1] / DUTY))
 
     def sample(self) -> None:
@@ -95,6 +111,8 @@ class TreeSampler:
         if self.final is not None:
             return
         t0 = time.perf_counter()
+        if self.events is not None:
+            self.events.drain()
         self.samples += 1
         now, holding = [0] * len(self.model.paths), False
         for pid in tree_of(self.root):
@@ -116,7 +134,7 @@ class TreeSampler:
         self._now, self.holding = now, holding
         took = time.perf_counter() - t0
         self.busy_s, self._last = self.busy_s + took, (t0, took)
-        self.next_at = t0 + max(FAST_S if holding else SAMPLE_S, took / DUTY)
+        self.next_at = t0 + max(FAST_S if holding else SAMPLE_S if self.events is None else DRAIN_S, took / DUTY)
 
     def _counters(self, pid: int) -> None:
         try:
@@ -139,13 +157,23 @@ class TreeSampler:
             held.base = held.reach
         self.mapped_start, self.mapped = list(self._now), list(self._now)
 
-    def finish(self) -> ReadEvidence:
-        """The last sample, at the end marker, and the model's residency then; judged once."""
-        from workbench.measure.engine.evidence import judge
+    def finish(self, start_s: float, end_s: float) -> ReadEvidence:
+        """The last sample, at the end marker, and the model's residency then; judged once over the
+        window [start_s, end_s] (``time.monotonic`` seconds)."""
+        from workbench.measure.engine.evidence import EVIDENCE_FRACTION, judge
+        from workbench.measure.engine.grade import judge_events
 
         if self.final is None:
             self.sample()
-            self.final = judge(self, self.model.resident())
+            if self.watch is not None:
+                self.opens += self.watch.drain()
+                self.watch.close()  # the workbench's own look at the residency is no open of the window
+                self.watch = None
+            record = self.events.result(start_s, end_s) if self.events is not None else None
+            self.events = None
+            resident = self.model.resident()
+            self.final = judge(self, resident, self.no_events) if record is None else \
+                judge_events(self, record, resident, EVIDENCE_FRACTION)
             self.close()
         return self.final
 
@@ -153,6 +181,9 @@ class TreeSampler:
         if self.watch is not None:
             self.watch.close()
             self.watch = None
+        if self.events is not None:
+            self.events.close()
+            self.events = None
 
 
 __all__ = ["DUTY", "FAST_S", "SAMPLE_S", "Descriptor", "TreeSampler"]
