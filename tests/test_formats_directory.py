@@ -122,9 +122,13 @@ def test_a_dtype_variant_beside_the_model_is_not_part_of_it(tmp_path):
     st_file(tmp_path / "m" / "model.fp16.safetensors", dtype=np.float16)  # the same tensor names
     assert files_of(tmp_path / "m") == ["model.safetensors"]
     os.unlink(tmp_path / "m" / "model.safetensors")
-    assert files_of(tmp_path / "m") == ["model.fp16.safetensors"]  # the only file left
+    # a lone variant is not what transformers loads without variant= (issue 33 §3): refused, named, and
+    # measured when named
+    refused(tmp_path / "m", "only dtype variants (fp16: model.fp16.safetensors)", "variant=",
+            str(tmp_path / "m" / "model.fp16.safetensors"))
+    assert files_of(tmp_path / "m" / "model.fp16.safetensors") == ["model.fp16.safetensors"]
     st_file(tmp_path / "m" / "model.bf16.safetensors")
-    line = refused(tmp_path / "m", "2 candidates", "model.bf16.safetensors", "model.fp16.safetensors", "name one")
+    line = refused(tmp_path / "m", "only dtype variants", "bf16: model.bf16.safetensors", "fp16: model.fp16.safetensors")
     assert "a tensor lives in one file" not in line
 
 
@@ -140,10 +144,12 @@ def test_a_hub_sharded_checkpoint_beside_a_consolidated_file_is_the_set(hub):
 
 def test_a_variant_set_resolves_through_its_own_index(hub):
     write_hub_checkpoint(hub, seed=2, filename_pattern="model.fp16{suffix}.safetensors")
-    index = open_index(hub)
+    # a directory of one variant is not what transformers loads without variant= (issue 33 §3)
+    refused(hub, "only dtype variants (fp16: model.fp16.safetensors.index.json", "variant=")
+    index = open_index(hub / "model.fp16.safetensors.index.json")
     assert index.index_file == str(hub / "model.fp16.safetensors.index.json") and index.sharded
     named = open_index(index.files[1].path)  # a shard brings its set's index, checked against it
-    assert named.index_file == index.index_file and files_of(named.path) == files_of(hub)
+    assert named.index_file == index.index_file and files_of(named.path) == files_of(index.index_file)
 
 
 def test_two_complete_shard_sets_are_refused_with_both_named(hub):

@@ -2,13 +2,19 @@
 
 safetensors: ``model.safetensors.index.json``, else ``model.safetensors``, else the one complete
 ``<prefix>-0000i-of-0000N.safetensors`` set (through its index when one is named for it) or the one
-other ``*.safetensors.index*.json``, else the only ``.safetensors`` file. GGUF, when the directory holds
-no safetensors: the one complete split set or the one model file; llama.cpp's multimodal projector
-(``mmproj-*.gguf``) is never part of the model. An adapter (``adapter_model.safetensors``), a dtype
-variant (``model.fp16.safetensors``) or a ``consolidated.safetensors`` beside the model is not part of
-it. Anything else is refused in one line that lists the candidates and how to name one. Nothing here
-opens or stats a file: the names decide, and the members chosen are then confined and checked by
-:mod:`workbench.formats.resolve`, so a file that is not chosen is never read, evicted or hashed.
+other ``*.safetensors.index.json``, else the only ``.safetensors`` file. Where the loaders disagree —
+``model.safetensors`` beside ``model.safetensors.index.json`` or beside a complete shard set
+(transformers takes the single file first, vLLM the index's files or every ``*.safetensors``) — nothing
+is chosen: the refusal names both and how to name one. A dtype variant (``model.fp16.safetensors``,
+shards under ``model.safetensors.index.fp16.json``: variants.py) is what transformers loads only with
+``variant=``, so a directory never means one; a directory of variants only is refused, naming them.
+GGUF, when the directory holds no safetensors: the one complete split set or the one model file;
+llama.cpp's multimodal projector (``mmproj-*.gguf``) is never part of the model. An adapter
+(``adapter_model.safetensors``), a variant or a ``consolidated.safetensors`` beside the model is not
+part of it (resolve.py lists them as left out). Anything else is refused in one line that lists the
+candidates and how to name one. Nothing here opens or stats a file: the names decide, and the members
+chosen are then confined and checked by :mod:`workbench.formats.resolve`, so a file that is not chosen
+is never read, evicted or hashed.
 """
 from __future__ import annotations
 
@@ -17,12 +23,12 @@ import re
 from dataclasses import dataclass
 
 from workbench.errors import FormatError
+from workbench.formats.variants import PICKLE_EXTS, variant_index, variants_of
 
 ST_INDEX = "model.safetensors.index.json"
 ST_DEFAULT = "model.safetensors"
 _SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.safetensors|\.gguf)$")
 _ST_INDEX = re.compile(r"^(?P<stem>.+)\.safetensors\.index(?:\.(?P<variant>[^.]+))?\.json$")
-PICKLE_EXTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 SHOWN = 6  # candidates named in a refusal
 
 
@@ -74,14 +80,22 @@ def set_index_names(prefix: str) -> tuple[str, ...]:
 def choose_model(directory: str, names: list[str]) -> Choice:
     """The model among ``names`` (the directory's entries that are not directories), or FormatError."""
     names = sorted(names)
-    if ST_INDEX in names:
+    variants = variants_of(names)
+    plain = [n for n in names if n not in variants]
+    st_files = [n for n in plain if n.endswith(".safetensors")]
+    complete = [s for s in _group(st_files)[0] if s.complete]
+    if ST_DEFAULT in plain and (ST_INDEX in plain or complete):
+        other = f"{ST_INDEX} (its set)" if ST_INDEX in plain else complete[0].describe()
+        raise _loaders_disagree(directory, other, ST_INDEX if ST_INDEX in plain else complete[0].names[0])
+    if ST_INDEX in plain:
         return Choice("index", ST_INDEX)
-    if ST_DEFAULT in names:
+    if ST_DEFAULT in plain:
         return Choice("file", ST_DEFAULT)
-    st_files = [n for n in names if n.endswith(".safetensors")]
-    st_indexes = [n for n in names if _ST_INDEX.match(n)]
+    st_indexes = [n for n in plain if _ST_INDEX.match(n)]
     if st_files or st_indexes:
         return _choose_safetensors(directory, st_files, st_indexes)
+    if any(n.endswith(".safetensors") for n in variants):
+        raise _only_variants(directory, names, variants)
     ggufs = [n for n in names if n.endswith(".gguf")]
     projectors = [n for n in ggufs if "mmproj" in n.lower()]
     models = [n for n in ggufs if n not in projectors]
@@ -129,6 +143,31 @@ def _group(files: list[str]) -> tuple[list[_Set], list[str]]:
         else:
             singles.append(name)
     return [_Set(p, c, e, frozenset(no)) for (p, c, e), no in sorted(found.items())], singles
+
+
+def _loaders_disagree(directory: str, other: str, other_path: str) -> FormatError:
+    return FormatError(directory, "path", f"holds both {ST_DEFAULT} and {other}, and the loaders disagree on "
+                       f"which is the model (transformers loads {ST_DEFAULT}, vLLM the index's files or every "
+                       f"*.safetensors): name one, {os.path.join(directory, ST_DEFAULT)} or "
+                       f"{os.path.join(directory, other_path)}")
+
+
+def _only_variants(directory: str, names: list[str], variants: dict[str, str]) -> FormatError:
+    """A directory of dtype variants only: transformers loads none of them without ``variant=``."""
+    by_variant: dict[str, list[str]] = {}
+    for name in names:
+        if name in variants:
+            by_variant.setdefault(variants[name], []).append(name)
+
+    def named_by(group: list[str]) -> str:  # a set by its index, else the file
+        return ([n for n in group if variant_index(n)] or [n for n in group if not _SHARD.match(n)] or group)[0]
+
+    shown = "; ".join(f"{v}: {named_by(g)}" + (f" and {len(g) - 1} more" if len(g) > 1 else "")
+                      for v, g in sorted(by_variant.items()))
+    first = named_by(sorted(by_variant.items())[0][1])
+    return FormatError(directory, "path", f"holds only dtype variants ({shown}), which transformers loads only "
+                       f"with variant=\"<name>\": name the one to measure, its file or its index "
+                       f"(e.g. {os.path.join(directory, first)})")
 
 
 def _ambiguous(directory: str, candidates: list[str]) -> FormatError:

@@ -16,6 +16,7 @@ entry leads nowhere else, whether resolution finds it or the user names it.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from workbench.errors import FormatError
 from workbench.formats.bounds import check_index_strings, check_member_count, check_member_name
 from workbench.formats.directory import choose_model, set_index_names
+from workbench.formats.variants import left_out, variant_indexes
 from workbench.records.model_names import HUB_REPO_PREFIXES, hub_snapshot_of
 
 MAX_INDEX_BYTES = 64 << 20  # a weight_map for 100k tensors is a few MB
@@ -47,6 +49,7 @@ class ModelSpec:
     weight_map: dict[str, str] | None = None
     total_size: int | None = None
     kind: str = "file"  # file | safetensors-index | safetensors-shards | gguf-split
+    left_out: tuple[tuple[str, str], ...] = ()  # a directory's weights files beside the model: (name, why)
 
 
 def resolve_model(path: str | os.PathLike[str]) -> ModelSpec:
@@ -62,7 +65,7 @@ def resolve_model(path: str | os.PathLike[str]) -> ModelSpec:
         return read_st_index(path)
     m = SHARD_RE.match(os.path.basename(path))
     if m and m.group("ext") == ".safetensors":
-        for name in set_index_names(m.group("prefix")):
+        for name in (*set_index_names(m.group("prefix")), *variant_indexes(os.path.dirname(path), m.group("prefix"))):
             sibling_index = os.path.join(os.path.dirname(path), name)
             if os.path.isfile(sibling_index):
                 spec = read_st_index(confine(os.path.dirname(path), sibling_index))
@@ -92,11 +95,14 @@ def _resolve_dir(directory: str) -> ModelSpec:
     choice = choose_model(directory, names)
     member = os.path.join(directory, choice.name)
     if choice.kind == "index":
-        return read_st_index(confine(directory, member))
-    if choice.kind == "set":
-        return _numbered_set(member, SHARD_RE.match(choice.name), named="")
-    check_member(confine(directory, member), "the directory's model file")
-    return ModelSpec(member, (member,))
+        spec = read_st_index(confine(directory, member))
+    elif choice.kind == "set":
+        spec = _numbered_set(member, SHARD_RE.match(choice.name), named="")
+    else:
+        check_member(confine(directory, member), "the directory's model file")
+        spec = ModelSpec(member, (member,))
+    taken = {os.path.basename(f) for f in (*spec.files, spec.index_file) if f}
+    return dataclasses.replace(spec, left_out=left_out(names, taken))
 
 
 def _numbered_set(member: str, m: re.Match, named: str) -> ModelSpec:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from workbench.errors import OutputError
 from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
 from workbench.outputs import ledger_files, refuse_overwrite, write_text
-from workbench.records import COST_FIELDS, format_effect, model_display_name
+from workbench.records import COST_FIELDS, format_effect
 from workbench.records.baseline_match import with_across
 from workbench.untrusted import for_csv
 
@@ -103,8 +103,8 @@ def attempts_frame(ledger: Ledger, campaign: str | None = None) -> pd.DataFrame:
     kinds = [strategy_kind(a) for a in attempts.to_dict("records")]
     frame = _json_columns(attempts)
     frame.insert(frame.columns.get_loc("strategy") + 1, "strategy_kind", kinds)
-    frame.insert(frame.columns.get_loc("file_path"), "model", [model_display_name(p) if p else "" for p in
-                                                               frame["file_path"].fillna("")])
+    # the model's name in this ledger (two identities never share one: Ledger.model_names)
+    frame.insert(frame.columns.get_loc("file_path"), "model", frame.pop("model").fillna(""))
     frame["effect"] = [_effect(a) for a in frame.to_dict("records")]
     return frame
 

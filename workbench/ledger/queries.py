@@ -15,6 +15,7 @@ from workbench.ledger.owner import RUNNING, abandoned, interrupted_values
 from workbench.ledger.schema import decode
 from workbench.records import AttemptStats, RunRecord, format_verdict, verdict_n
 from workbench.records.baseline_match import row_across
+from workbench.records.model_names import distinct_model_names, model_display_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,7 +30,11 @@ _ATTEMPT_SELECT = ("SELECT c.name AS campaign, a.*, b.n AS baseline_n"
                    " JOIN campaigns c ON c.id = a.campaign_id LEFT JOIN attempts b ON b.id = a.baseline_id")
 # derived, beside the stored columns: the verdict as every table shows it (format_verdict), and what
 # the baseline measured differently ('' when nothing: a ratio across two models says so everywhere)
-_DERIVED = ("baseline_n", "verdict_n", "verdict_text", "baseline_across")
+_DERIVED = ("baseline_n", "verdict_n", "verdict_text", "baseline_across", "model")
+# every model the ledger holds, for names two identities never share (records/model_names.py)
+_MODELS = ("SELECT DISTINCT a.file_path, a.file_hash, CASE WHEN json_valid(a.environment) THEN (SELECT COUNT(*)"
+           " FROM json_each(a.environment, '$.model_files') m WHERE json_extract(m.value, '$.name') NOT LIKE"
+           " '%.json') END AS files FROM attempts a")  # data files: an index file is not counted
 
 
 class LedgerQueries:
@@ -53,7 +58,8 @@ class LedgerQueries:
         """One attempt as a dict (JSON columns decoded, campaign by name); accepts an id prefix."""
         full = self.resolve_id(attempt_id)
         self._reap_quietly()
-        return _decode_attempt(self._as_reaped(self._query(f"{_ATTEMPT_SELECT} WHERE a.id = ?", (full,)))[0])
+        row = _decode_attempt(self._as_reaped(self._query(f"{_ATTEMPT_SELECT} WHERE a.id = ?", (full,)))[0])
+        return _named(row, self.model_names())
 
     def attempts(self, campaign: str | None = None) -> pd.DataFrame:
         """All attempts (of one campaign), oldest first, with ``ceiling_fraction`` = gbps / ceiling;
@@ -61,7 +67,9 @@ class LedgerQueries:
         self._reap_quietly()
         where, args = ("WHERE c.name = ?", (campaign,)) if campaign else ("", ())
         rows = self._as_reaped(self._query(f"{_ATTEMPT_SELECT} {where} ORDER BY a.created, a.id", args))
-        frame = _frame([_decode_attempt(r) for r in rows], ("campaign",) + schema.COLUMNS["attempts"] + _DERIVED)
+        names = self.model_names()
+        frame = _frame([_named(_decode_attempt(r), names) for r in rows],
+                       ("campaign",) + schema.COLUMNS["attempts"] + _DERIVED)
         frame["ceiling_fraction"] = frame["gbps"].astype(float) / frame["ceiling_gbps"].astype(float)
         return frame
 
@@ -122,6 +130,11 @@ class LedgerQueries:
         frame["detail"] = frame["detail"].map(decode)
         return frame
 
+    def model_names(self) -> dict[tuple[str, str | None], str]:
+        """(file_path, file_hash) → the model's name in this ledger: two identities never share one
+        (a name several would share says the kind of file, how many and a short hash)."""
+        return distinct_model_names((r["file_path"] or "", r["file_hash"], r["files"]) for r in self._query(_MODELS))
+
     def _reap_quietly(self) -> None:
         if self.readonly:  # read as interrupted by _as_reaped, never written so
             return
@@ -177,6 +190,12 @@ def _decode_attempt(row: dict[str, Any]) -> dict[str, Any]:
     row["baseline_across"] = row_across(row)
     for key in _BASE_FACTS:
         row.pop(f"baseline_{key}", None)
+    return row
+
+
+def _named(row: dict[str, Any], names: dict[tuple[str, str | None], str]) -> dict[str, Any]:
+    path = row.get("file_path") or ""
+    row["model"] = names.get((path, row.get("file_hash")), model_display_name(path) if path else "")
     return row
 
 

@@ -207,7 +207,7 @@ def _device(a: dict[str, Any]) -> str:
 
 
 def _file(a: dict[str, Any]) -> str:
-    name = model_display_name(str(a["file_path"] or ""))
+    name = a.get("model") or model_display_name(str(a["file_path"] or ""))  # the ledger's name for it
     if not name:
         return ""
     parts = [name]

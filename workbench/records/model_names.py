@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Iterable
 
 HUB_REPO_PREFIXES = ("models--", "datasets--", "spaces--")  # the hub cache's repo folders
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -63,3 +64,25 @@ def _snapshot(path: str) -> tuple[str, list[str]] | None:
     repo, rev, inner = found
     repo_id = os.path.basename(repo).split("--", 1)[1].replace("--", "/")
     return f"{repo_id}@{rev[:7] if _COMMIT.match(rev) else rev}", inner
+
+
+def distinct_model_names(models: Iterable[tuple[str, str | None, int | None]]) -> dict[tuple[str, str | None], str]:
+    """``(path, hash, files)`` → the model's name in a ledger, where two identities (two hashes) never
+    share one: a name that several would share gets what tells them apart, the kind of file, how many
+    files and a short hash (``tiny-llama-f16 [gguf, 1 file, #e461f0f6]``)."""
+    by_name: dict[str, dict[tuple[str, str | None], int | None]] = {}
+    for path, digest, files in models:
+        by_name.setdefault(model_display_name(path) if path else "", {})[(path, digest)] = files
+    out: dict[tuple[str, str | None], str] = {}
+    for name, members in by_name.items():
+        several = len({digest for _, digest in members if digest}) > 1
+        for (path, digest), files in members.items():
+            out[(path, digest)] = f"{name} [{_told_apart(path, digest, files)}]" if several and digest else name
+    return out
+
+
+def _told_apart(path: str, digest: str, files: int | None) -> str:
+    kind = "gguf" if path.endswith(".gguf") else "safetensors" if path.endswith((".safetensors", ".json")) \
+        else os.path.splitext(path)[1].lstrip(".") or "file"
+    count = f"{files} file{'s' if files != 1 else ''}, " if files else ""
+    return f"{kind}, {count}#{digest.rpartition(':')[2][:8]}"

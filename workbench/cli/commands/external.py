@@ -64,11 +64,13 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
     from workbench.measure.engine.evidence import evidence_tally
     from workbench.measure.engine.external import EngineCommand, measure_engines
     from workbench.untrusted import for_terminal
-    from workbench.measure.run.runner import open_ledger
+    from workbench.measure.run.runner import open_ledger, require_device
 
     n = len(commands)
     if labels and len(labels) != n:
         raise click.UsageError(f"{len(labels)} --label for {n} --cmd")
+    if device is not None:  # a device not here is refused as run --device refuses it, before anything else
+        require_device(device)
     engines = [EngineCommand(cmd, marker, start_marker=start or None, phases=phases, shell=shell,
                              binary=binary or None, label=label, expect_exit=code)
                for cmd, marker, start, binary, label, code in zip(

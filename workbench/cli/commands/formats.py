@@ -92,6 +92,7 @@ def inspect(model: str, as_json: bool, no_hash: bool, top: int, show_all: bool) 
 
         digest = model_identity(index).hash
     report = index_report(index, digest)
+    report["left_out"] = left_out_report(model)  # beside the files resolved: what the directory held besides
     if as_json:
         click.echo(json.dumps(report, indent=1))
     else:
@@ -114,6 +115,14 @@ def index_report(index: TensorIndex, digest: str | None) -> dict[str, Any]:
         "notes": list(index.notes),
         "metadata": dict(index.metadata),
     }
+
+
+def left_out_report(model: str) -> list[dict[str, str]]:
+    """The weights files beside the model that it does not include, each with why (a directory's; a
+    file named on its own leaves nothing out): ``[{"name": "model.fp16.safetensors", "why": …}]``."""
+    from workbench.formats.resolve import resolve_model
+
+    return [{"name": name, "why": why} for name, why in resolve_model(model).left_out]
 
 
 def _blob_report(b) -> dict[str, Any]:  # noqa: ANN001 - ExpertBlob
@@ -140,8 +149,9 @@ def _summary(r: dict[str, Any], top: int | None) -> str:
     if blobs:
         lines.append(_blob_summary(blobs))
     lines += [f"  note        {n}" for n in r["notes"]]
-    if len(files) > 1 or r["index_file"]:
+    if len(files) > 1 or r["index_file"] or r.get("left_out"):
         lines += _files_table(files, r["index_file"])
+    lines += [f"  left out    {x['name']}: {x['why']}" for x in r.get("left_out") or ()]
     lines += _tensor_table(r["tensors"], top, len(files) > 1)
     return "\n".join(lines)
 

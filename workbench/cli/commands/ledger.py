@@ -70,7 +70,7 @@ def list_(ctx: click.Context, campaign: str | None, sub_ledger: str | None) -> N
         click.echo(for_terminal(f"no attempts{f' in campaign {campaign!r}' if campaign else ''} (campaigns: {known})"))
         return
     rows = [
-        (a["id"][:8], a["campaign"], a["host"], model_name(a["file_path"]), a["label"], a["cache"] or "",
+        (a["id"][:8], a["campaign"], a["host"], a["model"] or model_name(a["file_path"]), a["label"], a["cache"] or "",
          ms(a["median_s"]), format_spread(a["spread_pct"], a["n"], a["stable"]), integer(a["n"]), effect(a),
          a["verdict_text"])
         for a in records(frame)

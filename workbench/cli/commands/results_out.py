@@ -75,7 +75,7 @@ def report_results(results: list[Any], ledger: Any, as_json: bool, single: bool,
         click.echo(json.dumps(payload, indent=2, default=str))
         return
     for line in describe_sets([r.config.file for r in results]):  # a set: which files, how much
-        click.echo(line)
+        click.echo(for_terminal(line))
     click.echo(attempts_table(results))
     phases = phases_table(results)
     if phases:

@@ -142,12 +142,24 @@ def model_name(path: str) -> str:
 
 
 def describe_sets(paths: list[str]) -> list[str]:
-    """``model: DIR (4 files, 16.06 GB)`` for each model of several files among ``paths``."""
+    """``model: DIR (4 files, 16.06 GB)`` for each model of several files, or named by its directory,
+    among ``paths``; under it the files resolved and the weights files the directory held beside them,
+    each with why it was left out (``left out: model.fp16.safetensors (the fp16 variant …)``)."""
+    from workbench.formats.resolve import resolve_model as resolve_spec
+    from workbench.formats.variants import grouped
+
     lines = []
     for path in dict.fromkeys(paths):
         model = resolve_model(path)
-        if not isinstance(model, str) and model.index is not None and (model.index.sharded or model.index.index_file):
-            lines.append(f"model: {model.describe(path)}")
+        if isinstance(model, str) or model.index is None:
+            continue
+        left = resolve_spec(path).left_out
+        if model.index.sharded or model.index.index_file or left or os.path.isdir(path):
+            index = os.path.basename(model.index.index_file)
+            names = [os.path.basename(p) for p in model.paths if os.path.basename(p) != index]
+            shown = (f"{index} → " if index else "") + ", ".join(key for key, _ in grouped(names))
+            lines += [f"model: {model.describe(path)}", f"  resolved: {shown}"]
+            lines += [f"  left out: {'; '.join(f'{name} ({why})' for name, why in left)}"] if left else []
     return lines
 
 

@@ -154,11 +154,10 @@ def preflight(configs: Sequence[RunConfig]) -> dict[str, TensorIndex]:
 
     Errors that only a run can reveal (a crash, wrong bytes, a timeout) stay failed runs in the ledger.
     """
-    from workbench.errors import BackendUnavailable, StrategyUnavailable
+    from workbench.errors import StrategyUnavailable
     from workbench.formats import open_index
     from workbench.io.descriptors import check_descriptors
     from workbench.strategies import get_strategy
-    from workbench.upload import DEVICES, device_availability
 
     indexes: dict[str, Any] = {}
     for config in configs:
@@ -167,10 +166,7 @@ def preflight(configs: Sequence[RunConfig]) -> dict[str, TensorIndex]:
         avail = cls.available()
         if not avail:
             raise StrategyUnavailable(config.strategy, avail.reason)
-        name = config.device.partition(":")[0]
-        avail = device_availability(name)
-        if not avail:
-            raise BackendUnavailable(name, avail.reason, DEVICES.entries[name].hint)
+        name = require_device(config.device)
         if config.file not in indexes:
             indexes[config.file] = open_index(config.file)
             check_descriptors(indexes[config.file].path, len(indexes[config.file].files))  # a load holds one each
@@ -178,6 +174,19 @@ def preflight(configs: Sequence[RunConfig]) -> dict[str, TensorIndex]:
         if not fits:
             raise StrategyUnavailable(config.strategy, f"{config.file}: {fits.reason}")
     return indexes
+
+
+def require_device(device: str) -> str:
+    """The backend of ``device`` (``cuda`` of ``cuda:1``), or BackendUnavailable in one line when it is
+    not here: the one rule for every command that records a device (run, compare, external)."""
+    from workbench.errors import BackendUnavailable
+    from workbench.upload import DEVICES, device_availability
+
+    name = device.partition(":")[0]
+    avail = device_availability(name)
+    if not avail:
+        raise BackendUnavailable(name, avail.reason, DEVICES.entries[name].hint)
+    return name
 
 
 def open_ledger(ledger: LedgerArg) -> Ledger:
