@@ -66,7 +66,7 @@ class Popularity:
 
     def predict(self, t: int, i: int) -> Sequence[int]:
         row = self.counts[i]
-        order = np.lexsort((np.arange(row.size), -row))[:self.n]  # most routed first, then the lower id
+        order = np.argsort(-row, kind="stable")[:self.n]  # most routed first, then the lower id
         return [int(e) for e in order if row[e] > 0]
 
     def observe(self, t: int, i: int, experts: Sequence[int]) -> None:

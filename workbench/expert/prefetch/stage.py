@@ -8,7 +8,8 @@ against it, and every routed entry looked up — one this layer's prefetch admit
 was counted a miss when admitted, as the route-ahead counts its reads), one an earlier prefetch left
 is a hit (waited for if its read is still in flight), any other a hit or a miss read now. Entries
 read ahead and not routed stay pinned until their reads end (settled, without waiting, at the next
-layer; waited for at the turn's end), then are ordinary cache entries.
+layer; waited for at the turn's end, or when a routed miss needs the budget they hold), then are
+ordinary cache entries. A prefetch the budget cannot take is dropped (counted), never a failure.
 
 So a turn's ``hits + misses`` are its routed lookups whatever the predictor: the session takes the
 entries its prefetch read for layers that did not route to them (:attr:`PrefetchStage.unused_entries`)
@@ -84,12 +85,14 @@ class PrefetchStage:
         keys = [SliceKey(blob, e) for e in routed for blob in d.by_layer[d.trace.layers[i]]]
         plan, again = LayerPlan(keys), []
         own = staged.reads if staged is not None else {}
+        if staged is not None:
+            self._left_unused(d, staged, set(keys))
         for key in keys:
             self._unused.pop(key, None)
             if key in own:
                 plan.reads[key] = own[key]  # pinned by its admission; counted a miss then
                 continue
-            kind = d.lookup(key)
+            kind = self._lookup(d, key)
             if key in self._leftover:  # live (a hit) but read by an earlier layer's prefetch: wait for it
                 plan.reads[key] = self._leftover.pop(key)
                 again.append(key)  # its admission's pin, released once it is landed
@@ -99,9 +102,18 @@ class PrefetchStage:
         with d.timed("bookkeeping"):
             for key in again + (staged.pinned if staged is not None else []):
                 d.cache.unpin(key)
-        if staged is not None:
-            self._left_unused(d, staged, set(keys))
         return landed
+
+    def _lookup(self, d: Any, key: SliceKey) -> str | None:
+        """A routed lookup; when the budget is held by reads ahead nobody routed, they are finished and
+        let go first (a demand miss never fails for a prefetch's sake)."""
+        try:
+            return d.lookup(key)
+        except ParamError:
+            if not self._leftover:
+                raise
+        self._settle(d, wait=True)
+        return d.lookup(key)
 
     def finish(self, d: Any) -> None:
         """The turn's end: every prefetch read waited for and released; what is still unused, tallied."""

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from workbench.measure.session.runner import SessionResult
 
 # what the read bytes may legitimately differ by: these options change what the cache reads
-CHANGES_READS = frozenset({"cache_mib", "policy", "experts_per_token", "trace", "distribution", "zipf_s", "seed",
-                           "turns", "tokens", "prefetch"})
+CHANGES_READS = frozenset({"cache_mib", "cache_experts", "policy", "experts_per_token", "trace", "distribution",
+                           "zipf_s", "seed", "turns", "tokens", "prefetch"})
 OUTER_KEYS = ("cache", "device")
 DEFAULT_ROUNDS = max(MIN_PAIRED_ROUNDS, CLAIM_MIN_RUNS)  # fewer are never paired by round (below 5: no claim)
 @dataclass(frozen=True)
@@ -120,10 +120,10 @@ def parse_ab(spec: str, base: SessionConfig, cache: str, device: str) -> Arm:
 
 def _convert(spec: str, key: str, text: str, base: SessionConfig) -> Any:
     current = getattr(base, key)
-    if text.lower() == "none":
+    if text.lower() == "none" and key != "prefetch":  # --prefetch none is a predictor, not a default
         return None
-    kind = {"cache_mib": float, "experts_per_token": int, "gate": float, "memory_limit_mib": float,
-            "trace": str}.get(key) or type(current)
+    kind = {"cache_mib": float, "cache_experts": int, "experts_per_token": int, "gate": float,
+            "memory_limit_mib": float, "trace": str}.get(key) or type(current)
     try:
         if kind is bool:
             if text.lower() not in ("1", "0", "true", "false", "on", "off", "yes", "no"):
