@@ -74,7 +74,7 @@ def _safetensors_marked(head: bytes, size: int) -> bool:
         return False
     try:
         meta = json.loads(head[8:8 + n]).get("__metadata__")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return False
     return isinstance(meta, dict) and MARK in meta
 
@@ -84,6 +84,6 @@ def _index_marked(head: bytes, size: int) -> bool:
         return False
     try:
         meta = json.loads(head).get("metadata")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return False
     return isinstance(meta, dict) and MARK in meta

@@ -24,6 +24,7 @@ from typing import Callable
 
 from workbench.errors import OutputError
 
+NAME_MAX = 255  # bytes in one file name (Linux, and every file system the workbench writes to)
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -145,8 +146,9 @@ class OutDir:
         return self.write(name, fill)
 
     def _new_temp(self, name: str) -> tuple[str, int]:
+        stem = _cut_to_bytes(name, NAME_MAX - len(".{}.12345678.partial".format("")))  # a legal name's temp is too
         for _ in range(100):
-            tmp = f".{name}.{secrets.token_hex(4)}.partial"
+            tmp = f".{stem}.{secrets.token_hex(4)}.partial"
             try:
                 return tmp, os.open(tmp, _NEW, 0o666, dir_fd=self.fd)
             except FileExistsError:
@@ -176,3 +178,10 @@ def reason(exc: OSError) -> str:
     if exc.errno == errno.EFBIG:
         return "File too large (past the file-size limit)"
     return exc.strerror or str(exc)
+
+
+def _cut_to_bytes(name: str, limit: int) -> str:
+    """``name`` cut to at most ``limit`` bytes of the file system's encoding, never inside a character
+    (bytes that are no UTF-8 are dropped: the cut name only prefixes a random temporary one)."""
+    raw = os.fsencode(name)
+    return name if len(raw) <= limit else raw[:limit].decode("utf-8", "ignore")

@@ -67,12 +67,12 @@ def point_completed(output: Path, ledger_id: str | None = None) -> bool:
     """
     try:
         meta = json.loads(output.read_text()).get("metadata", {})
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # not a notebook this sweep wrote
         return False
-    stamp = meta.get("workbench", {})
-    if ledger_id is not None and stamp.get("ledger_id") != ledger_id:
+    stamp, papermill = (meta.get(k) if isinstance(meta, dict) else None for k in ("workbench", "papermill"))
+    if not isinstance(stamp, dict) or (ledger_id is not None and stamp.get("ledger_id") != ledger_id):
         return False
-    return bool(stamp.get("completed")) and not meta.get("papermill", {}).get("exception")
+    return bool(stamp.get("completed")) and not (papermill.get("exception") if isinstance(papermill, dict) else None)
 
 
 def _stamp_completed(output: Path, point: SweepPoint, seconds: float, ledger_id: str) -> None:

@@ -135,8 +135,10 @@ def path_parameters(notebook: Path, names: Iterable[str] = ()) -> dict[str, str]
     SweepError naming the notebook."""
     try:
         meta = json.loads(notebook.read_text(encoding="utf-8")).get("metadata", {})
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, AttributeError) as exc:  # AttributeError: JSON that is no object
         raise SweepError(notebook, f"cannot read the notebook: {exc}") from None
+    except RecursionError:
+        raise SweepError(notebook, "cannot read the notebook: JSON nested too deeply") from None
     declared = (meta.get("workbench") or {}).get("path_parameters") or {}
     if not isinstance(declared, dict) or not all(isinstance(k, str) and v in PATH_KINDS for k, v in declared.items()):
         raise SweepError(notebook, f"metadata.workbench.path_parameters must map parameter names to one of "
