@@ -185,3 +185,11 @@ def test_bad_sizes_and_policies_are_one_line(sizes, policy, detail):
     with pytest.raises(ParamError, match=re.escape(detail)) as err:
         simulate(tr, [policy], sizes)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("distribution, seed", [("zipf", 1), ("zipf", 2), ("uniform", 3)])
+def test_simulator_equals_the_classes_on_longer_traces(distribution, seed):
+    # long enough for ARC's ghost lists to fill and its target to move both ways many times
+    tr = synthetic_trace(600, 2, 16, 2, distribution=distribution, zipf_s=0.9, seed=seed)
+    for r in simulate(tr, ["lru", "fifo", "lfu:16", "arc", "static"], [3, 5, 8, 12]):
+        assert r.hits == simulate_reference(tr, r.policy, r.cache_experts).hits, (r.policy, r.cache_experts)

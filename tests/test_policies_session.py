@@ -79,3 +79,23 @@ def test_bad_per_layer_options_are_one_line(moe, trace_file, kw, detail):
     with pytest.raises(ParamError) as err:
         _replay(moe, trace_file, **kw)
     assert detail in str(err.value) and "\n" not in str(err.value)
+
+
+def test_session_command_runs_a_policy_per_layer(moe, trace_file, tmp_path, isolated_cache, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    monkeypatch.setenv("WORKBENCH_LEDGER", str(tmp_path / "ledger.sqlite"))
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    args = ["session", moe.path, "--trace", trace_file, "--turns", "2", "--tokens", "30", "--cache-experts", "8"]
+    out = CliRunner().invoke(main, args + ["--policy", "lfu:5", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    predicted = next(r for r in simulate(load_trace(trace_file), ["lfu:5"], [8]) if r.policy == "lfu:5")
+    turns = doc["turns"]
+    assert sum(t["hits"] for t in turns) / sum(t["hits"] + t["misses"] for t in turns) == pytest.approx(predicted.hit_rate)
+    bad = CliRunner().invoke(main, args[:-2] + ["--policy", "belady"])
+    assert bad.exit_code == 2 and "give --cache-experts N" in bad.output and len(bad.output.strip().splitlines()) == 1

@@ -29,6 +29,8 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 @click.option("--cache-mib", type=numbers.mebibytes(), default=None,
               help="Expert cache budget (MiB of expert slices); default half the expert bytes, at least two "
                    "tokens' working set.")
+@click.option("--cache-experts", type=numbers.count(1, numbers.MAX_EXPERTS), default=None,
+              help="Per-layer caches of N experts each (the token's k pinned) instead of a byte budget.")
 @click.option("--experts-per-token", type=numbers.count(1, numbers.MAX_EXPERTS), default=None,
               help="Experts routed per layer per token (default: the trace's, else a quarter of the experts, 1–8).")
 @click.option("--placement", type=click.Choice(PLACEMENTS), default="inplace", show_default=True,
@@ -66,7 +68,9 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 @click.option("--seed", type=numbers.seed(), default=0, show_default=True, help="Seed of the synthetic routing.")
 @click.option("--reader", type=click.Choice(READERS), default="auto", show_default=True,
               help="How misses are read (auto: by placement).")
-@click.option("--policy", type=click.Choice(["lru", "fifo"]), default="lru", show_default=True, help="Eviction.")
+@click.option("--policy", default="lru", show_default=True,
+              help="Eviction: lru | fifo; with --cache-experts also lfu (lfu:W ages every W tokens) | arc | static | "
+                   "belady (see `workbench trace simulate`).")
 @click.option("--steady-window", type=numbers.count(2, numbers.MAX_TURNS), default=5, show_default=True,
               help="Turns in the trailing window of the steady-state test.")
 @click.option("--steady-slope", "steady_slope_pct", type=numbers.amount(0, 1000, low_open=True), default=2.0,
