@@ -1,4 +1,4 @@
-"""File identity: the hash is right, cached by (realpath, size, mtime), and renewed when the file changes;
+"""File identity: the hash is right, cached by (realpath, device, inode, size, ctime, mtime), and renewed when the file changes;
 it names the file as it was named and the file that was read."""
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def test_identity_fields_and_hash(tmp_path, cache_dir):
     assert (cache_dir / "identity.sqlite").exists()
 
 
-def test_second_call_uses_the_cache(tmp_path, hash_calls):
+def test_second_call_uses_the_cache(tmp_path, hash_calls, monkeypatch):
+    monkeypatch.setattr(identity, "RACY_NS", -1)  # the file was just written (the racy rule: below)
     path = tmp_path / "m.bin"
     path.write_bytes(b"a" * 5000)
     first = file_identity(path)

@@ -2,30 +2,41 @@
 hash of every byte (a set: of its members' identities, :func:`model_identity`).
 
 Hashing a 20 GB model takes seconds, so the hash is cached in SQLite at
-``$WORKBENCH_CACHE_DIR/identity.sqlite`` (default ``~/.cache/workbench``), keyed by realpath, size,
-mtime and inode: a rewritten file gets a new mtime and so a fresh hash. The file is read untouched,
-so computing an identity never changes the cache state a run is about to be measured in.
-The same database holds :func:`cached_json`, a small per-key cache (e.g. reference checksums per file).
+``$WORKBENCH_CACHE_DIR/identity.sqlite`` (default ``~/.cache/workbench``), keyed by what no user can
+set: realpath, device, inode, size, and ``st_ctime_ns`` — which the kernel sets to now on every change
+of a file's bytes or metadata, ``utime`` included (so a rewrite in place with its mtime put back still
+gets a fresh hash; the mtime, which anyone can set, is recorded, not trusted). Linux exposes no change
+counter to user space (``STATX_CHANGE_COOKIE`` stays inside the kernel, ``i_version`` is NFS's), so the
+ctime is the key. A change within the same tick of the kernel's coarse clock as the file's previous one
+keeps its ctime: a hash taken less than :data:`RACY_NS` after the file's last change is not cached
+(git's "racily clean" rule), so such a file is hashed again next time.
+The file is read untouched, so computing an identity never changes the cache state a run is about to
+be measured in. The same database holds :func:`cached_json`, a small per-key cache (e.g. reference
+checksums per file, keyed by the hash of the very bytes they were computed from:
+:func:`hash_with_ranges`).
 """
 from __future__ import annotations
 
 import json
 import os
 import sqlite3
-from pathlib import Path
-from typing import Any, Callable
+import time
+from typing import Any, Callable, Sequence
 
 import xxhash
 
 from workbench import defaults
 from workbench.errors import FormatError
 from workbench.formats.index import FileIdentity, TensorIndex
-from workbench.io.untouched import iter_untouched
+from workbench.io.untouched import RangeHashers, iter_untouched
 
+RACY_NS = 1_000_000_000  # past the coarse clock's tick (1-10 ms) and file systems that keep whole seconds
+# The cache of issue 35 §4 on: keyed by ctime (the former ``identity`` table, keyed by mtime, is not read).
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS identity (
-    realpath TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, inode INTEGER NOT NULL,
-    hash TEXT NOT NULL, PRIMARY KEY (realpath, size, mtime_ns, inode));
+CREATE TABLE IF NOT EXISTS file_hash (
+    realpath TEXT NOT NULL, dev INTEGER NOT NULL, inode INTEGER NOT NULL, size INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, hash TEXT NOT NULL,
+    PRIMARY KEY (realpath, dev, inode, size, ctime_ns, mtime_ns));
 CREATE TABLE IF NOT EXISTS json_cache (
     kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (kind, key));
 """
@@ -51,31 +62,42 @@ def _stat(path: str | os.PathLike) -> os.stat_result:
 
 def hash_file(path: str | os.PathLike) -> str:
     """``"xxh3_128:<hex>"`` over the whole file, read without touching its page-cache residency."""
-    h = xxhash.xxh3_128()
-    for _, data in iter_untouched(path):
-        h.update(data)
-    return f"xxh3_128:{h.hexdigest()}"
+    return hash_with_ranges(path, ())[0]
+
+
+def hash_with_ranges(path: str | os.PathLike, ranges: Sequence[tuple[int, int]]) -> tuple[str, list[str]]:
+    """The file's ``"xxh3_128:<hex>"`` and each ``(offset, nbytes)`` range's xxh3_64 hex digest, from
+    one untouched pass over the file: checksums that come with the hash of the bytes they were taken from."""
+    whole, parts = xxhash.xxh3_128(), RangeHashers(ranges, _stat(path).st_size, path)
+    for pos, data in iter_untouched(path):
+        whole.update(data)
+        parts.feed(pos, data)
+    return f"xxh3_128:{whole.hexdigest()}", parts.digests()
+
+
+def _key(real: str, st: os.stat_result) -> tuple[str, int, int, int, int, int]:
+    return real, st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns, st.st_mtime_ns
 
 
 def file_identity(path: str | os.PathLike) -> FileIdentity:
-    """The file's identity, its hash from the cache when realpath, size, mtime and inode match; ``path``
-    is the file as named, ``read_path`` the file read (a link's target)."""
+    """The file's identity, its hash from the cache when realpath, device, inode, size, ctime and mtime
+    match; ``path`` is the file as named, ``read_path`` the file read (a link's target)."""
     named, real = os.path.abspath(path), os.path.realpath(path)
     st = _stat(real)
-    key = (real, st.st_size, st.st_mtime_ns, st.st_ino)
+    key = _key(real, st)
     conn = _connect()
     try:
-        row = conn.execute("SELECT hash FROM identity WHERE realpath=? AND size=? AND mtime_ns=? "
-                           "AND inode=?", key).fetchone() if conn else None
+        row = conn.execute("SELECT hash FROM file_hash WHERE realpath=? AND dev=? AND inode=? AND size=? "
+                           "AND ctime_ns=? AND mtime_ns=?", key).fetchone() if conn else None
         if row:
             return FileIdentity(named, st.st_size, st.st_mtime_ns, row[0], read_path=real)
+        started = time.time_ns()
         digest = hash_file(real)
-        after = _stat(real)
-        if (after.st_size, after.st_mtime_ns, after.st_ino) != key[1:]:
+        if _key(real, _stat(real)) != key:
             raise FormatError(real, "content", "file changed while it was being hashed")
-        if conn:
+        if conn and started - st.st_ctime_ns > RACY_NS:  # else a change in the same clock tick keeps the key
             with conn:
-                conn.execute("INSERT OR REPLACE INTO identity VALUES (?, ?, ?, ?, ?)", (*key, digest))
+                conn.execute("INSERT OR REPLACE INTO file_hash VALUES (?, ?, ?, ?, ?, ?, ?)", (*key, digest))
         return FileIdentity(named, st.st_size, st.st_mtime_ns, digest, read_path=real)
     finally:
         if conn:

@@ -168,29 +168,43 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans if b > a]
 
 
+class RangeHashers:
+    """An xxh3_64 per ``(offset, nbytes)`` range of a ``size``-byte file, fed the file's bytes in order
+    (``feed(offset, data)``, as :func:`iter_untouched` yields them, any chunking)."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int]], size: int, path: str | os.PathLike = ""):
+        for off, n in ranges:
+            if off < 0 or n < 0 or off + n > size:
+                raise FormatError(path, "range", f"({off}, {n}) lies outside the {size}-byte file")
+        self.ranges = [tuple(r) for r in ranges]
+        self._hashers = [xxhash.xxh3_64() for _ in ranges]
+        self._order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+        self._next, self._active = 0, []
+
+    def feed(self, pos: int, data: memoryview) -> None:
+        stop = pos + len(data)
+        while self._next < len(self._order) and self.ranges[self._order[self._next]][0] < stop:
+            self._active.append(self._order[self._next])
+            self._next += 1
+        for i in self._active:
+            off, n = self.ranges[i]
+            a, b = max(off, pos), min(off + n, stop)
+            if b > a:
+                self._hashers[i].update(data[a - pos : b - pos])
+        self._active = [i for i in self._active if sum(self.ranges[i]) > stop]
+
+    def digests(self) -> list[str]:
+        return [h.hexdigest() for h in self._hashers]
+
+
 def range_checksums(path: str | os.PathLike, ranges: Sequence[tuple[int, int]], *,
                     mode: str = "auto") -> list[str]:
     """xxh3_64 hex digest of each ``(offset, nbytes)`` range, in the order given, in one untouched pass.
 
     Compare with ``xxhash.xxh3_64(device_bytes).hexdigest()``.
     """
-    size = _size(path)
-    for off, n in ranges:
-        if off < 0 or n < 0 or off + n > size:
-            raise FormatError(path, "range", f"({off}, {n}) lies outside the {size}-byte file")
-    hashers = [xxhash.xxh3_64() for _ in ranges]
-    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
-    nxt, active = 0, []
+    hashers = RangeHashers(ranges, _size(path), path)
     for lo, hi in _merge([tuple(r) for r in ranges]):
         for pos, data in iter_untouched(path, lo, hi, mode=mode):
-            stop = pos + len(data)
-            while nxt < len(order) and ranges[order[nxt]][0] < stop:
-                active.append(order[nxt])
-                nxt += 1
-            for i in active:
-                off, n = ranges[i]
-                a, b = max(off, pos), min(off + n, stop)
-                if b > a:
-                    hashers[i].update(data[a - pos : b - pos])
-            active = [i for i in active if sum(ranges[i]) > stop]
-    return [h.hexdigest() for h in hashers]
+            hashers.feed(pos, data)
+    return hashers.digests()

@@ -76,11 +76,13 @@ def measure(configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
     ledger ran at another time, so its runs are not paired.
     """
     preflight(configs)
-    run_fn = functools.partial(run_worker, verify=verify, timeout_s=timeout_s, cache=cache_request(cache))
+    models = Models()  # each worker verifies against the identity its attempt recorded (issue 35 §4)
+    run_fn = functools.partial(run_worker, verify=verify, timeout_s=timeout_s, cache=cache_request(cache),
+                               identity_of=models.identity)
     return measure_with(run_fn, configs, runs=runs, cache=cache, order=order, seed=seed,
                         ledger=ledger, campaign=campaign, hypothesis=hypothesis, labels=labels,
                         baseline=baseline, progress=progress, lock_dir=lock_dir, min_effect=min_effect,
-                        baseline_across=baseline_across)
+                        baseline_across=baseline_across, models=models)
 
 
 def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, cache: str = "cold",
@@ -88,7 +90,8 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
                  campaign: str = "default", hypothesis: str = "", labels: Sequence[str] | None = None,
                  baseline: str | None = None, progress: Progress | None = None,
                  lock_dir: str | os.PathLike[str] | None = None,
-                 min_effect: float = DEFAULT_MIN_EFFECT, baseline_across: bool = False) -> list[AttemptResult]:
+                 min_effect: float = DEFAULT_MIN_EFFECT, baseline_across: bool = False,
+                 models: Models | None = None) -> list[AttemptResult]:
     """:func:`measure` with any way of doing one run (a worker, an external engine)."""
     if not configs:
         raise WorkbenchError("nothing to measure: no configurations given")
@@ -108,7 +111,8 @@ def measure_with(run_fn: RunFn, configs: Sequence[RunConfig], *, runs: int = 5, 
     try:
         return _measure_runs(run_fn, configs, sequence, store, labels=labels, campaign=campaign,
                              hypothesis=hypothesis, cache=cache, baseline=baseline, progress=progress,
-                             lock_dir=lock_dir, min_effect=min_effect, baseline_across=baseline_across)
+                             lock_dir=lock_dir, min_effect=min_effect, baseline_across=baseline_across,
+                             models=models)
     finally:
         if store is not ledger:  # opened here, so closed here
             store.close()
@@ -118,8 +122,8 @@ def _measure_runs(run_fn: RunFn, configs: Sequence[RunConfig], sequence: list[in
                   labels: Sequence[str] | None, campaign: str, hypothesis: str, cache: str,
                   baseline: str | None, progress: Progress | None,
                   lock_dir: str | os.PathLike[str] | None, min_effect: float,
-                  baseline_across: bool = False) -> list[AttemptResult]:
-    models, across, base_runs = Models(), "", None
+                  baseline_across: bool = False, models: Models | None = None) -> list[AttemptResult]:
+    models, across, base_runs = models if models is not None else Models(), "", None
     if baseline:
         baseline = store.resolve_id(baseline)  # a prefix is fine; a wrong one fails before any run
         # another model, state or device: refused here, before anything (the campaign too) is written

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from workbench.errors import WorkerFailed
 from workbench.measure.lock.reaper import die_with_me
@@ -42,11 +42,13 @@ def worker_command() -> list[str]:
 
 
 def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600.0,
-               cache: Mapping[str, Any] | None = None) -> Outcome:
+               cache: Mapping[str, Any] | None = None,
+               identity_of: Callable[[str], Mapping[str, Any]] | None = None) -> Outcome:
     """Spawn ``python -m workbench.measure.run.worker`` for ``config``; wall time is spawn → exit as seen here.
     The worker dies with this process (a parent-death signal): a runner killed mid-run leaves no worker.
     ``cache``: the page-cache state the runner set (:func:`workbench.measure.run.model.cache_request`), which
-    the worker holds once more just before its window.
+    the worker holds once more just before its window. ``identity_of(path)``: the identity the run's attempt
+    recorded (:meth:`workbench.measure.run.model.Models.identity`), whose file hashes the worker verifies against.
 
     Raises
     ------
@@ -58,6 +60,8 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
     payload = {**config.to_json(), "verify": verify, "files": model_files(config.file)}
     if cache is not None:
         payload["cache"] = dict(cache)
+    if identity_of is not None and verify:
+        payload["identity"] = expected_hashes(identity_of(config.file))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
     payload["spawn_monotonic"] = time.monotonic()
@@ -80,6 +84,13 @@ def run_worker(config: RunConfig, *, verify: bool = True, timeout_s: float = 600
     except (ValueError, KeyError, TypeError) as exc:
         raise WorkerFailed(cmd, 0, err, f"worker exit 0 without a result: printed no JSON result ({exc}); "
                                         f"stderr: {_tail(err)}", pid=proc.pid, wall_s=wall) from None
+
+
+def expected_hashes(identity: Mapping[str, Any]) -> dict[str, str]:
+    """Each file's hash by its real path, from an identity as an attempt records it ({} for none)."""
+    from workbench.measure.run.model import identity_members
+
+    return {os.path.realpath(str(m["read"])): str(m["hash"]) for m in identity_members(identity) if m.get("hash")}
 
 
 def model_files(path: str) -> list[str]:

@@ -1,20 +1,25 @@
 """Byte-exact verification: read back what landed on the device and compare it with the file's bytes
 (each tensor with its own file's, for a model of several files).
 
-The file side is one xxh3_64 per tensor, computed once per file identity and cached, and read without
-disturbing the page cache (:func:`workbench.io.untouched.range_checksums`), so verifying never warms a
-file the next run expects cold nor evicts one it expects warm.
+The file side is one xxh3_64 per tensor, taken in the same untouched pass as the whole file's hash
+(:func:`workbench.io.identity.hash_with_ranges`) and cached under that hash: a checksum is only ever
+kept beside the hash of the very bytes it was taken from. The hash it must match is the one the attempt
+recorded for the file (``expected``; the runner hands it to each worker), else the file's identity now:
+bytes that hash to anything else are not vouched for ("verified" is never 1 against a stale identity).
+Reading is untouched (:func:`workbench.io.untouched.iter_untouched`), so verifying never warms a file
+the next run expects cold nor evicts one it expects warm.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
 import xxhash
 
 from workbench.errors import VerificationError
 from workbench.formats.drift import changed_since_indexed
-from workbench.formats.index import TensorIndex
+from workbench.formats.index import TensorIndex, TensorInfo
 from workbench.records import VerifySummary
 from workbench.strategies.base import Placement
 from workbench.upload.base import Device
@@ -48,29 +53,50 @@ class VerifyReport:
             raise VerificationError(path, self.first_mismatch or "?", self.detail)
 
 
-def _ranges_key(index: TensorIndex) -> str:
+def _ranges_key(tensors: Sequence[TensorInfo]) -> str:
     h = xxhash.xxh3_64()
-    for t in index.tensors:
+    for t in tensors:
         h.update(f"{t.name}\0{t.offset}\0{t.nbytes}\0{t.file.rsplit('/', 1)[-1]}\n".encode())
     return h.hexdigest()
 
 
-def reference_checksums(index: TensorIndex) -> dict[str, str]:
-    """Per-tensor xxh3_64 hex of the model's bytes, each tensor read from its own file, cached per
-    (model identity, tensor ranges)."""
-    from workbench.io.identity import cached_json, model_identity
-    from workbench.io.untouched import range_checksums
+def identity_hashes(index: TensorIndex) -> dict[str, str]:
+    """Each file's hash by its real path, as :func:`workbench.io.identity.model_identity` has it now."""
+    from workbench.io.identity import model_identity
 
     ident = model_identity(index)
+    return {os.path.realpath(m.read_path or m.path): m.hash for m in (ident.files or (ident,))}
 
-    def compute() -> dict[str, str]:
-        out = {}
-        for f, tensors in index.by_file():
-            sums = range_checksums(f.path, [(t.offset, t.nbytes) for t in tensors])
-            out.update({t.name: s for t, s in zip(tensors, sums)})
-        return out
 
-    return cached_json(CACHE_KIND, [ident.hash, _ranges_key(index)], compute)
+def reference_checksums(index: TensorIndex, expected: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Per-tensor xxh3_64 hex of the model's bytes, each tensor read from its own file.
+
+    ``expected`` maps each file's real path to the hash its bytes must have (the attempt's identity;
+    None: :func:`identity_hashes` now). A file's checksums come from one pass with its whole hash and are
+    cached under it (with its tensor ranges); bytes that hash otherwise raise VerificationError.
+    """
+    from workbench.io.identity import cached_json, hash_with_ranges
+
+    hashes = identity_hashes(index) if expected is None else expected
+    out: dict[str, str] = {}
+    for f, tensors in index.by_file():
+        if not tensors:
+            continue
+        real = os.path.realpath(f.path)
+        want = hashes.get(real)
+        if not want:
+            raise VerificationError(f.path, tensors[0].name, "no identity was recorded for this file")
+
+        def compute(real: str = real, want: str = want, ranges=[(t.offset, t.nbytes) for t in tensors]) -> list[str]:
+            got, sums = hash_with_ranges(real, ranges)
+            if got != want:  # nothing is cached: the key would name bytes these sums are not of
+                raise VerificationError(real, tensors[0].name, f"the file's bytes hash to {got[:25]}…, not "
+                                        f"{want[:25]}… as its identity for this attempt says")
+            return sums
+
+        sums = cached_json(CACHE_KIND, [want, _ranges_key(tensors)], compute)
+        out.update({t.name: s for t, s in zip(tensors, sums)})
+    return out
 
 
 CHUNK = 64 << 20  # verification streams through one pinned buffer of this size
@@ -98,15 +124,20 @@ def _check_one(device: Device, p: Placement | None, nbytes: int, want: str, stag
     return "" if got == want else f"xxh3_64 {got} on the device, {want} in the file"
 
 
-def verify_placements(index: TensorIndex, device: Device, placements: Iterable[Placement]) -> VerifyReport:
-    """Read back every placement and compare with the file; never raises for a mismatch, reports it."""
+def verify_placements(index: TensorIndex, device: Device, placements: Iterable[Placement],
+                      expected: Mapping[str, str] | None = None) -> VerifyReport:
+    """Read back every placement and compare with the file; never raises for a mismatch, reports it.
+    ``expected``: each file's hash by real path, as the attempt recorded it (:func:`reference_checksums`)."""
     total = len(index.tensors)
     changed = changed_since_indexed(index)
     if changed:  # the file's bytes now are not the ones the index (and the load) described
         return VerifyReport(ok=False, checked=0, total=total, mismatches=0,
                             detail=f"file changed since it was indexed ({changed}): cannot vouch for the load")
     by_name = {p.tensor: p for p in placements}
-    want = reference_checksums(index)
+    try:
+        want = reference_checksums(index, expected)
+    except VerificationError as exc:  # the bytes are not the attempt's: nothing is compared with them
+        return VerifyReport(ok=False, checked=0, total=total, mismatches=0, detail=exc.detail)
     bad, checked, first, detail = 0, 0, None, ""
     staging = device.alloc_pinned(max(1, min(CHUNK, max((t.nbytes for t in index.tensors), default=1))))
     try:

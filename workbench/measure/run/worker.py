@@ -6,7 +6,8 @@ imported inside it is listed under ``timings.window_imports``.
 
 The config (a file path argument, or stdin) is ``{"file", "strategy", "params", "device", "verify"}``
 plus, from the runner, ``files`` (the model's member files, for the page-cache footprint and the block
-device's counters: ``measure/run/costs.py``), ``cache`` (the state the runner set, which the worker
+device's counters: ``measure/run/costs.py``), ``identity`` (each file's hash as the attempt recorded it,
+by real path: verification vouches only for those bytes, ``measure/run/verify.py``), ``cache`` (the state the runner set, which the worker
 holds once more just before its window: ``io/cache_recheck.py``) and ``spawn_monotonic`` (the
 parent's ``time.monotonic()`` just before the spawn, so the interpreter start-up can be measured on
 the same clock). Order of work:
@@ -90,7 +91,7 @@ def run_load(config: Mapping[str, Any], stdout: Any = None) -> WorkerReport:
         t_loaded = time.monotonic()
         costs = probe.close(sum(t.nbytes for t in index.tensors))
         window_imports = sorted(set(sys.modules) - modules)
-        verify = _verify(index, device, result) if config.get("verify", True) else None
+        verify = _verify(index, device, result, config.get("identity")) if config.get("verify", True) else None
         t_verified = time.monotonic()
     load = result.summary()
     resident_after, resident_files = _resident_after(index)
@@ -139,10 +140,12 @@ def _import_formats() -> None:
             importlib.import_module(lazy)
 
 
-def _verify(index: Any, device: Any, result: Any) -> VerifySummary:
+def _verify(index: Any, device: Any, result: Any, identity: Any) -> VerifySummary:
+    """Against the file hashes the attempt recorded (``identity``: real path → hash), when the runner sent them."""
     from workbench.measure.run.verify import verify_placements
 
-    return verify_placements(index, device, result.placements).summary()
+    expected = {str(k): str(v) for k, v in identity.items()} if isinstance(identity, Mapping) else None
+    return verify_placements(index, device, result.placements, expected).summary()
 
 
 def _resident_after(index: Any) -> tuple[float | None, dict[str, float]]:
