@@ -5,7 +5,7 @@
 #     bash benchmarks/gpu_session.sh OUT STEP [STEP ...]
 #
 # STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session | expert-path | expert-path-cold |
-#       session-ab | session-pressure | sharded-warm | sharded-cold
+#       session-ab | session-pressure | session-prefetch | sharded-warm | sharded-cold
 # Each step writes its report, log and ledger export under OUT and is cut by `timeout` at its limit, so a
 # slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
 # runai-model-streamer, instanttensor, plotly for python 3.12) are installed from ./.whl when it exists;
@@ -49,6 +49,7 @@ out=${1:?usage: gpu_session.sh OUT STEP [STEP ...]}
 shift
 declare -A LIMIT=([tests]=230 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
                   [load-cold]=440 [expert-path]=330 [expert-path-cold]=300 [session-ab]=540 [session-pressure]=540
+                  [session-prefetch]=480
                   [sharded-warm]=340 [sharded-cold]=300)
 steps=()
 for s in "$@"; do  # STEP or STEP=SECONDS (a limit of its own for this call)
@@ -131,6 +132,16 @@ for s in "$@"; do
         cat /proc/swaps >> "$out/session-pressure-swaps.txt"
         python3 -m workbench.cli ledger --ledger /tmp/bench/session-pressure.sqlite export --csv "$out/session-pressure" \
             --markdown "$out/session-pressure/attempts.md" > /dev/null ;;
+    session-prefetch)  # issue 34 §3: prefetch none / previous / oracle 0.9 / route as a session A/B, n = 6 a side
+        # 24 cells × (worker start + CUDA ≈ 8 s, turn 0 filling the cache, 7 turns × 4 tokens ≈ 2–4 s) ≈ 290 s,
+        # the 2 GiB model written once (≤ 20 s; reused by a later call in the same lease)
+        step session-prefetch "${LIMIT[session-prefetch]}" python3 benchmarks/bench_prefetch.py --device cuda \
+            --dir /tmp/bench --size "${PREFETCH_SIZE:-2GiB}" --experts 64 --cache-mib "${PREFETCH_CACHE_MIB:-1000}" \
+            --turns "${PREFETCH_TURNS:-8}" --tokens 4 --rounds "${PREFETCH_ROUNDS:-6}" --compute device \
+            --cache "${PREFETCH_CACHE:-warm}" --distribution "${PREFETCH_DISTRIBUTION:-uniform}" \
+            --cell-timeout 60 --ledger /tmp/bench/prefetch.sqlite --out "$out/session-prefetch.md"
+        python3 -m workbench.cli ledger --ledger /tmp/bench/prefetch.sqlite export --csv "$out/session-prefetch" \
+            --markdown "$out/session-prefetch/attempts.md" > /dev/null ;;
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;
@@ -150,7 +161,7 @@ for s in "$@"; do
             --wall-reps 2 --out "$out/sharded-cold" ;;
     *)
         echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session," \
-             "expert-path, expert-path-cold, session-ab, session-pressure, sharded-warm, sharded-cold)" >&2
+             "expert-path, expert-path-cold, session-ab, session-pressure, session-prefetch, sharded-warm, sharded-cold)" >&2
         exit 2 ;;
     esac
 done
