@@ -31,6 +31,7 @@ class Recorder:
         self.cache, self.resident_before, self.error = "asis", None, None
         self.memory_limit, self.memory_outcome, self.memory_method = "", "", ""
         self.pin_text = ""  # under a balloon: what the worker locked of its own file pages after turn 0
+        self.failure = ""  # why the attempt failed, when the runner knows it ("oom-killed after 3 of 8 turns")
         self.resident_files: dict[str, float] = {}
         self.records: list[TurnRecord] = []
         self.facts: SessionFacts | None = None
@@ -132,7 +133,7 @@ class Recorder:
                                              f"warnings: {warnings}" if warnings else ""]))
         self.ledger.finish_attempt(attempt_id, session_stats(self.records, failed=not ended), baseline_id=None,
                                    speedup=None, verdict=self.verdict, notes=self.notes, cache=self.cache,
-                                   verdict_reason="interrupted" if self.interrupted else
+                                   verdict_reason="interrupted" if self.interrupted else self.failure or
                                    "a session is measured on its own; compare sessions with --ab")
 
     def result(self, cls: type) -> Any:

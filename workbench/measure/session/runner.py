@@ -5,9 +5,10 @@ preparation included), puts a memory limit around it when ``config.memory_limit_
 (:mod:`workbench.measure.session.pressure`), spawns ``python -m workbench.measure.session.worker`` and records
 one ledger attempt (``kind="session"``) with one ``turns`` row per turn, written the moment the worker
 reports it. A worker that dies, times out, is OOM-killed or is interrupted leaves its finished turns
-recorded and its attempt ``failed`` with the reason. The summary is rebuilt here from the turns, with
-the staged GB/s held against the read wall recorded for this machine (``workbench ceilings``), so
-what the ledger holds and what the caller gets are the same numbers.
+recorded and its attempt ``failed`` with the reason (``oom-killed after N of M turns`` when the OOM
+killer took it: the cgroup's count, or under a balloon the kernel's, rose while it ran). The summary
+is rebuilt here from the turns, with the staged GB/s held against the read wall recorded for this
+machine (``workbench ceilings``), so what the ledger holds and what the caller gets are the same numbers.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.expert.session_summary import SessionReport, summarize
 from workbench.measure.lock.device import DeviceLock
 from workbench.measure.lock.reaper import die_with_me
+from workbench.measure.session.oom import exposed
 from workbench.measure.session.record import Recorder, summary_line
 
 if TYPE_CHECKING:
@@ -59,7 +61,8 @@ class SessionResult:
 
     @property
     def memory_kind(self) -> str:
-        """``OOM``, ``own-files``, ``reclaim`` or ``none``: what the limit cost, in a word ("" without a limit)."""
+        """``OOM``, ``own-files``, ``reclaim``, ``killed`` or ``none``: what the limit cost, in a word ("" without
+        a limit)."""
         return outcome_kind(self.memory_outcome) if self.memory_method else ""
 
 
@@ -68,12 +71,15 @@ OWN_FILES_KIND = "own-files"  # a balloon's squeeze reached the session's own fi
 
 def outcome_kind(outcome: str) -> str:
     """The word for :meth:`MemoryPressure.outcome`'s line: ``OOM``, ``own-files`` (the pressure reached
-    the session's own files, so the cell measures the method, not the session), ``reclaim``, ``none``
-    (or ``unknown``: the session ended before its outcome was read)."""
-    from workbench.measure.session.pressure import OWN_FILES
+    the session's own files, so the cell measures the method, not the session), ``reclaim``, ``killed``
+    (SIGKILL under a balloon, not from the OOM killer), ``none`` (or ``unknown``: the session ended
+    before its outcome was read)."""
+    from workbench.measure.session.pressure import KILLED, OWN_FILES
 
     if outcome.startswith("OOM"):
         return "OOM"
+    if outcome.startswith(KILLED):
+        return "killed"
     if outcome.startswith(OWN_FILES):
         return OWN_FILES_KIND
     if outcome.startswith("reclaim"):
@@ -130,10 +136,16 @@ def measure_session(file: str, config: SessionConfig, *, device: str = "host", c
                 run.error, _ = _spawn(file, config, device, timeout_s, run.on_event, {})
             else:
                 with contextlib.nullcontext(pressure) if held else pressure:
-                    run.memory_limit, run.memory_method = pressure.limit.detail, pressure.limit.method
-                    cgroup, pin = pressure.limit.worker_json(), pressure.limit.pin_json()
-                    run.error, code = _spawn(file, config, device, timeout_s, run.on_event, cgroup, pin)
+                    limit = pressure.limit
+                    run.memory_limit, run.memory_method = limit.detail, limit.method
+                    store.describe_attempt(run.attempt_id, environment={"memory_limit": limit.record_json()})
+                    pressure.mark_cell()
+                    run.error, code = _spawn(file, config, device, timeout_s, run.on_event, limit.worker_json(),
+                                             limit.pin_json(), limit.worker_oom_score_adj)
                     run.memory_outcome = _outcome(pressure, code, run.records, run.pin_text)
+                    if run.memory_outcome.startswith("OOM"):  # the reason the attempt failed, in its words
+                        run.failure = f"oom-killed after {len(run.records)} of {config.turns} turns"
+                        run.error = f"{run.failure}: {run.error or 'the worker ended'}"
         run.finish(read_wall(store, run, device))  # a worker that stopped without its end event: failed
     except BaseException as exc:
         run.error = f"interrupted after {len(run.records)} turns: {type(exc).__name__}"
@@ -180,15 +192,17 @@ def preflight_session(file: str, config: SessionConfig, device: str) -> Any:
 
 def _spawn(file: str, config: SessionConfig, device: str, timeout_s: float,
            on_event: Callable[[dict[str, Any]], None], cgroup: dict,
-           pin: dict | None = None) -> tuple[str | None, int | None]:
-    """Run the worker, handing each event line to ``on_event``: (the error or None, its exit code)."""
+           pin: dict | None = None, oom_score_adj: int | None = None) -> tuple[str | None, int | None]:
+    """Run the worker, handing each event line to ``on_event``: (the error or None, its exit code).
+    ``oom_score_adj``: under a balloon the worker raises its own before exec (the OOM killer's victim)."""
     payload = {"file": file, "device": device, "session": dataclasses.asdict(config), "cgroup": cgroup,
                "pin": pin or {}}
     cmd = [sys.executable, "-m", "workbench.measure.session.worker", "-"]
+    preexec = die_with_me()  # a runner killed mid-session leaves no worker
     with tempfile.TemporaryFile("w+", encoding="utf-8") as err:  # a file: a chatty worker never blocks
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
-                                preexec_fn=die_with_me())  # a runner killed mid-session leaves no worker
+                                preexec_fn=preexec if oom_score_adj is None else exposed(preexec, oom_score_adj))
         timed_out = threading.Event()
         timer = threading.Timer(timeout_s, lambda: (timed_out.set(), _kill(proc)))
         timer.start()
