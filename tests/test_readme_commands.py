@@ -97,6 +97,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workbench trace fit TRACE --out mixtral.model.json": (HELP, "tests/test_traces_fit.py runs trace fit"),
     "workbench session MODEL --trace mixtral.model.json": (HELP, "tests/test_traces_fit.py: a session's routing "
                                                                    "from a model file"),
+    "workbench trace simulate data/traces/mixtral.jsonl --cache-experts 2,4,6":
+        (HELP, "tests/test_trace_simulate_cli.py runs trace simulate on a trace in every format"),
+    "workbench trace simulate data/traces/mixtral.jsonl --cache-experts 4 --policy lru --policy lfu:64 --layers --json":
+        (HELP, "tests/test_trace_simulate_cli.py runs --layers and --json"),
+    "workbench trace simulate": (HELP, ""),
+    "workbench session MODEL --trace TRACE --cache-experts N --policy P": (USAGE, ""),
     "workbench ceilings": (RUN, ""),
     "workbench ceilings --refresh": (RUN, ""),
     "workbench ledger upgrade": (RUN, ""),

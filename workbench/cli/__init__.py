@@ -28,7 +28,7 @@ COMMANDS = {
     "ceilings": ("workbench.cli.commands.ceilings:ceilings", "Measure this machine's bandwidth walls."),
     "external": ("workbench.cli.commands.external:external", "Time an external engine's load up to a log marker."),
     "session": ("workbench.cli.commands.session:session", "A long MoE decode session through the expert cache, per turn."),
-    "trace": ("workbench.cli.commands.trace:trace", "MoE routing traces: statistics, a fitted generator."),
+    "trace": ("workbench.cli.commands.trace:trace", "MoE routing traces: statistics, a fitted generator, policies simulated."),
     "ledger": ("workbench.cli.commands.ledger:ledger", "Read, edit, export and merge the attempt ledger."),
     "sweep": ("workbench.cli.commands.notebooks:sweep", "Run a papermill sweep from a YAML grid."),
     "demo": ("workbench.cli.commands.notebooks:demo", "Synthetic models, default sweep, ledger and report."),

@@ -22,7 +22,7 @@ class _TraceGroup(RefuseRepeats, click.Group):
 
 @click.group(cls=_TraceGroup)
 def trace() -> None:
-    """Routing traces: statistics, a fitted generator."""
+    """Routing traces: statistics, a fitted generator, per-layer cache policies simulated."""
 
 
 @trace.command("stats", epilog=_TRACE_HELP)
