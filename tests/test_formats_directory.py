@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from directory_helpers import files_of, refused
 from foreign_writers import split_names, write_gguf_split, write_hub_checkpoint
 from workbench.cli import main
-from workbench.errors import FormatError
 from workbench.formats import open_index
 from workbench.io.envinfo import eviction_support
 from workbench.io.pagecache import evict_file_pages, resident_fraction, warm_file
@@ -53,20 +53,6 @@ def peft_adapter(directory: Path, shape: tuple[int, ...] = (7, 13)) -> None:
     st_file(directory / "adapter_model.safetensors", "base_model.model.model.layers.0.self_attn.q_proj.lora_A",
             seed=9, shape=shape)
     (directory / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
-
-
-def files_of(path) -> list[str]:
-    return [os.path.basename(f.path) for f in open_index(path).files]
-
-
-def refused(path, *parts: str) -> str:
-    with pytest.raises(FormatError) as err:
-        open_index(path)
-    line = str(err.value)
-    assert "\n" not in line and all(p in line for p in parts), line
-    out = CliRunner().invoke(main, ["inspect", str(path)])
-    assert out.exit_code == 2 and "Traceback" not in out.output and out.output.count("\n") == 1, out.output
-    return line
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from directory_helpers import files_of, refused
 from foreign_writers import hub_state_dict, write_gguf_split, write_hub_checkpoint
 from workbench.cli import main
-from workbench.errors import FormatError
 from workbench.formats import open_index
 from workbench.formats.resolve import resolve_model
 from workbench.io.envinfo import eviction_support
@@ -71,20 +71,6 @@ def transformers_variant(directory: Path, variant: str, pattern: str) -> list[st
     index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
     (directory / f"model.safetensors.index.{variant}.json").write_text(json.dumps(index))
     return sorted(split.filename_to_tensors)
-
-
-def refused(path: Path, *parts: str) -> str:
-    with pytest.raises(FormatError) as err:
-        open_index(path)
-    line = str(err.value)
-    assert "\n" not in line and all(p in line for p in parts), line
-    out = CliRunner().invoke(main, ["inspect", str(path)])
-    assert out.exit_code == 2 and "Traceback" not in out.output and out.output.count("\n") == 1, out.output
-    return line
-
-
-def files_of(path) -> list[str]:
-    return [os.path.basename(f.path) for f in open_index(path).files]
 
 
 def test_a_single_file_beside_an_index_is_refused_naming_both(hub):
