@@ -36,6 +36,20 @@ from workbench.ledger import Ledger  # noqa: E402
 from workbench.measure.run.environment import collect_environment  # noqa: E402
 
 ARMS = "prefetch=none;prefetch=previous;prefetch=oracle:precision=0.9,recall=0.9;prefetch=route"
+# the command line: flag → (default, what it is); each parses as its default's type
+OPTIONS: dict[str, tuple[object, str]] = {
+    "--device": ("host", "host | cuda[:n]"), "--dir": ("data/models/bench", "where the model goes (reused when there)"),
+    "--size": ("256MiB", "the synthetic GGUF's size"), "--experts": (64, "per layer"),
+    "--alignment": (64, "GGUF alignment (64: in-place placement engages)"),
+    "--cache-mib": (64.0, "expert cache; the model must be larger"), "--turns": (8, "turns per cell"),
+    "--tokens": (4, "decode tokens per turn"), "--rounds": (6, "A/B rounds: cells per arm (6: paired, and a claim)"),
+    "--lanes": (4, "reader lanes"), "--compute": ("device", "device (numpy on host, torch/cupy on cuda) | sleep:MS | none"),
+    "--cache": ("warm", "page-cache state before each cell: warm | cold | asis"),
+    "--distribution": ("uniform", "synthetic routing: uniform | zipf"),
+    "--trace": (None, "a routing trace (or a fitted model) instead of synthetic routing"),
+    "--arms": (ARMS, "';'-separated --ab texts, the first the baseline"), "--cell-timeout": (300.0, "seconds a cell"),
+    "--ledger": (None, "default: a fresh ledger next to the model"), "--out": (None, "also write the Markdown here"),
+}
 EFFECTS = ["tok/s", "token p50 ms", "token p90 ms", "token p99 ms", "stall ms/token", "stall p99 ms"]
 
 
@@ -57,25 +71,9 @@ def predictor_rows(result) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="host")
-    ap.add_argument("--dir", default="data/models/bench", help="where the model goes (reused when there)")
-    ap.add_argument("--size", default="256MiB")
-    ap.add_argument("--experts", type=int, default=64, help="per layer")
-    ap.add_argument("--alignment", type=int, default=64, help="GGUF alignment (64: in-place placement engages)")
-    ap.add_argument("--cache-mib", type=float, default=64.0, help="expert cache; the model must be larger")
+    for flag, (default, say) in OPTIONS.items():
+        ap.add_argument(flag, default=default, help=say, type=type(default) if default is not None else None)
     ap.add_argument("--experts-per-token", type=int, default=None, help="default a quarter of the experts, 1-8")
-    ap.add_argument("--turns", type=int, default=8)
-    ap.add_argument("--tokens", type=int, default=4, help="decode tokens per turn")
-    ap.add_argument("--rounds", type=int, default=6, help="A/B rounds: cells per arm (6: paired, and a claim)")
-    ap.add_argument("--lanes", type=int, default=4)
-    ap.add_argument("--compute", default="device", help="device (numpy on host, torch/cupy on cuda) | sleep:MS | none")
-    ap.add_argument("--cache", default="warm", help="page-cache state before each cell: warm | cold | asis")
-    ap.add_argument("--distribution", default="uniform", help="synthetic routing: uniform | zipf")
-    ap.add_argument("--trace", default=None, help="a routing trace (or a fitted model) instead of synthetic routing")
-    ap.add_argument("--arms", default=ARMS, help="';'-separated --ab texts, the first the baseline")
-    ap.add_argument("--cell-timeout", type=float, default=300.0)
-    ap.add_argument("--ledger", default=None, help="default: a fresh ledger next to the model")
-    ap.add_argument("--out", default=None, help="also write the Markdown here")
     args = ap.parse_args(argv)
 
     directory = Path(args.dir)
