@@ -103,17 +103,19 @@ def _placement(args, model: Path, ledger: Ledger, base: SessionConfig) -> tuple[
     return head + ab_section(result, ["tok/s", "residual s/token", "staged GB/s", "unreleased pages"]), result
 
 
-def _pressure_method(requested: str) -> str:
-    """``cgroup`` where a memory cgroup can be made (and ``requested`` allows it), else ``balloon``."""
+def _pressure_method(requested: str) -> tuple[str, str]:
+    """``cgroup`` where a memory cgroup can be made (and ``requested`` allows it), else ``balloon``; and
+    where the cgroup is made (the own cgroup, else the nearest ancestor that can hold one: the H200's root)."""
     if requested == "balloon":
-        return "balloon"
+        return "balloon", ""
     try:
-        with MemoryPressure(64, "cgroup"):
-            return "cgroup"
+        with MemoryPressure(64, "cgroup") as probe:
+            where = probe.limit.cgroup.where() if probe.limit.cgroup is not None else ""
+            return "cgroup", f"cgroup v{probe.limit.version}, {where}"
     except WorkbenchError:
         if requested == "cgroup":
             raise
-        return "balloon"
+        return "balloon", ""
 
 
 def _pressure(args, model: Path, ledger: Ledger, base: SessionConfig) -> list[str]:
@@ -138,7 +140,7 @@ def _swap(args, stack: contextlib.ExitStack) -> str:
 def _pressure_part(args, model: Path, ledger: Ledger, base: SessionConfig) -> list[str]:
     index = open_index(model)
     bound = leak_bound_pages(layout_blobs(index.blobs, "inplace")[0]) * 4096
-    method = _pressure_method(args.pressure_method)
+    method, where = _pressure_method(args.pressure_method)
     probe_cfg = dataclasses.replace(base, reader="pread", boundary_release="on", turns=max(3, args.turns // 4))
     _say(f"pressure ({method}): measuring the release-on session's own memory, unlimited …")
     probe = measure_session(str(model), probe_cfg, device=args.device, cache="cold", ledger=ledger,
@@ -148,11 +150,13 @@ def _pressure_part(args, model: Path, ledger: Ledger, base: SessionConfig) -> li
     anon = max(t.actual_anon_bytes for t in probe.report.turns)
     warm = probe.report.turns[1:] or probe.report.turns  # after the warm-up turn
     files = max(t.file_rss_bytes for t in warm)
-    how = ("each cell in a memory cgroup of its own (pressure confined to the session)" if method == "cgroup" else
+    how = (f"each cell in a memory cgroup of its own (pressure confined to the session; {where})"
+           if method == "cgroup" else
            "one locked balloon per limit, held over all its cells and inflated before the first; it leaves the "
            "limit plus the machine's working set (Mapped at inflation + the worker's mapped file pages, "
            f"{files / MiB:,.1f} MiB as the probe measured them after its warm-up turn, which each cell's worker "
-           "locks, as much of them as are resident, after its turn 0)")
+           "locks, as much of them as are resident, after its turn 0; the OOM killer takes a cell's worker, "
+           "never this process: workbench.measure.session.oom)")
     lines = [f"Method: **{method}** (asked: `{args.pressure_method}`) — {how}.",
              f"The model can leak {bound / MiB:.1f} MiB (its boundary pages). The release-on session's anonymous "
              f"peak, unlimited: {anon / MiB:.1f} MiB; its mapped file pages after the warm-up turn "

@@ -25,20 +25,27 @@
 # session-pressure (issue 23 §4): boundary-release off vs on under one limit (the release-on session's
 # anonymous peak + PRESSURE_HEADROOM_MIB, 32), 4 GiB GGUF, 128 experts, cache 2,000 MiB, reader pread, 4
 # lanes, overlap, device compute, cold before every cell, PRESSURE_ROUNDS (6) cells a side interleaved
-# ABBA. --pressure-method auto: a cgroup per cell where one can be made, else (the H200) ONE balloon
+# ABBA. --pressure-method auto (PRESSURE_METHOD): a cgroup per cell where one can be made — under this
+# process's own cgroup, else the nearest ancestor whose subtree_control holds memory: on the H200 the
+# root /sys/fs/cgroup (issue 33 §4; its own /process_api/<id> refuses memory.max) —, else ONE balloon
 # held over all 12 cells, inflated once before the first, leaving the limit + the machine's measured
 # working set (Mapped + the worker's mapped file pages measured by the unlimited probe); each cell's
 # worker locks its own resident file pages after turn 0 inside that room, and a cell whose own major
 # faults still run above 4 a turn after turn 0 is `own-files` (it measured the method: the A/B fails that
-# check). The first run (2026-12-03, before the lock) is docs/benchmarks/session-pressure-h200.md. The budget of
-# its one call (540 s, machine start not included):
+# check); the bench holding a balloon is never the OOM killer's victim, each cell's worker is (its
+# oom_score_adj +1000), and a cell it kills is recorded failed, oom-killed. PRESSURE_METHOD=cgroup refuses
+# (one line in the report, no balloon) where no cgroup can be made. The step prints the report's Method
+# line: which method ran, and where the cgroup was made. The first run (2026-12-03, balloon, before the
+# lock) is docs/benchmarks/session-pressure-h200.md. The budget of its one call on a fresh box (540 s,
+# machine start and the wheels' install not included):
 #     model write (4 GiB; skipped when session-ab wrote it in this lease)   ≤  40 s
 #     unlimited probe: 3 turns × 4 tokens, cold, one worker start           ≈  20 s
-#     balloon: mlock of ~120 GB from 16 threads, once (60 s from one)       ≤  60 s
+#     a cgroup per cell: nothing before the first (a balloon: mlock of
+#     ~120 GB from 16 threads, once, ≤ 60 s)                                  0 s
 #     12 cells × (worker start + CUDA ≈ 8 s, turn 0 cold ≈ 4 s, 7 turns × 4 tokens at 1.3–5.9 tok/s
 #                 ≈ 5–22 s) = 12 × 17–34 s                                 ≈ 200–410 s
 #     ledger export                                                         ≈   5 s
-#     total                                                                 ≈ 285–515 s
+#     total                                                                 ≈ 225–475 s (a balloon: 285–535)
 # A cell is cut at PRESSURE_CELL_TIMEOUT (45 s) and recorded failed with the turns it finished; should
 # the step itself be cut, every finished cell is still in the ledger export. PRESSURE_SWAP_MIB=N (a
 # second call) repeats it with an N MiB swap file on, recording swap growth per turn; the file is
@@ -127,6 +134,7 @@ for s in "$@"; do
             --headroom-mib "${PRESSURE_HEADROOM_MIB:-32}" --swap-mib "${PRESSURE_SWAP_MIB:-0}" \
             --cell-timeout "${PRESSURE_CELL_TIMEOUT:-45}" --ledger /tmp/bench/session-pressure.sqlite \
             --out "$out/session-pressure.md"
+        grep -m1 '^Method:' "$out/session-pressure.md" | cut -c1-400  # which method ran, and where
         python3 -c "from workbench.measure.session.swap import reap_stale; print('swap files left:', reap_stale('/tmp/bench'))" \
             > "$out/session-pressure-swaps.txt" 2>&1
         cat /proc/swaps >> "$out/session-pressure-swaps.txt"

@@ -37,6 +37,7 @@ def test_bench_session_writes_both_parts(tmp_path):
     assert "ok: every cell read the same bytes per token" in text and "| placement=inplace | tok/s |" in text
     if "pressure" in parts:
         assert "### Limit" in text and "cgroup v" in text
+        assert "Method: **cgroup**" in text and "made under " in text  # which method ran, and where
         assert any(w in text for w in ("Reproduced", "Not reproduced", "Direction seen", "Half reproduced"))
 
 
