@@ -52,9 +52,12 @@ def test_belady_hand_checked_with_a_token_of_two():
 def test_the_tokens_own_experts_are_pinned_while_it_is_served():
     # c=3, k=2: (0,1) (2,3) (4,1). At token 2, 4 misses while 1 — the least recently used — is routed to the
     # same token: 2 leaves instead, and 1 hits. Unpinned LRU would evict 1 and miss it right after.
-    tr = _one_layer([[0, 1], [2, 3], [4, 1]], 5)
-    assert _hits(tr, "lru", 3) == 1
-    assert simulate_reference(tr, "lru", 3).hits == (1,)
+    # FIFO likewise (1, loaded first, is the oldest: 2 leaves instead, as 1 is routed to the token). Then
+    # (2, 0): 2 left, so both miss; a cache that evicted 1 and kept 2 would hit it.
+    tr = _one_layer([[0, 1], [2, 3], [4, 1], [2, 0]], 5)
+    for policy in ("lru", "fifo"):
+        assert _hits(tr, policy, 3) == 1, policy
+        assert simulate_reference(tr, policy, 3).hits == (1,), policy
 
 
 def _optimum(seq: tuple[tuple[int, ...], ...], c: int) -> int:
