@@ -97,7 +97,7 @@ def test_files_beside_the_model_are_never_read_evicted_or_hashed(tmp_path, monke
     run("warm")  # the model's file is read; the adapter is not
     assert resident_fraction(adapter) <= 0.02 and resident_fraction(d / "model.safetensors") >= 0.98
     with sqlite3.connect(tmp_path / "cache" / "identity.sqlite") as conn:
-        hashed = {row[0] for row in conn.execute("SELECT realpath FROM identity")}
+        hashed = {row[0] for row in conn.execute("SELECT realpath FROM file_hash")}
     assert hashed == {os.path.realpath(d / "model.safetensors")}
     with Ledger(tmp_path / "ledger.sqlite") as ledger:  # the files whose state each run set and checked
         assert [set(r) for r in ledger.runs()["resident_files"]] == [{"model.safetensors"}] * 2
