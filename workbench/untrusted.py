@@ -2,7 +2,7 @@
 come from another machine's ledger. Every renderer cleans such text through the one helper for its kind
 of output before showing it; nothing else here is needed to show text safely.
 
-- :func:`for_terminal` — a terminal line: every control character (ESC, CSI, OSC: colour, clipboard
+- :func:`for_terminal` — a terminal line (:func:`terminal_lines` for the several lines a command made): every control character (ESC, CSI, OSC: colour, clipboard
   writes, hyperlinks, cursor moves), line break, lone surrogate and invisible formatting character
   (bidirectional overrides, zero-width joiners) is shown escaped, so the text is one printable line;
 - :func:`for_html` — HTML text or attribute value: ``& < > " '`` as entities (Python's ``html.escape``);
@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
+from typing import Iterable
 
 from workbench.errors import printable
 
@@ -47,6 +48,13 @@ _MD_LINE_START = re.compile(r"^(\s*)([-+*](?=\s|$)|#{1,6}(?=\s|$)|>|=+(?=\s*$)|\
 def for_terminal(text: object) -> str:
     """``text`` as one printable terminal line (see the module doc)."""
     return printable(str(text))
+
+
+def terminal_lines(lines: Iterable[object]) -> str:
+    """The lines a command made, each as :func:`for_terminal` shows it, joined by newlines: a name inside
+    a line can neither break it (a newline in a file or tensor name forging a line of its own) nor drive
+    the terminal (an OSC 52 clipboard write, colour codes) — the rule for every line the CLI prints."""
+    return "\n".join(for_terminal(line) for line in lines)
 
 
 def for_html(text: object) -> str:

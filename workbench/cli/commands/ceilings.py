@@ -7,6 +7,7 @@ import click
 
 from workbench.cli import numbers
 from workbench.cli.options import refuse_duplicates
+from workbench.untrusted import for_terminal
 
 CEILINGS_SIZE = "512MiB"  # the scratch file `workbench ceilings` reads unless told
 
@@ -38,7 +39,7 @@ def ceilings(directory: str | None, devices: tuple[str, ...], size: str | None, 
     refuse_duplicates("workbench ceilings", "--device", devices)
     ledger = open_ledger(ledger_path)
     plan = refresh_plan(ledger) if refresh else {}
-    say = None if as_json else (lambda msg: click.echo(f"measuring {msg} …", err=True))
+    say = None if as_json else (lambda msg: click.echo(for_terminal(f"measuring {msg} …"), err=True))
     report = measure_ceilings(directory or plan.get("directory"), devices=devices or plan.get("devices") or ("host",),
                               size=parse_size(size) if size else plan.get("size") or parse_size(CEILINGS_SIZE),
                               threads=thread_counts(threads) if threads else None, ledger=ledger,
@@ -50,5 +51,5 @@ def ceilings(directory: str | None, devices: tuple[str, ...], size: str | None, 
 
     click.echo(ceilings_table(report))
     for name, reason in report.skipped:
-        click.secho(f"not measured: {name}: {reason}", fg="yellow", err=True)
-    click.echo(f"ledger: {ledger.path} (host {report.host})")
+        click.secho(for_terminal(f"not measured: {name}: {reason}"), fg="yellow", err=True)
+    click.echo(for_terminal(f"ledger: {ledger.path} (host {report.host})"))

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from workbench.measure.run.environment import collect_environment
+from workbench.untrusted import for_terminal
 
 
 def _gib(n: int) -> str:
@@ -71,12 +72,12 @@ def env(directory: str, device: str | None, as_json: bool) -> None:
     rows = _rows(facts)
     settings = [(k, _setting(k, v)) for k, v in (facts.get("settings") or {}).items()]
     width = max(len(k) for k, _ in rows + settings)
-    for key, value in rows:
-        click.echo(f"{key:<{width}}  {value}")
+    for key, value in rows:  # a model's file names and mount points are text from the file system: escaped
+        click.echo(for_terminal(f"{key:<{width}}  {value}"))
     if settings:
         click.echo("\nload-path settings (recorded with every attempt; reports show those that differ):")
     for key, value in settings:
-        click.echo(f"{key:<{width}}  {value}")
+        click.echo(for_terminal(f"{key:<{width}}  {value}"))
 
 
 def _setting(key: str, value: Any) -> str:

@@ -11,6 +11,7 @@ import click
 
 from workbench.cli import numbers
 from workbench.formats.index import PAGE_SIZE, TensorIndex
+from workbench.untrusted import for_terminal, terminal_lines
 
 
 def _size(n: int) -> str:
@@ -69,8 +70,8 @@ def synth(out: str, fmt: str, layout: str, size: str | None, experts: int, align
     dt = time.perf_counter() - t0
     blobs = f", {len(index.blobs)} expert blobs" if index.blobs else ""
     files = f" in {len(index.files)} files" if index.sharded else ""
-    click.echo(f"wrote {index.path}: {fmt} {layout}, {index.size:,} bytes ({_size(index.size)}){files}, "
-               f"{len(index)} tensors{blobs} in {dt:.2f} s ({index.size / max(dt, 1e-9) / 1e6:,.0f} MB/s)")
+    click.echo(for_terminal(f"wrote {index.path}: {fmt} {layout}, {index.size:,} bytes ({_size(index.size)}){files}, "
+                            f"{len(index)} tensors{blobs} in {dt:.2f} s ({index.size / max(dt, 1e-9) / 1e6:,.0f} MB/s)"))
 
 
 @click.command()
@@ -153,7 +154,7 @@ def _summary(r: dict[str, Any], top: int | None) -> str:
         lines += _files_table(files, r["index_file"])
     lines += [f"  left out    {x['name']}: {x['why']}" for x in r.get("left_out") or ()]
     lines += _tensor_table(r["tensors"], top, len(files) > 1)
-    return "\n".join(lines)
+    return terminal_lines(lines)  # file and tensor names are the file's text: shown, never obeyed
 
 
 def _files_table(files: list[dict[str, Any]], index_file: str | None) -> list[str]:

@@ -146,7 +146,7 @@ def export(ctx: click.Context, csv_path: str | None, md_path: str | None, figure
         written.append(export_markdown(led, md_path, campaign, all_attempts, force=force))
     to_stdout = "-" in (csv_path, md_path)
     for path in written:  # beside data on standard output, say it where it does not mix in
-        click.echo(f"wrote {path}", err=to_stdout)
+        click.echo(for_terminal(f"wrote {path}"), err=to_stdout)
     if figures_dir:
         _export_figures(led, campaign, figures_dir, to_stdout, force)
 
@@ -157,9 +157,9 @@ def _export_figures(led: Any, campaign: str, directory: str, to_stdout: bool, fo
     done = write_figures(led, campaign, directory, force=force)
     n = len(done.images) // 2
     if done.note:
-        click.echo(done.note, err=True)
-    click.echo(f"wrote {plural(n, 'figure')} as PNG and SVG and the interactive {done.interactive} "
-               f"in {directory}" if n else f"wrote the interactive {done.interactive}", err=to_stdout)
+        click.echo(for_terminal(done.note), err=True)
+    click.echo(for_terminal(f"wrote {plural(n, 'figure')} as PNG and SVG and the interactive {done.interactive} "
+                            f"in {directory}" if n else f"wrote the interactive {done.interactive}"), err=to_stdout)
 
 
 @ledger.command("merge")
@@ -196,8 +196,8 @@ def upgrade(ctx: click.Context, sub_ledger: str | None) -> None:
     before = read_version(path)  # a missing, foreign or newer file: one line, nothing written
     with Ledger(path, create=False) as led:  # opening to record brings it up to date
         after = led.schema_version
-    click.echo(f"{path}: schema version {before} → {after}" if before != after else
-               f"{path}: already at schema version {after}; nothing changed")
+    click.echo(for_terminal(f"{path}: schema version {before} → {after}" if before != after else
+                            f"{path}: already at schema version {after}; nothing changed"))
 
 
 @ledger.command("import-unrecorded")
@@ -218,6 +218,6 @@ def import_unrecorded(ctx: click.Context, dump: str, campaign: str | None, sub_l
         runs = f" (+{item.runs_added} runs)" if item.status != "present" else ""
         click.echo(f"{item.ledger_id[:8]}  {for_terminal(item.label)}: {words[item.status]}{runs}")
     count = {status: sum(i.status == status for i in done) for status in words}
-    click.echo(f"{plural(len(done), 'attempt')} in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
-               f"completed, {count['present']} already present; "
-               f"{plural(sum(i.runs_added for i in done), 'run')} added")
+    click.echo(for_terminal(f"{plural(len(done), 'attempt')} in {Path(dump).name}: {count['imported']} imported, {count['completed']} "
+                            f"completed, {count['present']} already present; "
+                            f"{plural(sum(i.runs_added for i in done), 'run')} added"))

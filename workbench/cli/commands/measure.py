@@ -13,6 +13,7 @@ from workbench.cli.commands.results_out import Progress, report_results, unrecor
 from workbench.cli.exits import EXIT_HELP, finish, tally_attempts
 from workbench.cli.options import refuse_duplicates
 from workbench.errors import MeasurementInterrupted, ParamError
+from workbench.untrusted import for_terminal
 
 
 def parse_params(items: Sequence[str], owner: str = "--param") -> dict[str, str]:
@@ -120,8 +121,8 @@ def _interrupted(exc: MeasurementInterrupted, finished: list[Any], caches: tuple
     parts = [f"{kept} in {len(finished)} finished attempts ({', '.join(done_states)})"] if finished else []
     ids = ", ".join(f"{i[:8]}…" for i in exc.attempt_ids) or "no attempt"
     parts.append(f"{exc.done} in {ids} (marked failed: interrupted)")
-    click.secho(f"interrupted: {kept + exc.done}/{total} runs recorded: {'; '.join(parts)}; resume with: "
-                f"{_resume_command(left)} (an interrupted attempt is measured afresh, never continued)",
+    click.secho(for_terminal(f"interrupted: {kept + exc.done}/{total} runs recorded: {'; '.join(parts)}; resume with: "
+                             f"{_resume_command(left)} (an interrupted attempt is measured afresh, never continued)"),
                 fg="red", bold=True, err=True)
     from workbench.cli import interrupted_status
 

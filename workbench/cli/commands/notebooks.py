@@ -14,7 +14,7 @@ import click
 from workbench.cli import numbers
 from workbench.cli.exits import EXIT_HELP, EXIT_RUNS_FAILED, RunTally, finish, tally_run
 from workbench.records import plural
-from workbench.untrusted import for_terminal
+from workbench.untrusted import for_terminal, terminal_lines
 
 
 @contextmanager
@@ -79,14 +79,14 @@ def sweep(sweep_file: str, resume: bool, dry_run: bool, ledger_path: str | None,
             report = run_sweep(spec, ledger_path=ledger_path, resume=resume, out_dir=out, on_point=say)
     except KeyboardInterrupt:
         finished = sum(o.status in ("done", "skipped") for o in done)
-        click.secho(f"interrupted: {finished}/{len(points)} points completed (notebooks in {out}); the point "
+        click.secho(for_terminal(f"interrupted: {finished}/{len(points)} points completed (notebooks in {out}); the point "
                     "that was running is not marked completed, and its attempts were closed as failed: "
                     f"interrupted; resume with: workbench sweep {shlex.quote(sweep_file)} --resume"
                     + (f" --ledger {shlex.quote(ledger_path)}" if ledger_path else "")
-                    + (f" --out {shlex.quote(out_dir)}" if out_dir else ""), fg="red", bold=True, err=True)
+                    + (f" --out {shlex.quote(out_dir)}" if out_dir else "")), fg="red", bold=True, err=True)
         sys.exit(130)
-    click.echo(f"{report.count('done')} done, {report.count('skipped')} skipped (resumed), "
-               f"{report.count('failed')} failed; notebooks in {report.out_dir}")
+    click.echo(for_terminal(f"{report.count('done')} done, {report.count('skipped')} skipped (resumed), "
+                            f"{report.count('failed')} failed; notebooks in {report.out_dir}"))
     failed_points = [f"{report.count('failed')}/{len(points)} points failed"] if not report.ok else []
     finish(_runs_since(ledger_path, spec.campaign, started), "runs recorded by this sweep", failed_points)
 
@@ -151,12 +151,11 @@ def demo(size: str | None, runs: int | None, ledger_path: str | None, out_dir: s
 
     options = DemoOptions.build(size=size, runs=runs, ledger_path=ledger_path, data_dir=out_dir, shards=shards)
     try:
-        result = run_demo(options, echo=click.echo)
+        result = run_demo(options, echo=lambda line: click.echo(for_terminal(line)))
     except KeyboardInterrupt:
         click.secho("interrupted: models, ceilings and every completed sweep point are kept; resume with: "
                     "workbench demo (with the same options): it skips what is done", fg="red", bold=True, err=True)
         sys.exit(130)
-    for line in result.summary_lines():
-        click.echo(line)
+    click.echo(terminal_lines(result.summary_lines()))
     if not result.ok:
         sys.exit(EXIT_RUNS_FAILED)

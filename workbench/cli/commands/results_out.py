@@ -80,4 +80,4 @@ def report_results(results: list[Any], ledger: Any, as_json: bool, single: bool,
     phases = phases_table(results)
     if phases:
         click.echo(phases)
-    click.echo(f"ledger: {ledger.path}" + ("" if recorded else " — NOT all recorded, see the error below"))
+    click.echo(for_terminal(f"ledger: {ledger.path}" + ("" if recorded else " — NOT all recorded, see the error below")))

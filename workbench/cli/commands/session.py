@@ -16,6 +16,7 @@ import click
 
 from workbench.cli import numbers
 from workbench.cli.exits import EXIT_HELP, finish, tally_run
+from workbench.untrusted import for_terminal
 
 PLACEMENTS = ("inplace", "bounce", "aligned")  # workbench.expert.PLACEMENTS, spelled out: --help stays light
 READERS = ("auto", "pread", "direct-bounce", "direct-inplace", "pread-random")
@@ -115,7 +116,7 @@ def session(file: str, device: str, cache: str, ab: tuple[str, ...], rounds: int
     else:
         _print_summary(result)
     if result.error:
-        click.secho(f"session failed: {result.error}", fg="red", err=True)
+        click.secho(for_terminal(f"session failed: {result.error}"), fg="red", err=True)
     reached = not result.cache.startswith("asis(unreachable")
     finish(tally_run(result.error, result.verdict != "failed", None, cache, reached), what="sessions")
 
@@ -140,7 +141,7 @@ def _run_ab(file: str, config: Any, specs: tuple[str, ...], rounds: int, device:
                 return measure_session(file, arm.config, device=arm.device, cache=arm.cache, label=label,
                                        ledger=store, pressure=held, **common)
 
-            say = (lambda _m: None) if as_json else (lambda m: click.echo(f"[ab] {m}", err=True))
+            say = (lambda _m: None) if as_json else (lambda m: click.echo(for_terminal(f"[ab] {m}"), err=True))
             result = run_session_ab(file, arms, rounds, run_cell=cell, say=say)
         record_verdicts(store, result)
     finally:
@@ -176,7 +177,7 @@ def _memory_json(cell: Any) -> dict[str, str] | None:
 def _print_ab(result: Any) -> None:
     skipped = (f"; each cell's figures, like the effects, leave out its first {result.skipped_turns} turn (the "
                "cache filling)") if result.skipped_turns else "; every turn counts (fewer than 3 a cell)"
-    click.echo(f"A/B over {len(result.cells)} cells (ABBA), baseline {result.arms[0].label!r}{skipped}")
+    click.echo(for_terminal(f"A/B over {len(result.cells)} cells (ABBA), baseline {result.arms[0].label!r}{skipped}"))
     methods = sorted({c.memory_method for _, _, c in result.cells if c.memory_method})
     if methods:
         click.echo(f"memory limit enforced by {' and '.join(methods)}; each cell: how, and its outcome (OOM, "
@@ -188,13 +189,13 @@ def _print_ab(result: Any) -> None:
                 f"{f['unreleased pages']:,.0f}, cores busy {f['cores busy']:.2f}, per token ms p50 "
                 f"{f['token p50 ms']:.2f} p99 {f['token p99 ms']:.2f} (n = {f['tokens']:.0f}), stall "
                 f"{f['stall ms/token']:.2f} ms/token{_predicted(f)}") if f else f"FAILED {c.error}"
-        click.echo(f"  {result.arms[i].label:<28} round {r + 1}: {c.attempt_id[:8]} {line}")
+        click.echo(for_terminal(f"  {result.arms[i].label:<28} round {r + 1}: {c.attempt_id[:8]} {line}"))
         if c.memory_method:
-            click.echo(f"    memory {c.memory_kind}: {c.memory}")
+            click.echo(for_terminal(f"    memory {c.memory_kind}: {c.memory}"))
     for e in result.effects:
-        click.echo(f"{e.arm}: {e.line()}")
+        click.echo(for_terminal(f"{e.arm}: {e.line()}"))
     for check in result.checks:
-        click.echo(f"check {check}")
+        click.echo(for_terminal(f"check {check}"))
 
 
 def _predicted(f: dict[str, float]) -> str:
@@ -214,7 +215,7 @@ _TURN_HEADER = (f"{'turn':>4} {'tok/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'hit':>5
 
 def _print_start(facts: Any) -> None:
     for warning in facts.warnings:
-        click.secho(f"warning: {warning}", fg="yellow", err=True)
+        click.secho(for_terminal(f"warning: {warning}"), fg="yellow", err=True)
 
 
 def _print_turn(r: Any) -> None:
@@ -234,7 +235,7 @@ def _print_turn(r: Any) -> None:
 
 
 def _print_summary(result: Any) -> None:
-    click.echo(f"session {result.attempt_id[:8]}: {result.verdict} — {result.notes}")
+    click.echo(for_terminal(f"session {result.attempt_id[:8]}: {result.verdict} — {result.notes}"))
     if result.memory:
-        click.echo(f"memory limit: {result.memory}")
-    click.echo(f"cache {result.cache}; device {result.device}; model {result.file}")
+        click.echo(for_terminal(f"memory limit: {result.memory}"))
+    click.echo(for_terminal(f"cache {result.cache}; device {result.device}; model {result.file}"))

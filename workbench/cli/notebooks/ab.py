@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from workbench.untrusted import for_html
+
 MiB = 1 << 20
 
 
@@ -69,9 +71,9 @@ def ab_outputs(result: Any, metrics: Sequence[str]) -> list[Any]:
         "verdict": " ".join(filter(None, [f"{e.verdict} ({e.judgement})" if e.judgement else e.verdict, e.caveat])),
         "why": e.reason, "n": e.n,
     } for e in result.effects])
-    checks = "".join(f"<li>{_escape(c)}</li>" for c in result.checks)
+    checks = "".join(f"<li>{for_html(c)}</li>" for c in result.checks)
     cells = cells_frame(result)
-    out = [HTML(f"<h4>Session A/B, baseline {_escape(result.arms[0].label)}: {len(result.cells)} cells</h4>"),
+    out = [HTML(f"<h4>Session A/B, baseline {for_html(result.arms[0].label)}: {len(result.cells)} cells</h4>"),
            results_html(effects, "wb-ab"), HTML(f"<ul class='wb-ab-checks'>{checks}</ul>"), results_html(cells)]
     out += [ab_cells(cells, m) for m in metrics if m in cells]
     turns = _turns(result)
@@ -90,9 +92,3 @@ def _turns(result: Any) -> Any:
             d = t.to_json()
             rows.append({"attempt_id": cell.attempt_id, "tokens": d["tokens"], "extra": d})
     return pd.DataFrame(rows)
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(str(text))
