@@ -2,6 +2,8 @@
 gaps included: temporal statistics never reach across a gap."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -103,5 +105,24 @@ def test_frames_and_json_pool_the_layers():
     assert stats.popularity.groupby("layer")["share"].sum().tolist() == pytest.approx([1, 1])
     doc = stats.to_json()
     assert doc["summary"][-1]["layer"] == "all" and doc["summary"][0]["gate_top"] is None
-    import json
     json.dumps(doc, allow_nan=False)  # plain JSON: no NaN, no numpy scalars
+
+
+def test_the_models_expert_count_counts_experts_never_routed(tmp_path):
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+    from workbench.errors import TraceError
+
+    tr = make(range(4), [[0, 1], [0, 2], [0, 1], [0, 3]], 4)
+    assert trace_stats(tr).summary.iloc[0]["used"] == 1.0  # 4 of the 4 the file shows
+    wide = tr.with_experts(16)
+    assert trace_stats(wide).summary.iloc[0]["used"] == 0.25 and wide.n_experts == 16
+    with pytest.raises(TraceError, match="routes expert 3"):
+        tr.with_experts(3)
+    (tmp_path / "t.csv").write_text("0,0,0\n0,0,1\n1,0,0\n1,0,2\n")
+    result = CliRunner().invoke(main, ["trace", "stats", str(tmp_path / "t.csv"), "--experts", "64", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["n_experts"] == 64
+    assert json.loads(result.stdout)["summary"][0]["used"] == 3 / 64
+    refused = CliRunner().invoke(main, ["trace", "stats", str(tmp_path / "t.csv"), "--experts", "2"])
+    assert refused.exit_code == 2 and "routes expert 2" in refused.stderr

@@ -1,9 +1,12 @@
 """A routing trace as read from a file: per layer, the token positions it covers and their experts."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+from workbench.errors import TraceError
+from workbench.expert.traces.limits import MAX_EXPERTS
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +50,15 @@ class Trace:
         first = self.positions[0]
         return (all(np.array_equal(p, first) for p in self.positions)
                 and bool(len(first) == 0 or first[-1] - first[0] == len(first) - 1))
+
+    def with_experts(self, n_experts: int) -> "Trace":
+        """The trace for a model of ``n_experts`` experts per layer (a file names only the experts it
+        routed: an expert never routed is still one of the model's)."""
+        top = max(int(e.max()) for e in self.experts)
+        if not top < n_experts <= MAX_EXPERTS:
+            raise TraceError(self.source, f"routes expert {top}: the model's experts per layer must be "
+                                          f"{top + 1} .. {MAX_EXPERTS}, not {n_experts}")
+        return replace(self, n_experts=int(n_experts))
 
     def runs(self, i: int) -> np.ndarray:
         """Start indices (into ``positions[i]``) of layer ``i``'s runs of consecutive positions, and its end."""
