@@ -78,7 +78,8 @@ def test_an_engine_reading_dev_zero_for_the_models_size_is_time_only_and_exits_4
         evidence = run["external"]["evidence"]
         assert run["bytes"] == 0 and evidence["basis"] == "" and evidence["rchar"] >= size
         assert evidence["seen_bytes"] == 0 and evidence["files_held"] == 0
-        assert run["engaged"][0].endswith("it never opened or mapped it): time only")
+        assert run["engaged"][0].endswith("it never opened, read or mapped it): time only")
+        assert evidence["grade"] == "none" and evidence["source"] == "events"
     accepted = CliRunner().invoke(main, [*args, "--time-only"], catch_exceptions=False)
     assert accepted.exit_code == 0, accepted.output  # time only, on purpose
     assert json.loads(accepted.stdout)["gbps"] is None and "NO EVIDENCE" not in accepted.stderr
@@ -116,8 +117,8 @@ def test_safe_open_over_every_tensor_of_a_hub_sharded_set_is_credited_cold_and_w
     evidence = out.report.external.evidence
     assert out.error is None and evidence.ok and out.bytes == MODEL_BYTES, evidence
     assert evidence.files_held == 4 and evidence.seen_bytes >= 0.9 * MODEL_BYTES
-    if state == "warm":  # nothing was fetched: the mappings alone show it
-        assert evidence.resident_after == evidence.resident_before and "of its pages mapped" in evidence.basis
+    if state == "warm":  # nothing was fetched: its own touches of the mappings show it
+        assert evidence.resident_after == evidence.resident_before and evidence.grade == "mapping-touched"
 
 
 STREAM = """import mmap, os, sys
@@ -130,21 +131,24 @@ print('model ready', flush=True); sys.stdin.readline()
 """
 
 
-def test_shards_mapped_read_and_dropped_one_by_one_count_each_at_its_best_sample(env: Path) -> None:
+def test_shards_mapped_read_and_dropped_one_by_one_are_credited_from_the_event_record(env: Path) -> None:
     # The warm transformers load on the H200: shards mapped, read and unmapped in turn, never all at
-    # once. Here the sampler looks once while each shard is mapped (the test paces the loader), and at
-    # most a quarter of the set is mapped at any sample: the set shows only file by file.
+    # once. The event record credits each shard's touches whenever they happened; the samples (one
+    # while each shard is mapped: the test paces the loader) see at most a quarter of the set at once,
+    # and resident pages cannot tell touched from populated: the sampled fallback says mapped-only.
     import subprocess
+    import time
 
     from workbench.measure.engine.evidence import judge
     from workbench.measure.engine.sampler import TreeSampler
 
     directory = _hub_set(env / "hub")
     target = ReadTarget.of(str(directory))
+    sampler = TreeSampler.at_spawn(target)  # before the spawn: the event record follows what it starts
+    began = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", STREAM, *target.paths], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
-        sampler = TreeSampler.at_spawn(target)
         sampler.root, most_at_once = proc.pid, 0
         for _ in target.paths:
             assert proc.stdout.readline().startswith("read")
@@ -153,14 +157,16 @@ def test_shards_mapped_read_and_dropped_one_by_one_count_each_at_its_best_sample
             proc.stdin.write("\n")
             proc.stdin.flush()
         assert proc.stdout.readline().startswith("model ready")
-        evidence = judge(sampler, target.resident())
+        sampled = judge(sampler, target.resident())
+        evidence = sampler.finish(began, time.monotonic())
     finally:
         proc.kill()
         proc.wait()
         sampler.close()
     assert most_at_once <= max(target.sizes) + 4096 < 0.9 * MODEL_BYTES  # no one sample shows the set
-    assert evidence.ok and evidence.mapped_bytes >= 0.99 * MODEL_BYTES, evidence
-    assert evidence.files_held == 4 and "of its pages mapped" in evidence.basis
+    assert sampled.grade == "mapped-only" and not sampled.ok, sampled
+    assert evidence.grade == "mapping-touched" and evidence.touched_bytes >= 0.99 * MODEL_BYTES, evidence
+    assert evidence.files_held == 4 and evidence.source == "events"
 
 
 def test_safe_open_keeping_its_weights_is_credited_through_the_cli(env: Path) -> None:
@@ -171,7 +177,7 @@ def test_safe_open_keeping_its_weights_is_credited_through_the_cli(env: Path) ->
                              catch_exceptions=False)
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
-    assert data["gbps"] and all(r["external"]["evidence"]["basis"].startswith("4.00 MiB of its pages mapped")
+    assert data["gbps"] and all(r["external"]["evidence"]["basis"].startswith("4.00 MiB touched through its mappings")
                                 for r in data["runs"])
 
 

@@ -76,7 +76,7 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
         return Outcome(pid=None, load_s=None, wall_s=None, error=f"cannot start {command.cmd!r}: {exc}")
     finally:
         os.close(slave)  # the engine holds its copy; EOF (EIO) arrives when every writer is gone
-    waited, evidence = 0.0, None
+    waited, judged, evidence = 0.0, 0.0, None
     try:
         started = reaper.read_started(status, began + timeout_s)
         if not isinstance(started, tuple):
@@ -86,17 +86,20 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
             sampler.root = started[0]  # the engine's tree (the reaper reads nothing of the model)
         hit = read_until_marker(master, watch, watch.t0 + timeout_s, sampler)
         if hit:
+            judging = time.monotonic()
             evidence = sampler.finish(watch.start_at if watch.start_at is not None else watch.t0,
                                       watch.end_at) if sampler is not None else None
+            judged = time.monotonic() - judging  # the engine waited on the workbench: not its wall
             exited, waited = _after_marker(master, watch, proc)
         else:
             exited = _exit_code(proc, watch.t0 + timeout_s)
     finally:
         reaper.stop(proc)  # the engine and everything it started, in its group or not
+        gone_at = time.monotonic()
         os.close(master)
         if sampler is not None:
-            sampler.close()
-    gone_s = time.monotonic() - watch.t0 - waited  # the grace it kept running through is not its wall
+            sampler.close()  # its event record's perf events: ~10 ms each to close, after the engine is gone
+    gone_s = gone_at - watch.t0 - waited - judged  # the grace it kept running through is not its wall
     engine = started[0]
     ended = "exited" if exited is not None else "killed at the marker" if hit else "killed at the timeout"
     report = _report(command, engine, watch, exited, binary, device_info, ended, evidence)

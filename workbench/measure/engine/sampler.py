@@ -170,11 +170,9 @@ class TreeSampler:
                 self.watch.close()  # the workbench's own look at the residency is no open of the window
                 self.watch = None
             record = self.events.result(start_s, end_s) if self.events is not None else None
-            self.events = None
             resident = self.model.resident()
             self.final = judge(self, resident, self.no_events) if record is None else \
                 judge_events(self, record, resident, EVIDENCE_FRACTION)
-            self.close()
         return self.final
 
     def close(self) -> None:
