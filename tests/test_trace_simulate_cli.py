@@ -85,3 +85,17 @@ def test_a_bad_trace_is_one_line_exit_2(tmp_path):
     bad.write_text("token,layer,expert\n0,0,x\n")
     out = _run(str(bad), "--cache-experts", "2")
     assert out.exit_code == 2 and str(bad) in out.output and len(out.output.strip().splitlines()) == 1
+
+
+def test_experts_never_routed_still_count(tmp_path):
+    # a file names only the experts it routed: 6 of a model's 16 here, so N may reach 16 only with --experts
+    tr = synthetic_trace(50, 2, 6, 2, seed=4)
+    save_trace(tr, tmp_path / "few.csv")
+    refused = _run(str(tmp_path / "few.csv"), "--cache-experts", "12")
+    assert refused.exit_code == 2 and "must be in [2, 6]" in refused.output
+    out = _run(str(tmp_path / "few.csv"), "--cache-experts", "12", "--experts", "16", "--json")
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["n_experts"] == 16 and {r["hits"] for r in doc["results"]} == {50 * 2 * 2 - 12}  # first uses only
+    below = _run(str(tmp_path / "few.csv"), "--cache-experts", "2", "--experts", "4")
+    assert below.exit_code == 2 and "routes expert 5" in below.output and len(below.output.strip().splitlines()) == 1

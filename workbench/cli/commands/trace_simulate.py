@@ -6,6 +6,7 @@ import json
 
 import click
 
+from workbench.cli import numbers
 from workbench.cli.commands.ledger_cells import echo_table
 from workbench.untrusted import for_terminal
 
@@ -33,11 +34,15 @@ def _sizes(values: tuple[str, ...]) -> list[int]:
 @click.option("--policy", "policies", multiple=True,
               help=f"{' | '.join(POLICY_NAMES)} (lfu:W ages every W tokens); repeat it. Default: all; Belady's "
                    "bound is always run.")
+@click.option("--experts", "n_experts", type=numbers.count(1, numbers.MAX_EXPERTS), default=None,
+              help="The model's experts per layer (default: the largest expert id routed + 1): the most N can be, "
+                   "and what static ranks.")
 @click.option("--layers", "per_layer", is_flag=True, help="Also a table per cache size: each layer's hit rate.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print {source, tokens, k, n_experts, results: [{policy, cache_experts, hit_rate, of_belady, "
                    "layers: [...]}]}.")
-def simulate(path: str, sizes: tuple[str, ...], policies: tuple[str, ...], per_layer: bool, as_json: bool) -> None:
+def simulate(path: str, sizes: tuple[str, ...], policies: tuple[str, ...], n_experts: int | None, per_layer: bool,
+             as_json: bool) -> None:
     """Hit rate of per-layer caches of N experts on TRACE (the token's k experts pinned while served), per
     policy and size, overall and per layer, each as a fraction of Belady's MIN at that size. The trace is
     replayed as a session replays it: a token missing from any layer is dropped from all."""
@@ -46,7 +51,8 @@ def simulate(path: str, sizes: tuple[str, ...], policies: tuple[str, ...], per_l
     from workbench.expert.traces import dense_routing, read_trace
 
     raw = read_trace(path)
-    sim = run_simulation(dense_routing(raw), list(policies or DEFAULT_POLICIES), _sizes(sizes))
+    raw = raw.with_experts(n_experts) if n_experts else raw
+    sim = run_simulation(dense_routing(raw, n_experts=raw.n_experts), list(policies or DEFAULT_POLICIES), _sizes(sizes))
     if as_json:
         click.echo(json.dumps(sim.to_json(), indent=2))
         return
