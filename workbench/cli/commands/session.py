@@ -181,7 +181,7 @@ def _print_ab(result: Any) -> None:
     methods = sorted({c.memory_method for _, _, c in result.cells if c.memory_method})
     if methods:
         click.echo(f"memory limit enforced by {' and '.join(methods)}; each cell: how, and its outcome (OOM, "
-                   "own-files, reclaim or none)")
+                   "killed, own-files, reclaim or none)")
     for (i, r, c), f in zip(result.cells, result.figures):
         line = (f"tok/s {f['tok/s']:.2f}, residual {f['residual s/token'] * 1e3:.2f} ms/token, bookkeeping "
                 f"{f['bookkeeping s/token'] * 1e3:.2f} ms/token, shift copy {f['shift MiB/token']:.2f} MiB/token "
