@@ -104,7 +104,7 @@ def read_dump(path: str | os.PathLike[str]) -> Dump:
     except json.JSONDecodeError as exc:
         raise UnrecordedDumpError(path, f"not JSON ({exc.msg} at line {exc.lineno})") from exc
     except RecursionError:  # a dump is three levels deep; Python's parser recurses once per level
-        raise UnrecordedDumpError(path, "not a dump: JSON nested too deeply") from None
+        raise UnrecordedDumpError(path, "JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise UnrecordedDumpError(path, f"expected a JSON object, got {type(data).__name__}")
     _check(path, data, _TOP, "")
