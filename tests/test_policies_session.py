@@ -99,3 +99,11 @@ def test_session_command_runs_a_policy_per_layer(moe, trace_file, tmp_path, isol
     assert sum(t["hits"] for t in turns) / sum(t["hits"] + t["misses"] for t in turns) == pytest.approx(predicted.hit_rate)
     bad = CliRunner().invoke(main, args[:-2] + ["--policy", "belady"])
     assert bad.exit_code == 2 and "give --cache-experts N" in bad.output and len(bad.output.strip().splitlines()) == 1
+
+
+def test_the_label_names_the_policy_and_the_per_layer_cache():
+    from workbench.measure.session.runner import session_label
+
+    label = session_label("m.gguf", SessionConfig(turns=2, tokens=4, cache_experts=8, policy="arc"))
+    assert "policy=arc" in label and "cache=8/layer" in label
+    assert "policy" not in session_label("m.gguf", SessionConfig(turns=2, tokens=4))  # lru, the default, unsaid

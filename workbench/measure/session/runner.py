@@ -264,10 +264,12 @@ def session_label(file: str, config: SessionConfig) -> str:
                      f" advice={config.release_advice}" if config.release_advice != "dontneed" else "",
                      f" uploader={config.uploader}" if config.uploader != "pageable" else "",
                      f" upload_threads={config.upload_threads}" if config.upload_threads > 1 else "",
-                     f" mem={config.memory_limit_mib:g}MiB" if config.memory_limit_mib else ""])
+                     f" mem={config.memory_limit_mib:g}MiB" if config.memory_limit_mib else "",
+                     f" policy={config.policy}" if config.policy != "lru" else ""])
     from workbench.measure.run.model import model_name
 
-    cache = f"{config.cache_mib:g}MiB" if config.cache_mib else "default"
+    cache = (f"{config.cache_mib:g}MiB" if config.cache_mib else
+             f"{config.cache_experts}/layer" if config.cache_experts else "default")
     return (f"session {config.placement} release={config.boundary_release}{extra} {config.turns}×{config.tokens} "
             f"cache={cache} · {model_name(file)}")
 
