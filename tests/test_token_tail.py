@@ -72,3 +72,21 @@ def test_a_turns_tokens_add_up_to_its_time_and_its_stalls(synth_model, lanes, ov
         assert 0.8 * r.seconds <= sum(r.token_s) <= r.seconds  # the decode loop's time, token by token
         assert sum(r.token_stall_s) == pytest.approx(r.stall_read_s + r.stall_upload_s + r.stall_route_s, abs=1e-6)
         assert all(0 <= st <= t for st, t in zip(r.token_stall_s, r.token_s))
+
+
+def test_the_ledger_and_the_notebook_show_a_sessions_percentiles():
+    import pandas as pd
+
+    from workbench.cli.notebooks.sessions import sessions_frame
+    from workbench.ledger.sessions import session_lines
+
+    extra = [{"token_s": [0.001] * 9, "token_stall_s": [0.0] * 9, "residual_s_per_token": 0.001},
+             {"token_s": [0.050], "token_stall_s": [0.040], "residual_s_per_token": 0.001}]
+    turns = pd.DataFrame({"attempt_id": ["a1", "a1"], "turn": [0, 1], "tokens": [9, 1], "evictions": [0, 0],
+                          "unreleased_pages": [0, 0], "actual_anon_bytes": [0, 0], "accounted_bytes": [0, 0],
+                          "minflt": [0, 0], "majflt": [0, 0], "tokens_per_s": [900.0, 20.0], "extra": extra})
+    attempts = pd.DataFrame({"id": ["a1"], "label": ["long · m"], "environment": [{}]})
+    row = sessions_frame(turns, attempts).iloc[0]
+    assert (row["token p50 ms"], row["token p99 ms"], row["tokens (p99 rests on)"]) == (1.0, 50.0, 10)
+    line = session_lines(attempts, turns)[0]
+    assert "per token ms p50 1.00, p90 1.00, p99 50.00, max 50.00" in line and "n = 10 tokens" in line

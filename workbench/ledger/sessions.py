@@ -60,9 +60,15 @@ def _decode(t: pd.DataFrame) -> str:
 
 def _tokens(extra: list[dict[str, Any]]) -> str:
     """Per-token latency and stall percentiles over every turn's tokens (none before they were recorded)."""
-    fields = tail_fields([SimpleNamespace(token_s=e.get("token_s") or (), token_stall_s=e.get("token_stall_s") or ())
-                          for e in extra])
+    fields = token_fields(extra)
     return f"; {tail_line(fields)}" if fields["token_n"] else ""
+
+
+def token_fields(extra: Any) -> dict[str, Any]:
+    """:func:`~workbench.records.token_tail.tail_fields` over turn rows' ``extra`` (their raw token times)."""
+    extra = [e if isinstance(e, dict) else {} for e in extra]
+    return tail_fields([SimpleNamespace(token_s=e.get("token_s") or (), token_stall_s=e.get("token_stall_s") or ())
+                        for e in extra])
 
 
 def _prefetched(extra: list[dict[str, Any]]) -> str:

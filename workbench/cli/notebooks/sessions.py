@@ -13,7 +13,7 @@ from workbench.cli.notebooks.actions import _best, _devices
 from workbench.cli.notebooks.experts import moe_model, session_plan
 from workbench.cli.notebooks.ui import Panel, ledger_path, results_html
 from workbench.errors import WorkbenchError
-from workbench.ledger.sessions import anon_gap_mib
+from workbench.ledger.sessions import anon_gap_mib, token_fields
 from workbench.records import plural
 from workbench.untrusted import for_html
 
@@ -53,8 +53,16 @@ def sessions_frame(turns: Any, attempts: Any) -> Any:
             "unreleased_last": int(t["unreleased_pages"].iloc[-1]), "anon−accounted first MiB": round(gap.iloc[0], 2),
             "anon−accounted last MiB": round(gap.iloc[-1], 2), "major faults": int(t["majflt"].sum()),
             "tok/s median": round(float(t["tokens_per_s"].median()), 1),
+            **_token_columns(token_fields(t["extra"]) if "extra" in t else {"token_n": 0}),
         })
     return pd.DataFrame(rows)
+
+
+def _token_columns(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-token p50 and p99 (ms) and the tokens they rest on; empty cells for turns recorded before."""
+    n = fields["token_n"]
+    return {"token p50 ms": round(fields["token_p50_ms"], 2) if n else None,
+            "token p99 ms": round(fields["token_p99_ms"], 2) if n else None, "tokens (p99 rests on)": n}
 
 
 def long_session_outputs(store: Path, campaign: str, ids: Sequence[str]) -> list[Any]:
