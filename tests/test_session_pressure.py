@@ -3,6 +3,7 @@ one-line refusal when neither works; what the limit cost (reclaim and re-reads, 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import pytest
@@ -59,7 +60,13 @@ def test_a_session_under_a_limit_records_its_cgroup_every_turn(cgroups, synth_mo
     turns = result.report.turns
     assert all(t.cg_usage_bytes > 0 and t.cg_limit_hits >= 0 and t.cg_pgmajfault >= 0 for t in turns)
     assert result.report.summary.facts.memory_limit.startswith("cgroup")
-    assert "memory limit: cgroup" in result.notes
+    assert "memory limit: cgroup" in result.notes and "made under " in result.report.summary.facts.memory_limit
+    from workbench.ledger import Ledger
+
+    with Ledger(tmp_path / "l.sqlite", readonly=True) as led:  # where it was made, in the attempt's record
+        env = led.attempts().set_index("id").loc[result.attempt_id, "environment"]
+    made = (json.loads(env) if isinstance(env, str) else env)["memory_limit"]["cgroup"]
+    assert made["made_at"] == made["own"] == cgroup_module.own_cgroup(made["version"]) and made["passed"] == []
 
 
 def test_a_limit_below_what_the_cache_holds_ends_in_the_oom_killer(cgroups, synth_model, tmp_path):
