@@ -50,7 +50,7 @@ def test_the_summary_takes_every_turns_tokens_not_the_turns_percentiles():
     assert s.token_n == 10 and s.token_p50_ms == pytest.approx(1.0) and s.token_p90_ms == pytest.approx(1.0)
     assert s.token_p99_ms == pytest.approx(50.0) and s.token_max_ms == pytest.approx(50.0)
     assert s.stall_p99_ms == pytest.approx(40.0) and s.stall_ms_per_token == pytest.approx(4.0)
-    assert "p99 is the slowest token" in tail_line(s)
+    assert "p99 is the slowest token" in tail_line(s) and s.token_p99_note.startswith("n = 10 tokens; p99 is the slowest")
     old = tail_fields([SimpleNamespace()])  # turns recorded before tokens were: nothing, not zeros
     assert old["token_n"] == 0 and old["token_p99_ms"] is None and tail_line(old) == "per-token times not recorded"
 

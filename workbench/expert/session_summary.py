@@ -84,6 +84,7 @@ class SessionSummary:
     token_p50_ms: float | None = None
     token_p90_ms: float | None = None
     token_p99_ms: float | None = None  # nearest rank: below 100 tokens, the slowest token (token_tail.p99_caveat)
+    token_p99_note: str = ""  # what the p99s rest on, in words ("n = 64 tokens; p99 is the slowest token: …")
     token_max_ms: float | None = None
     stall_p50_ms: float | None = None
     stall_p90_ms: float | None = None

@@ -65,14 +65,15 @@ def turn_tokens(turns: Sequence[Any], key: str = "token_s") -> list[float]:
 
 def tail_fields(turns: Sequence[Any]) -> dict[str, Any]:
     """The summary's per-token fields: ``token_n``, ``token_{p50,p90,p99,max}_ms`` and the same for the
-    stall, with ``stall_ms_per_token`` (the mean); None where no turn recorded its tokens."""
-    out: dict[str, Any] = {"token_n": 0, "stall_ms_per_token": None}
+    stall, with ``stall_ms_per_token`` (the mean) and ``token_p99_note`` (what the p99s rest on:
+    :func:`p99_caveat`); None (and "") where no turn recorded its tokens."""
+    out: dict[str, Any] = {"token_n": 0, "token_p99_note": "", "stall_ms_per_token": None}
     for prefix, key in (("token", "token_s"), ("stall", "token_stall_s")):
         found = tail(turn_tokens(turns, key))
         for name in ("p50", "p90", "p99", "max"):
             out[f"{prefix}_{name}_ms"] = found.ms()[name] if found else None
         if found and prefix == "token":
-            out["token_n"] = found.n
+            out["token_n"], out["token_p99_note"] = found.n, p99_caveat(found.n)
         if found and prefix == "stall":
             out["stall_ms_per_token"] = statistics.fmean(turn_tokens(turns, key)) * 1e3
     return out
