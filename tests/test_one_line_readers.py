@@ -8,17 +8,12 @@ import struct
 from pathlib import Path
 
 from click.testing import CliRunner
+from one_line import one_error_line
 
 from workbench import defaults
 from workbench.cli import main
 
 DEEP = "[" * 100_000 + "]" * 100_000
-
-
-def one_error_line(result, *needles: str) -> None:
-    lines = [line for line in result.output.splitlines() if line]
-    assert result.exit_code == 2 and len(lines) == 1 and "Traceback" not in result.output, result.output
-    assert all(n in lines[0] for n in needles), lines
 
 
 def test_an_unrecorded_dump_nested_100000_deep_is_one_line_and_nothing_written(tmp_path):
