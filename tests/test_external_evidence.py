@@ -98,8 +98,9 @@ def test_the_issue_case_a_marker_and_exit_3_without_reading_is_no_gbps(env: Path
 
         frame = runs_frame(led)
         assert frame[frame["error"].isna()]["gbps"].isna().all()
+        assert set(frame[frame["error"].isna()]["evidence"]) == {"none"}  # the grade, in runs.csv
         md = markdown_table(led, all_attempts=True)
-    assert "no evidence the engine read m.gguf" in md and "% of" not in md
+    assert "no evidence the engine read m.gguf (none: " in md and "% of" not in md  # the grade, in the export
 
 
 def test_an_engine_that_reads_the_model_shows_gbps_with_its_evidence(env: Path) -> None:
@@ -116,6 +117,12 @@ def test_an_engine_that_reads_the_model_shows_gbps_with_its_evidence(env: Path) 
     assert "read by its read calls on the model's files" in engine["evidence"]["basis"]
     assert data["runs"][0]["engaged"] == [f"engine read m.gguf (bytes-read): {engine['evidence']['basis']}"]
     assert "evidence: bytes-read 2/2" in data["notes"]  # the grade beside the GB/s
+    with Ledger(env / "ledger.sqlite") as led:
+        from workbench.ledger.export import runs_frame
+        from workbench.ledger.table import markdown_table
+
+        assert list(runs_frame(led)["evidence"]) == ["bytes-read", "bytes-read"]
+        assert "engine read m.gguf (bytes-read): " in markdown_table(led, all_attempts=True)
 
 
 def test_an_engine_that_maps_the_model_warm_is_seen_through_its_mappings(env: Path) -> None:

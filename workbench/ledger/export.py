@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from workbench.errors import OutputError
 from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
 from workbench.outputs import ledger_files, refuse_overwrite, write_text
-from workbench.records import COST_FIELDS, format_effect
+from workbench.records import COST_FIELDS, ReadEvidence, format_effect
 from workbench.records.baseline_match import with_across
 from workbench.untrusted import for_csv
 
@@ -120,10 +120,18 @@ def runs_frame(ledger: Ledger, campaign: str | None = None) -> pd.DataFrame:
     frame["gbps"] = moved.where((load > 0) & (moved > 0)) / load / 1e9  # no bytes vouched for: no GB/s
     frame["strategy_load_s"] = [o.get("load_s") for o in own]
     frame["strategy_gbps"] = [o.get("gbps") for o in own]
+    frame["evidence"] = [_evidence_grade(r) for r in runs["result"]]  # an external engine's run: its grade
     costs = [((r or {}).get("costs") or {}) for r in runs["result"]]  # the worker's RunCosts, when it had them
     for name in COST_FIELDS:
         frame[name] = [c.get(name) for c in costs]
     return frame
+
+
+def _evidence_grade(result: Any) -> str:
+    """The evidence grade of an external engine's run ('' for any other run): bytes-read, mapping-touched,
+    mapped-only, opened-only, none (``sampled`` for a run recorded before grades)."""
+    evidence = result.get("evidence") if isinstance(result, dict) else None  # an ExternalRun's, flattened
+    return ReadEvidence.from_json(evidence).level if evidence else ""
 
 
 def turns_frame(ledger: Ledger, campaign: str | None = None) -> pd.DataFrame:
