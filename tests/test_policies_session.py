@@ -107,3 +107,55 @@ def test_the_label_names_the_policy_and_the_per_layer_cache():
     label = session_label("m.gguf", SessionConfig(turns=2, tokens=4, cache_experts=8, policy="arc"))
     assert "policy=arc" in label and "cache=8/layer" in label
     assert "policy" not in session_label("m.gguf", SessionConfig(turns=2, tokens=4))  # lru, the default, unsaid
+
+
+@pytest.fixture(scope="module")
+def gguf_py_moe(tmp_path_factory):
+    """A MoE GGUF written by gguf-py's own writer (not ours): 2 layers x gate/up/down of 8 experts, f16."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    from workbench.formats import open_index
+
+    path = tmp_path_factory.mktemp("gguf-py") / "moe.gguf"
+    rng = np.random.default_rng(5)
+    writer = GGUFWriter(str(path), "qwen3moe")
+    for layer in range(2):
+        for part, shape in (("gate", (8, 48, 64)), ("up", (8, 48, 64)), ("down", (8, 64, 48))):
+            writer.add_tensor(f"blk.{layer}.ffn_{part}_exps.weight", rng.standard_normal(shape).astype(np.float16))
+    writer.add_block_count(2)
+    writer.add_expert_count(8)
+    writer.add_expert_used_count(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return open_index(path)
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "arc", "static", "belady"])
+def test_session_on_a_gguf_py_file_hits_what_the_simulator_predicts(gguf_py_moe, tmp_path, policy):
+    layers, n = moe_shape(gguf_py_moe.blobs)
+    assert (len(layers), n, len(gguf_py_moe.blobs)) == (2, 8, 6)
+    save_trace(synthetic_trace(60, layers, n, 2, distribution="zipf", seed=8), tmp_path / "t.npy")
+    records, _, _ = _replay(gguf_py_moe, str(tmp_path / "t.npy"), cache_experts=4, policy=policy, placement="aligned",
+                            verify=True)
+    predicted = next(r for r in simulate(load_trace(tmp_path / "t.npy"), [policy], [4]) if r.policy == policy)
+    assert sum(r.hits for r in records) == 3 * sum(predicted.hits)
+    assert sum(r.hits + r.misses for r in records) == 3 * predicted.lookups
+
+
+@pytest.mark.parametrize("policy", ["lru", "static", "belady"])
+def test_a_session_longer_than_its_trace_hits_what_its_replay_simulates(moe, tmp_path, policy):
+    import numpy as np
+
+    from workbench.expert.routing import RoutingTrace
+
+    layers, n = moe_shape(moe.blobs)
+    short = synthetic_trace(25, layers, n, 4, distribution="zipf", seed=6)
+    save_trace(short, tmp_path / "short.csv")
+    records, facts, _ = _replay(moe, str(tmp_path / "short.csv"), cache_experts=8, policy=policy)
+    assert "replayed 2.4 times" in facts.trace_note
+    replay = RoutingTrace(short.experts[np.arange(60) % 25], short.layers, n, "replay")  # the 60 tokens it ran
+    predicted = next(r for r in simulate(replay, [policy], [8]) if r.policy == policy)
+    assert sum(r.hits for r in records) == 3 * sum(predicted.hits)
