@@ -118,6 +118,10 @@ def test_runs_of_two_sets_are_not_paired_and_a_copy_of_one_set_is(ledger, locks,
     base, other = measure_with(FakeRuns(), [RunConfig(str(tmp_path / "a"), "pread"),
                                             RunConfig(str(tmp_path / "b"), "pread")], **run)
     assert "another model than the baseline's" in other.notes and "rounds not paired" in other.notes
+    # and its ratio says so wherever it is shown (issue 33 §2): the table line, --json, the ledger's rows
+    assert other.baseline_across.startswith(f"baseline {base.attempt_id[:8]} is another model (a, ")
+    assert "ACROSS: baseline" in other.effect and "ACROSS" in other.to_json()["effect"]
+    assert ledger.attempt(other.attempt_id)["baseline_across"] == other.baseline_across
     assert "(independent runs)" in other.verdict_reason or other.verdict_reason == "n < 3"
     assert ledger.attempt(other.attempt_id)["file_hash"] != ledger.attempt(base.attempt_id)["file_hash"]
     base, same = measure_with(FakeRuns(), [RunConfig(str(tmp_path / "a"), "pread"),
