@@ -160,3 +160,25 @@ def test_a_worker_sigkilled_under_a_balloon_is_recorded_and_the_ab_goes_on(synth
         assert ("oom-killed after 2 of 4 turns" == row["verdict_reason"]) == by_oom_killer
         assert json.loads(row["environment"])["memory_limit"]["method"] == "balloon" \
             if isinstance(row["environment"], str) else row["environment"]["memory_limit"]["method"] == "balloon"
+
+
+def test_the_holder_goes_as_low_as_the_kernel_lets_it_and_comes_back():
+    """From +500 (raising is always allowed) it comes down to -1000 with CAP_SYS_RESOURCE, else to the
+    least the kernel allows (0 here: no privileged ancestor set a lower one), and goes back to +500."""
+    probe = textwrap.dedent("""
+        import json
+        from workbench.measure.session.oom import _write_score, protect_holder, read_oom_score_adj, unprotect_holder
+        _write_score(500)
+        p = protect_holder()
+        now = read_oom_score_adj()
+        unprotect_holder(p)
+        print(json.dumps({"before": p.before, "now": now, "recorded": p.now, "after": read_oom_score_adj(),
+                          "text": p.text()}))
+    """)
+    out = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                                    timeout=60).stdout)
+    assert out["before"] == 500 and out["now"] == out["recorded"] and out["after"] == 500
+    if _may_lower():
+        assert out["now"] == -1000 and "refused" not in out["text"]
+    else:  # at least as low as this process (its floor, inherited, is no higher than where this one stands)
+        assert out["now"] <= min(read_oom_score_adj(), 0) and "lowered to" in out["text"]

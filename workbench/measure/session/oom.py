@@ -4,12 +4,14 @@ The OOM killer takes the process with the highest badness: its resident memory (
 included) plus ``oom_score_adj`` × the machine's pages / 1000. A balloon's holder has nearly the whole
 machine locked, so unprotected it is the victim — H200, 2026-12-04: 125,220 MiB locked, cell 1
 started, the bench SIGKILLed 76 s in and the run lost. So once its balloon is inflated the holder sets
-its own ``oom_score_adj`` to -1000 (never chosen; lowering it needs ``CAP_SYS_RESOURCE``, and where that
-is refused the score stays as it was and the balloon's line says so), and puts it back when the
+its own ``oom_score_adj`` to -1000 (never chosen; lowering it needs ``CAP_SYS_RESOURCE``: where that
+is refused, as low as the kernel allows, and the balloon's line says so), and puts it back when the
 balloon is let go; every worker started under it sets its own to +1000 before ``exec`` (raising is
-always allowed; it would otherwise inherit the holder's -1000). While the balloon inflates the holder
-keeps its score: if the machine cannot give what the balloon asks, the balloon is what should die,
-before any cell has begun.
+always allowed; it would otherwise inherit the holder's -1000). That alone suffices: a process at +1000
+outranks one at 0 whatever their sizes (the 2-core VM's root lacks ``CAP_SYS_RESOURCE``, and there the
+worker alone was the victim: tests/test_session_oom.py). While the balloon inflates the holder keeps its
+score: if the machine cannot give what the balloon asks, the balloon is what should die, before any
+cell has begun.
 
 A worker that died of SIGKILL under a balloon was the OOM killer's when the kernel's count of OOM kills
 (``oom_kill`` in ``/proc/vmstat``, Linux 4.13 on) rose while it ran; else it was killed by someone
@@ -17,6 +19,7 @@ else (a timeout, a user), and the cell's record says which.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -50,18 +53,32 @@ class Protection:
         if self.now == PROTECTED:
             return (f"the holder's oom_score_adj {PROTECTED} (was {self.before}: the OOM killer never takes it), "
                     f"each worker's +{EXPOSED}")
-        return (f"the holder's oom_score_adj stays {self.now} ({PROTECTED} refused: {self.refused}; the OOM killer "
-                f"may take it and the run with it), each worker's +{EXPOSED}")
+        now = f"stays {self.now}" if self.now == self.before else f"lowered to {self.now} (was {self.before})"
+        return (f"the holder's oom_score_adj {now} ({PROTECTED} refused: {self.refused}; each worker's +{EXPOSED} "
+                "still outranks it)")
 
 
 def protect_holder() -> Protection:
-    """Lower this process's ``oom_score_adj`` to -1000 where the kernel allows it."""
+    """Lower this process's ``oom_score_adj`` to -1000, else as low as the kernel allows: without
+    ``CAP_SYS_RESOURCE`` no lower than the least value a privileged ancestor set (the kernel's
+    ``oom_score_adj_min``, which it does not show), found by bisection (about ten writes)."""
     before = read_oom_score_adj()
     try:
         _write_score(PROTECTED)
+        return Protection(before, read_oom_score_adj())
     except OSError as exc:
-        return Protection(before, read_oom_score_adj(), exc.strerror or str(exc))
-    return Protection(before, read_oom_score_adj())
+        refused = exc.strerror or str(exc)
+    low, high = PROTECTED, before  # low refused, high allowed (it is the score now)
+    while high - low > 1:
+        mid = (low + high) // 2
+        try:
+            _write_score(mid)
+            high = mid
+        except OSError:
+            low = mid
+    with contextlib.suppress(OSError):
+        _write_score(high)
+    return Protection(before, read_oom_score_adj(), refused)
 
 
 def unprotect_holder(protection: Protection) -> None:
