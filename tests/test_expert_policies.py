@@ -170,7 +170,8 @@ def test_results_per_layer_and_as_a_fraction_of_belady():
             assert 0 < frac[("lru", r.cache_experts)] <= 1
     # a cache of k holds the previous token's experts whatever the policy (the overlap of consecutive tokens);
     # one of every expert misses only the first use of each
-    overlap = sum(len(set(a) & set(b)) for i in range(3) for a, b in zip(tr.experts[:-1, i].tolist(), tr.experts[1:, i].tolist()))
+    pairs = [(a, b) for i in range(3) for a, b in zip(tr.experts[:-1, i].tolist(), tr.experts[1:, i].tolist())]
+    overlap = sum(len(set(a) & set(b)) for a, b in pairs)
     assert {sum(r.hits) for r in res if r.cache_experts == 2 and r.policy != "static"} == {overlap}
     assert {sum(r.hits) for r in res if r.cache_experts == 8} == {400 * 3 * 2 - _distinct(tr)}
 

@@ -96,7 +96,8 @@ def test_session_command_runs_a_policy_per_layer(moe, trace_file, tmp_path, isol
     doc = json.loads(out.stdout)
     predicted = next(r for r in simulate(load_trace(trace_file), ["lfu:5"], [8]) if r.policy == "lfu:5")
     turns = doc["turns"]
-    assert sum(t["hits"] for t in turns) / sum(t["hits"] + t["misses"] for t in turns) == pytest.approx(predicted.hit_rate)
+    hits, lookups = sum(t["hits"] for t in turns), sum(t["hits"] + t["misses"] for t in turns)
+    assert hits / lookups == pytest.approx(predicted.hit_rate)
     bad = CliRunner().invoke(main, args[:-2] + ["--policy", "belady"])
     assert bad.exit_code == 2 and "give --cache-experts N" in bad.output and len(bad.output.strip().splitlines()) == 1
 

@@ -1,4 +1,5 @@
-"""Eviction policies for the expert cache: a small protocol, LRU and FIFO, and a name → class map."""
+"""Eviction policies for the expert cache under a byte budget: a small protocol, LRU and FIFO, and a name →
+class map. Per-layer caches of N experts (lfu, arc, static, Belady's bound too): :mod:`workbench.expert.policies`."""
 from __future__ import annotations
 
 from collections import OrderedDict

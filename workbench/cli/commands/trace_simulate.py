@@ -74,7 +74,8 @@ def _echo(doc: dict, per_layer: bool) -> None:
         for n in sizes:
             click.echo(f"N={n}: hit rate per layer")
             layers = [x["layer"] for x in cell[("belady", n)]["layers"]]
-            echo_table(("layer", *names), [(layer, *(f"{cell[(name, n)]['layers'][i]['hit_rate']:.3f}" for name in names))
+            rates = {name: [x["hit_rate"] for x in cell[(name, n)]["layers"]] for name in names}
+            echo_table(("layer", *names), [(layer, *(f"{rates[name][i]:.3f}" for name in names))
                                            for i, layer in enumerate(layers)])
     if "static" in names:
         click.echo("static serves its cold experts without keeping them: Belady's MIN (every miss kept) does not "

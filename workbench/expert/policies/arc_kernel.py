@@ -72,6 +72,6 @@ def arc_layer_hits(seq: np.ndarray, c: int) -> int:
 
 
 def run_arc(experts: np.ndarray, caps: np.ndarray, n_experts: int) -> np.ndarray:
-    """Hits per row (row ``s * layers + l``: layer ``l`` under ``caps[row]`` experts) of a ``(tokens, layers, k)`` routing."""
+    """Hits per row of a ``(tokens, layers, k)`` routing (row ``s * layers + l``: layer ``l`` under ``caps[row]``)."""
     layers = experts.shape[1]
     return np.array([arc_layer_hits(experts[:, r % layers, :], int(c)) for r, c in enumerate(caps)], dtype=np.int64)

@@ -23,7 +23,8 @@ def parse_policy(text: str, where: str = "policy") -> PolicySpec:
     """``lru``, ``fifo``, ``lfu`` or ``lfu:W``, ``arc``, ``static``, ``belady``; one ParamError line otherwise."""
     name, _, arg = str(text).strip().partition(":")
     if name not in LAYER_POLICIES:
-        raise ParamError(where, "policy", f"{text!r} is not one of {', '.join(LAYER_POLICIES)} (lfu:W ages every W tokens)")
+        raise ParamError(where, "policy", f"{text!r} is not one of {', '.join(LAYER_POLICIES)} "
+                                          "(lfu:W ages every W tokens)")
     if name != "lfu":
         if arg:
             raise ParamError(where, "policy", f"{text!r}: only lfu takes a parameter (lfu:W)")

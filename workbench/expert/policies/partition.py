@@ -122,7 +122,8 @@ def check_session_policy(config) -> None:
     if not isinstance(cache_experts, int) or cache_experts < 1:
         raise ParamError("session", "cache_experts", f"must be an integer >= 1, got {cache_experts!r}")
     if cache_mib is not None:
-        raise ParamError("session", "cache_experts", "give --cache-experts (per layer) or --cache-mib (bytes), not both")
+        raise ParamError("session", "cache_experts",
+                         "give --cache-experts (per layer) or --cache-mib (bytes), not both")
     if str(prefetch).partition(":")[0] not in ("route", "none"):
         raise ParamError("session", "cache_experts", f"--prefetch {prefetch} stages experts the trace does not route "
                          "there; per-layer caches follow the trace in order (use --prefetch route or none)")

@@ -49,8 +49,8 @@ def check_sizes(sizes: Sequence[int], trace: RoutingTrace, where: str = "simulat
         raise ParamError(where, "cache_experts", "name at least one cache size (experts per layer)")
     bad = [n for n in out if not trace.k <= n <= trace.n_experts]
     if bad:
-        raise ParamError(where, "cache_experts", f"{bad[0]} experts per layer: must be in [{trace.k}, {trace.n_experts}] "
-                                                 f"(a token routes {trace.k} of {trace.n_experts} experts per layer)")
+        raise ParamError(where, "cache_experts", f"{bad[0]} experts per layer: must be in [{trace.k}, "
+                         f"{trace.n_experts}] (a token routes {trace.k} of {trace.n_experts} experts per layer)")
     return out
 
 
@@ -98,8 +98,11 @@ def simulate_reference(trace: RoutingTrace, policy: str | PolicySpec, size: int)
 def belady_fraction(results: Sequence[SimResult]) -> dict[tuple[str, int], float]:
     """Each result's hit rate over Belady's at its size (nan where Belady hits nothing)."""
     bound = {r.cache_experts: r.hit_rate for r in results if r.policy == "belady"}
-    return {(r.policy, r.cache_experts): (r.hit_rate / bound[r.cache_experts] if bound.get(r.cache_experts) else float("nan"))
-            for r in results}
+    return {(r.policy, r.cache_experts): _ratio(r.hit_rate, bound[r.cache_experts]) for r in results}
+
+
+def _ratio(rate: float, bound: float) -> float:
+    return rate / bound if bound else float("nan")
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ class Simulation:
             rows.append({"policy": r.policy, "cache_experts": r.cache_experts, "hit_rate": r.hit_rate,
                          "of_belady": _finite(frac[(r.policy, r.cache_experts)]), "hits": sum(r.hits),
                          "lookups": r.lookups,
-                         "layers": [{"layer": layer, "hit_rate": rate, "of_belady": _finite(rate / br if br else float("nan"))}
+                         "layers": [{"layer": layer, "hit_rate": rate, "of_belady": _finite(_ratio(rate, br))}
                                     for layer, rate, br in zip(r.layers, r.layer_rates, b.layer_rates)]})
         return {"source": self.source, "note": self.note, "layers": list(self.layers), "tokens": self.tokens,
                 "k": self.k, "n_experts": self.n_experts, "seconds": self.seconds,
