@@ -141,13 +141,15 @@ for s in "$@"; do
         python3 -m workbench.cli ledger --ledger /tmp/bench/session-pressure.sqlite export --csv "$out/session-pressure" \
             --markdown "$out/session-pressure/attempts.md" > /dev/null ;;
     session-prefetch)  # issue 34 §3: prefetch none / previous / oracle 0.9 / route as a session A/B, n = 6 a side
+        # (PREFETCH_ARMS='prefetch=none;prefetch=oracle:precision=0.9,recall=0.9' for two arms: ~150 s)
         # 24 cells × (worker start + CUDA ≈ 8 s, turn 0 filling the cache, 7 turns × 4 tokens ≈ 2–4 s) ≈ 290 s,
         # the 2 GiB model written once (≤ 20 s; reused by a later call in the same lease)
         step session-prefetch "${LIMIT[session-prefetch]}" python3 benchmarks/bench_prefetch.py --device cuda \
             --dir /tmp/bench --size "${PREFETCH_SIZE:-2GiB}" --experts 64 --cache-mib "${PREFETCH_CACHE_MIB:-1000}" \
             --turns "${PREFETCH_TURNS:-8}" --tokens 4 --rounds "${PREFETCH_ROUNDS:-6}" --compute device \
-            --cache "${PREFETCH_CACHE:-warm}" --distribution "${PREFETCH_DISTRIBUTION:-uniform}" \
-            --cell-timeout 60 --ledger /tmp/bench/prefetch.sqlite --out "$out/session-prefetch.md"
+            --cache "${PREFETCH_CACHE:-warm}" --distribution "${PREFETCH_DISTRIBUTION:-zipf}" \
+            ${PREFETCH_ARMS:+--arms "$PREFETCH_ARMS"} --cell-timeout 60 --ledger /tmp/bench/prefetch.sqlite \
+            --out "$out/session-prefetch.md"
         python3 -m workbench.cli ledger --ledger /tmp/bench/prefetch.sqlite export --csv "$out/session-prefetch" \
             --markdown "$out/session-prefetch/attempts.md" > /dev/null ;;
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
