@@ -21,10 +21,11 @@ def device():
         yield dev
 
 
+@pytest.mark.parametrize("prefetch", ["route", "oracle:precision=0.8,recall=0.8"])
 @pytest.mark.parametrize("fmt", ["safetensors", "gguf"])
-def test_device_compute_over_verified_uploads(synth_model, device, fmt):
+def test_device_compute_over_verified_uploads(synth_model, device, fmt, prefetch):
     index = synth_model(fmt, "moe", alignment=64, size=4 << 20, experts=16)
-    cfg = SessionConfig(turns=2, tokens=2, compute="device", lanes=2, overlap=True, verify=True)
+    cfg = SessionConfig(turns=2, tokens=2, compute="device", lanes=2, overlap=True, verify=True, prefetch=prefetch)
     with ExpertSession(index, device, cfg) as s:
         records = list(s.turns())
         facts, verified = s.facts, s.verified_slices
