@@ -63,7 +63,9 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 @click.option("--memory-limit", "memory_limit_mib", type=numbers.mebibytes(), default=None,
               help="Run under this many MiB (a memory cgroup, else a locked balloon).")
 @click.option("--trace", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="Routing trace (CSV or .npy of token,layer,expert); default a seeded synthetic one.")
+              help="Routing trace (.csv / .npy of token,layer,expert, .jsonl records, .npy [tokens, layers, k]) "
+                   "or a model fitted by `workbench trace fit` (.json: turns x tokens synthesized, --seed); "
+                   "default a seeded synthetic one.")
 @click.option("--distribution", type=click.Choice(["uniform", "zipf"]), default="uniform", show_default=True,
               help="Synthetic routing: uniform, or Zipf-skewed popularity per layer.")
 @click.option("--seed", type=numbers.seed(), default=0, show_default=True, help="Seed of the synthetic routing.")
