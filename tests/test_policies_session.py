@@ -160,3 +160,12 @@ def test_a_session_longer_than_its_trace_hits_what_its_replay_simulates(moe, tmp
     replay = RoutingTrace(short.experts[np.arange(60) % 25], short.layers, n, "replay")  # the 60 tokens it ran
     predicted = next(r for r in simulate(replay, [policy], [8]) if r.policy == policy)
     assert sum(r.hits for r in records) == 3 * sum(predicted.hits)
+
+
+def test_a_session_ab_cell_shows_its_hit_rate():
+    from types import SimpleNamespace
+
+    from workbench.measure.session.ab_metrics import SHOWN
+
+    turns = [SimpleNamespace(hits=30, misses=10), SimpleNamespace(hits=45, misses=15)]
+    assert SHOWN["hit rate"](turns) == 0.75

@@ -65,6 +65,8 @@ SHOWN: dict[str, Callable[[Sequence[Any]], float]] = {
     "cores busy": lambda ts: (sum(t.cpu_user_s + t.cpu_sys_s for t in ts) / max(1e-12, sum(t.seconds for t in ts))
                               if all(t.cpu_user_s >= 0 for t in ts) else -1.0),  # -1: turns recorded before it
     "tokens": lambda ts: float(len(turn_tokens(ts))),  # what each cell's percentiles rest on
+    # the cache's hit rate: what a policy or cache-size arm changes by design (a trace's is exact, no noise)
+    "hit rate": lambda ts: sum(t.hits for t in ts) / max(1, sum(t.hits + t.misses for t in ts)),
     "precision": lambda ts: _prefetch(ts, "precision"),
     "recall": lambda ts: _prefetch(ts, "recall"),
     "prefetch MiB/token": lambda ts: _prefetch(ts, "prefetch_bytes"),
