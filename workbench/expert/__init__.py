@@ -19,6 +19,7 @@ from workbench.expert.placement import (
     releasable_pages,
 )
 from workbench.expert.policy import POLICIES, EvictionPolicy
+from workbench.expert.prefetch import PREFETCHERS, Predictor, PrefetchSpec, parse_prefetch
 from workbench.expert.readers import READERS, ReadOutcome, SliceReader, open_reader
 from workbench.expert.routing import RoutingTrace, load_trace, moe_shape, save_trace, synthetic_trace
 from workbench.expert.compute import COMPUTE_MODES, parse_compute
@@ -31,8 +32,8 @@ __all__ = [
     "BOUNDARY_RELEASE", "COMPUTE_MODES", "PLACEMENTS", "POLICIES", "READERS", "BlobLayout", "BlobPlacement",
     "CacheCounters",
     "CacheFacts", "CacheMemory", "EvictionPolicy", "ExpertCache", "ExpertSession", "PlacementReport",
-    "ReadOutcome", "RoutingTrace", "SessionConfig", "SessionFacts", "SessionReport", "SessionSummary",
+    "PREFETCHERS", "Predictor", "PrefetchSpec", "ReadOutcome", "RoutingTrace", "SessionConfig", "SessionFacts", "SessionReport", "SessionSummary",
     "SliceKey", "SliceReader", "SliceUploader", "TurnRecord", "layout_blob", "layout_blobs", "load_trace", "moe_shape",
-    "open_reader", "pages_fully_covered", "parse_compute", "pages_touched", "plan_blob", "plan_placements",
+    "open_reader", "pages_fully_covered", "parse_compute", "pages_touched", "parse_prefetch", "plan_blob", "plan_placements",
     "releasable_pages", "run_session", "save_trace", "synthetic_trace",
 ]
