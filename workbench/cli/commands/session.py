@@ -185,7 +185,8 @@ def _print_ab(result: Any) -> None:
         click.echo(f"memory limit enforced by {' and '.join(methods)}; each cell: how, and its outcome (OOM, "
                    "killed, own-files, reclaim or none)")
     for (i, r, c), f in zip(result.cells, result.figures):
-        line = (f"tok/s {f['tok/s']:.2f}, hit rate {f['hit rate']:.3f}, residual {f['residual s/token'] * 1e3:.2f} ms/token, bookkeeping "
+        line = (f"tok/s {f['tok/s']:.2f}, hit rate {f['hit rate']:.3f}, residual "
+                f"{f['residual s/token'] * 1e3:.2f} ms/token, bookkeeping "
                 f"{f['bookkeeping s/token'] * 1e3:.2f} ms/token, shift copy {f['shift MiB/token']:.2f} MiB/token "
                 f"{f['shift ms/token']:.2f} ms/token, staged {f['staged GB/s']:.2f} GB/s, unreleased "
                 f"{f['unreleased pages']:,.0f}, cores busy {f['cores busy']:.2f}, per token ms p50 "
