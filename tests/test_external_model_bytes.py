@@ -166,7 +166,7 @@ def test_shards_mapped_read_and_dropped_one_by_one_are_credited_from_the_event_r
     assert most_at_once <= max(target.sizes) + 4096 < 0.9 * MODEL_BYTES  # no one sample shows the set
     assert sampled.grade == "mapped-only" and not sampled.ok, sampled
     assert evidence.grade == "mapping-touched" and evidence.touched_bytes >= 0.99 * MODEL_BYTES, evidence
-    assert evidence.files_held == 4 and evidence.source == "events"
+    assert evidence.opens >= 4 and evidence.source == "events"  # inotify saw every shard opened
 
 
 def test_safe_open_keeping_its_weights_is_credited_through_the_cli(env: Path) -> None:

@@ -70,6 +70,7 @@ class TreeSampler:
     _links: dict[tuple[int, str, str], int | None] = field(default_factory=dict)
     _now: list[int] = field(default_factory=list)
     _last: tuple[float, float] = (0.0, 0.0)  # the last sample's start and duration
+    _proc_at: float = 0.0  # with an event record: when /proc is next read
 
     def __post_init__(self) -> None:
         n = len(self.model.paths)
@@ -111,8 +112,12 @@ class TreeSampler:
         if self.final is not None:
             return
         t0 = time.perf_counter()
-        if self.events is not None:
+        if self.events is not None:  # not held to DUTY: a ring left full loses records
             self.events.drain()
+            if t0 < self._proc_at:  # the record is the evidence: /proc only for counters, at SAMPLE_S
+                self.next_at = t0 + DRAIN_S
+                return
+            self._proc_at = t0 + SAMPLE_S
         self.samples += 1
         now, holding = [0] * len(self.model.paths), False
         for pid in tree_of(self.root):
@@ -134,7 +139,8 @@ class TreeSampler:
         self._now, self.holding = now, holding
         took = time.perf_counter() - t0
         self.busy_s, self._last = self.busy_s + took, (t0, took)
-        self.next_at = t0 + max(FAST_S if holding else SAMPLE_S if self.events is None else DRAIN_S, took / DUTY)
+        period = (FAST_S if holding else SAMPLE_S) if self.events is None else DRAIN_S
+        self.next_at = t0 + max(period, took / DUTY)
 
     def _counters(self, pid: int) -> None:
         try:
@@ -149,6 +155,7 @@ class TreeSampler:
 
     def mark_start(self) -> None:
         """The start marker: what was read or mapped before it is not the window's."""
+        self._proc_at = 0.0
         self.sample()
         for table in (self.rchar, self.read_bytes):
             for values in table.values():
@@ -164,6 +171,7 @@ class TreeSampler:
         from workbench.measure.engine.grade import judge_events
 
         if self.final is None:
+            self._proc_at = 0.0
             self.sample()
             if self.watch is not None:
                 self.opens += self.watch.drain()
