@@ -212,3 +212,21 @@ def test_a_jsonl_line_longer_than_the_limit_is_refused_without_reading_it_whole(
     path.write_text('{"layer": 0, "token": 0, "experts": [1, 2], "pad": "' + "x" * 5000 + '"}\n')
     with pytest.raises(TraceError, match="line 1: longer than 1,000 bytes"):
         read_trace(path)
+
+
+def test_one_endless_line_and_a_device_are_refused_bounded(tmp_path, monkeypatch):
+    import os
+
+    import workbench.expert.traces.text as text
+
+    monkeypatch.setattr(text, "MAX_LINE_BYTES", 1 << 16)
+    path = tmp_path / "one-line.csv"
+    path.write_text("0,0,1\n" + "7" * (1 << 20))
+    with pytest.raises(TraceError, match="a line longer than 65,536 bytes"):
+        read_trace(path)
+    (tmp_path / "ok.csv").write_text("token,layer,expert\n" + "".join(f"{t},0,1\n{t},0,2\n" for t in range(50_000)))
+    assert read_trace(tmp_path / "ok.csv").experts[0].shape == (50_000, 2)  # many short lines pass
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    for device in ("/dev/zero", tmp_path / "fifo.jsonl"):
+        with pytest.raises(TraceError, match="not a regular file"):
+            read_trace(device)

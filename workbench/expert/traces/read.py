@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import stat
 
+from workbench.errors import TraceError
 from workbench.expert.traces.jsonl import read_jsonl
 from workbench.expert.traces.npy import read_npy
 from workbench.expert.traces.text import read_csv
@@ -18,6 +20,12 @@ def read_trace(path: str | os.PathLike) -> Trace:
     Raises :class:`~workbench.errors.TraceError`: one line naming the file and the problem.
     """
     path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):  # a FIFO would block, a device never end
+        raise TraceError(path, "not a regular file: a trace is a file")
     suffix = os.path.splitext(path)[1].lower()
     if suffix == ".npy":
         return read_npy(path)

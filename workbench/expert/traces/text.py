@@ -1,13 +1,17 @@
 """CSV traces: rows ``token,layer,expert`` (a header line naming them is optional), read in chunks by
-pandas, every cell checked to be a non-negative integer within the limits before it becomes one."""
+pandas, every cell checked to be a non-negative integer within the limits before it becomes one, and
+no line longer than :data:`~workbench.expert.traces.limits.MAX_LINE_BYTES` (a file of one endless line
+is refused as it streams, never held)."""
 from __future__ import annotations
+
+import io
 
 import numpy as np
 import pandas as pd
 
 from workbench.errors import TraceError, printable
 from workbench.expert.traces.build import trace_from_rows
-from workbench.expert.traces.limits import MAX_EXPERTS, MAX_LAYER, MAX_POSITION, check_ids
+from workbench.expert.traces.limits import MAX_EXPERTS, MAX_LAYER, MAX_LINE_BYTES, MAX_POSITION, check_ids
 from workbench.expert.traces.trace import Trace
 
 _COLUMNS = ("token", "layer", "expert")
@@ -22,13 +26,15 @@ def read_csv(path: str) -> Trace:
     parts: list[np.ndarray] = []
     rows = 0
     try:
-        chunks = pd.read_csv(path, header=None, dtype=str, chunksize=_CHUNK_ROWS, skip_blank_lines=False,
-                             na_filter=False, encoding="utf-8", engine="c")
-        for chunk in chunks:
-            block = _checked(path, chunk)
-            rows += len(block)
-            check_ids(path, "rows", rows)
-            parts.append(block)
+        with open(path, "rb") as fh:
+            chunks = pd.read_csv(io.BufferedReader(_BoundedLines(path, fh)), header=None, dtype=str,
+                                 chunksize=_CHUNK_ROWS, skip_blank_lines=False, na_filter=False, encoding="utf-8",
+                                 engine="c")
+            for chunk in chunks:
+                block = _checked(path, chunk)
+                rows += len(block)
+                check_ids(path, "rows", rows)
+                parts.append(block)
     except pd.errors.EmptyDataError:
         pass
     except pd.errors.ParserError as exc:
@@ -38,6 +44,26 @@ def read_csv(path: str) -> Trace:
         raise TraceError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     table = np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
     return trace_from_rows(path, table[:, 0], table[:, 1], table[:, 2])
+
+
+class _BoundedLines(io.RawIOBase):
+    """The file's bytes as pandas reads them, refused once a line runs past the limit."""
+
+    def __init__(self, path: str, fh: io.BufferedReader) -> None:
+        super().__init__()
+        self.path, self.fh, self.run = path, fh, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        n = self.fh.readinto(buffer)
+        if n:
+            cut = bytes(memoryview(buffer)[:n]).rfind(b"\n")
+            self.run = n - cut - 1 if cut >= 0 else self.run + n
+            if self.run > MAX_LINE_BYTES:
+                raise TraceError(self.path, f"a line longer than {MAX_LINE_BYTES:,} bytes: not a token,layer,expert CSV")
+        return n
 
 
 def _checked(path: str, chunk: pd.DataFrame) -> np.ndarray:
