@@ -169,3 +169,13 @@ def test_a_session_ab_cell_shows_its_hit_rate():
 
     turns = [SimpleNamespace(hits=30, misses=10), SimpleNamespace(hits=45, misses=15)]
     assert SHOWN["hit rate"](turns) == 0.75
+
+
+def test_the_summary_line_names_the_policy_and_the_cache(moe, trace_file):
+    from workbench.measure.session.record import summary_line
+
+    cfg = SessionConfig(turns=2, tokens=10, trace=trace_file, cache_experts=8, policy="arc")
+    with ExpertSession(moe, HostDevice(), cfg) as s:
+        list(s.turns())
+        line = summary_line(s.report())
+    assert "(arc per layer (8 experts), cache " in line

@@ -178,7 +178,7 @@ def summary_line(report: SessionReport) -> str:
             f"{s.stall_read_s:.2f} s, upload {s.stall_upload_s:.2f} s, route {s.stall_route_s:.3f} s; {book}; "
             f"compute {s.compute_s:.2f} s; shift copy {s.shift_copy_bytes_per_token / mib:.2f} MiB/token, "
             f"{s.shift_copy_s / s.tokens * 1e3:.2f} ms/token of the reads; hit rate "
-            f"{s.hit_rate:.0%}; MiB/token hit {s.hit_bytes_per_token / mib:.2f}, page cache "
+            f"{s.hit_rate:.0%} ({f.policy}, cache {f.cache_bytes / mib:.1f} MiB); MiB/token hit {s.hit_bytes_per_token / mib:.2f}, page cache "
             f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
             f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
             f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
