@@ -134,5 +134,8 @@ def test_differences_are_named_and_a_fact_one_side_lacks_is_none():
     unreached = {**ours, "cache": "asis(unreachable: cold, 2/5 runs; tmpfs)"}  # asked for cold: its label says the rest
     assert baseline_differences(ours, unreached) == []
     assert baseline_differences({**ours, "cache": "warm"}, unreached) == ["cold, not warm"]
+    # a device of one name on another machine (a merged ledger) is another device
+    assert baseline_differences({**ours, "host": "h200-a"}, {**ours, "host": "vm-b"}) == \
+        ["measured on vm-b, not h200-a"]
     no_hash = {k: v for k, v in ours.items() if k != "file_hash"}
     assert baseline_differences(no_hash, {**no_hash, "file_size": 1 << 20})[0].startswith("another model")

@@ -14,7 +14,7 @@ from workbench.ledger import schema
 from workbench.ledger.owner import RUNNING, abandoned, interrupted_values
 from workbench.ledger.schema import decode
 from workbench.records import AttemptStats, RunRecord, format_verdict, verdict_n
-from workbench.records.baseline_match import row_across
+from workbench.records.baseline_match import FACTS, row_across
 from workbench.records.model_names import distinct_model_names, model_display_name
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ MIN_PREFIX = 6
 
 # with the baseline's successful runs, for the runs a side behind the verdict (its caveat below 5)
 # and its model, cache state and device, for what differs between them (records/baseline_match.py)
-_BASE_FACTS = ("file_hash", "file_size", "file_path", "cache", "device")
+_BASE_FACTS = FACTS
 _ATTEMPT_SELECT = ("SELECT c.name AS campaign, a.*, b.n AS baseline_n"
                    + "".join(f", b.{k} AS baseline_{k}" for k in _BASE_FACTS) + " FROM attempts a"
                    " JOIN campaigns c ON c.id = a.campaign_id LEFT JOIN attempts b ON b.id = a.baseline_id")

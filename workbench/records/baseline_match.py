@@ -1,11 +1,12 @@
 """Whether a baseline measured the same thing as the attempt held against it: the same model (its
-identity: the hash over its bytes, else its size), the same cache state and the same device.
+identity: the hash over its bytes, else its size), the same cache state and the same device (of the
+same machine).
 
 A ratio against a baseline of another model, cache state or device compares two different things, so
 the runner refuses such a baseline unless asked (``--baseline-across``), and every surface that shows
 such a ratio says what differs (:func:`across_caveat`). Both sides are ledger attempt rows (or the same
 keys for a measurement not recorded yet): ``file_hash``, ``file_size``, ``file_path``, ``cache``,
-``device``. Rows recorded before this check was made are judged the same way when they are read back.
+``device``, ``host``. Rows recorded before this check was made are judged the same way when read back.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Callable, Mapping
 from workbench.records.model_names import model_display_name
 
 ACROSS_FLAG = "--baseline-across"
+FACTS = ("file_hash", "file_size", "file_path", "cache", "device", "host")  # an attempt's row: what is compared
 
 
 def baseline_differences(ours: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
@@ -30,6 +32,8 @@ def baseline_differences(ours: Mapping[str, Any], base: Mapping[str, Any]) -> li
     ours_dev, base_dev = _device(ours.get("device")), _device(base.get("device"))
     if ours_dev and base_dev and ours_dev != base_dev:
         out.append(f"on {base_dev}, not {ours_dev}")
+    if ours.get("host") and base.get("host") and ours["host"] != base["host"]:  # one name, another machine's device
+        out.append(f"measured on {base['host']}, not {ours['host']}")
     return out
 
 
@@ -59,7 +63,7 @@ def row_across(row: Mapping[str, Any]) -> str:
     """:func:`describe_across` for a ledger row carrying its baseline's columns as ``baseline_<key>``."""
     if not row.get("baseline_id") or row.get("auto_verdict") == "baseline":
         return ""
-    base = {key: row.get(f"baseline_{key}") for key in ("file_hash", "file_size", "file_path", "cache", "device")}
+    base = {key: row.get(f"baseline_{key}") for key in FACTS}
     if not any(base.values()):  # the baseline is not in this ledger: nothing to compare
         return ""
     return describe_across(row["baseline_id"], baseline_differences(row, base))

@@ -23,13 +23,16 @@ def check_baseline(ledger: Ledger, baseline: str, configs: Sequence[RunConfig], 
                    models: Models, *, across: bool = False) -> str:
     """What the baseline measured differently from every config in every cache state of this
     measurement ('' when nothing); refused unless ``across``. ``baseline`` is a full id or a prefix."""
+    from workbench.defaults import host_id
+
     base = ledger.attempt(baseline)
     found: list[str] = []
     for config in configs:
         identity = models.identity(config.file)
         for cache in caches:
             ours = {"file_hash": identity.get("hash"), "file_size": identity.get("size"),
-                    "file_path": identity.get("path", config.file), "cache": cache, "device": config.device}
+                    "file_path": identity.get("path", config.file), "cache": cache, "device": config.device,
+                    "host": host_id()}
             for difference in baseline_differences(ours, base):
                 if difference not in found:
                     found.append(difference)
