@@ -17,8 +17,12 @@ Policies (``--policy NAME``; :func:`parse_policy`):
   and dropped (it bypasses the cache), so static is the one policy Belady's bound does not cover.
 * ``belady`` — the offline optimum (MIN): evict the expert whose next use lies farthest ahead.
 
-:mod:`.layer` holds the policies as plain classes (what a session's cache runs), :mod:`.simulate` the
-same policies vectorized over layers and cache sizes (what ``workbench trace simulate`` runs).
+Modules: :mod:`.names` (the names, ``lfu:W``), :mod:`.layer` (each policy as a plain class: what a
+session's cache runs), :mod:`.offline` (what static and belady know ahead: next uses, the most routed
+experts), :mod:`.kernels` and :mod:`.arc_kernel` (the same rules for the simulator, vectorized over
+(cache size, layer) rows, or a tight loop for ARC), :mod:`.simulate` (``workbench trace simulate``: results,
+their fraction of Belady's, the plain-class reference), :mod:`.partition` (``session --cache-experts N``:
+the session cache's per-layer eviction over its (blob, expert) slices, and the byte figure N maps to).
 """
 from workbench.expert.policies.names import LAYER_POLICIES, LFU_AGE_TOKENS, PolicySpec, parse_policy
 
