@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from workbench.cli import main
 from workbench.errors import TraceError
 from workbench.expert.routing import load_trace, moe_shape
-from workbench.expert.traces import TOLERANCES, RoutingTrace, StickyModel, as_trace, fit_trace, load_model, save_model
+from workbench.expert.traces import (TOLERANCES, RoutingTrace, StickyModel, as_trace, fit_trace, load_model, save_model,
+                                     trace_bytes)
 
 
 def sticky_source(tokens=4000, seed=5):
@@ -157,3 +158,19 @@ def test_a_hostile_trace_is_one_line_and_exit_2_everywhere(tmp_path, synth_model
             assert result.exit_code == 2, (args, result.output)
             assert result.stderr.count("\n") == 1 and str(trace) in result.stderr and "Traceback" not in result.output
     assert not (tmp_path / "l.sqlite").exists() or "session" not in (tmp_path / "l.sqlite").read_bytes().decode("latin-1")
+
+
+def test_a_session_runs_on_a_fitted_model(tmp_path, synth_model, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    index = synth_model("gguf", "moe", alignment=64, size=16 << 20, experts=64)
+    layers, n_experts = moe_shape(index.blobs)
+    source = StickyModel(layers, n_experts, 2, np.random.default_rng(1).dirichlet(np.ones(n_experts) * 0.3,
+                         size=len(layers)), np.full(len(layers), 0.5), np.zeros(len(layers)), np.ones(len(layers)))
+    (tmp_path / "real.npy").write_bytes(trace_bytes(source.synthesize(300, seed=2), "real.npy"))
+    fitted = cli("trace", "fit", tmp_path / "real.npy", "--out", tmp_path / "real.model.json", "--tokens", "300")
+    assert fitted.exit_code == 0, fitted.output
+    result = cli("session", index.path, "--trace", tmp_path / "real.model.json", "--turns", "2", "--tokens", "8",
+                 "--cache-mib", "0.5", "--ledger", tmp_path / "l.sqlite", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert len(doc["turns"]) == 2 and sum(t["hits"] + t["misses"] for t in doc["turns"]) > 0
