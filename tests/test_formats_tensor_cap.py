@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from formats_helpers import gguf_bytes, gguf_kv_u32, gguf_tensor_info
+from formats_helpers import ARRAY, STRING, gguf_bytes, gguf_kv_u32, gguf_string, gguf_tensor_info
 from one_line import one_error_line, refused_within_a_second
 
 from workbench.cli import main
 from workbench.errors import FormatError
 from workbench.formats import open_index
-from workbench.formats.bounds import MAX_KV, MAX_TENSORS
+from workbench.formats.bounds import MAX_KV, MAX_KV_ITEMS, MAX_TENSORS
 
 _ZERO = '{"dtype":"U8","shape":[0],"data_offsets":[0,0]}'
 
@@ -64,6 +64,18 @@ def test_a_gguf_counting_more_key_values_than_any_file_holds_is_refused_at_its_c
     path = tmp_path / "m.gguf"
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, MAX_KV + 1) + b"\0" * (13 * (MAX_KV + 1)))
     refused(path, "kv_count", f"{MAX_KV:,}")
+
+
+def test_the_strings_a_ggufs_key_values_hold_are_bounded_in_all_before_they_are_stepped_over(tmp_path):
+    # 1,000 empty strings, then 2^22 - 999 of them (sparse zeros): the second alone would pass, not both
+    path = tmp_path / "m.gguf"
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 2))
+        for key, count in (("tokenizer.ggml.tokens", 1_000), ("tokenizer.ggml.merges", MAX_KV_ITEMS - 999)):
+            f.write(gguf_string(key) + struct.pack("<IIQ", ARRAY, STRING, count))
+            f.seek(8 * count, 1)
+        f.truncate(f.tell() + 64)
+    refused(path, "tokenizer.ggml.merges.count", f"{MAX_KV_ITEMS:,} strings")
 
 
 def test_a_split_set_shares_one_cap_and_its_later_splits_are_refused_at_their_counts(tmp_path):

@@ -27,7 +27,9 @@ of 1.4 M tensors took 32 s and 1.4 GB to index, a GGUF of 3 M tensors 31 s and 2
 indexed with the budget its set has left (sets.py), and each format checks its count against it before
 the index is built: GGUF by its header's ``tensor_count``; safetensors by its header's strings before
 the JSON is parsed (:func:`check_header_strings`: every tensor entry holds five), then by its entries.
-:data:`MAX_KV` bounds a GGUF's key/values likewise (real files hold 20–60).
+:data:`MAX_KV` bounds a GGUF's key/values likewise (real files hold 20–60), and :data:`MAX_KV_ITEMS` the
+strings and arrays inside them that the walk steps over one by one (a vocabulary and its merges: a few
+hundred thousand; a 480 MB file of 60 M empty strings took 6 s of CPU to walk).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ MAX_MEMBERS = 4_096
 MAX_NAME_DEPTH = 8
 MAX_COMPONENT_BYTES = 255
 MAX_KV = 65_536
+MAX_KV_ITEMS = 2**22  # strings and nested arrays in a GGUF's key/values, in all (vocabularies: ~150–260 k tokens)
 _SLACK_QUOTES = 4_096  # metadata's strings beside the weight_map (total_size, a format name …)
 # JSON values a safetensors header of ``n`` tensors can hold: per tensor a key, an entry of three fields,
 # at most 8 dimensions and two offsets (each value after the first follows a ``,`` or a ``:``).

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import FormatError
-from workbench.formats.bounds import MAX_KV, MAX_TENSORS, check_tensor_count
+from workbench.formats.bounds import MAX_KV, MAX_KV_ITEMS, MAX_TENSORS, check_tensor_count
 from workbench.formats.index import TensorInfo
 from workbench.formats.opening import open_regular_file
 
@@ -70,6 +70,7 @@ class _Walker:
 
     def __init__(self, path: str, buf: mmap.mmap, size: int, tables: GGUFTables):
         self.path, self.buf, self.size, self.pos, self.tables = path, buf, size, 0, tables
+        self.items_left = MAX_KV_ITEMS  # strings and arrays stepped over one by one, in all the key/values
         self.order = "<"
 
     def take(self, n: int, field: str) -> int:
@@ -193,6 +194,10 @@ def _skip_value(w: _Walker, vtype: int, field: str, depth: int) -> None:
             return
         if count * 8 > w.remaining():  # every string or nested array takes at least 8 bytes
             raise FormatError(w.path, f"{field}.count", f"{count} items cannot fit in a {w.size}-byte file")
+        if count > w.items_left:
+            raise FormatError(w.path, f"{field}.count", f"{count:,} items: more than the {MAX_KV_ITEMS:,} strings "
+                              "and arrays a GGUF's key/values may hold in all (vocabularies hold ~150–260 k tokens)")
+        w.items_left -= count
         if itype == _STRING and _skip_strings(w, count):
             return
         for j in range(count):  # nested arrays, or strings that overrun: the error names the item
