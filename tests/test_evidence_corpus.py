@@ -5,16 +5,10 @@ external`` runs an engine. The patterns are ``tests/engines/corpus_engine.py``'s
 from __future__ import annotations
 
 import importlib.util
-import shlex
-import shutil
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from workbench.measure.engine.external import time_external
-from workbench.measure.engine.target import ReadTarget
 from workbench.records.external import CREDITED
 
 ENGINE = Path(__file__).parent / "engines" / "corpus_engine.py"
@@ -28,74 +22,23 @@ FAKE_GRADES = {"dev_zero": {"none"}, "a_copy": {"none"}, "populate_only": {"mapp
                "header_only": {"opened-only"}, "readahead_only": {"opened-only"},
                # its open comes after the marker: seen or not by the last look, never credited
                "marker_before_reading": {"none", "opened-only"}, "nothing": {"none"}}
-MODEL_FOR = {"gguf_reader": "gguf", "mmap_shards_in_turn": "set", "transformers_cpu": "hf"}
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """4 MiB models by foreign writers: a safetensors file (and a copy of it), a GGUF file, a 3-shard set."""
-    from safetensors.numpy import save_file
-
-    tmp = tmp_path_factory.mktemp("corpus")
-    rng = np.random.default_rng(33)
-    arrays = {f"layer.{i}.weight": rng.standard_normal((256, 1024), dtype=np.float32) for i in range(4)}
-    save_file(arrays, str(tmp / "model.safetensors"))
-    shutil.copyfile(tmp / "model.safetensors", tmp / "copy.safetensors")
-    out = {"st": tmp / "model.safetensors", "copy": tmp / "copy.safetensors", "gguf": tmp / "model.gguf",
-           "set": tmp / "set"}
-    _write_gguf(out["gguf"], arrays)
-    _write_set(out["set"], arrays)
-    if importlib.util.find_spec("transformers") is not None:
-        out["hf"] = _write_transformers(tmp / "hf")
-    return out
-
-
-def _write_gguf(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    from gguf import GGUFWriter
-
-    writer = GGUFWriter(str(path), "llama")
-    for name, array in arrays.items():
-        writer.add_tensor(name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def _write_set(directory: Path, arrays: dict[str, np.ndarray]) -> None:
-    import torch
-    from huggingface_hub import save_torch_state_dict
-
-    directory.mkdir()
-    state = {name: torch.from_numpy(a.copy()) for name, a in arrays.items()}
-    save_torch_state_dict(state, str(directory), max_shard_size="2MB")
-    assert len(list(directory.glob("*.safetensors"))) > 1
-
-
-def _write_transformers(directory: Path) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=4, vocab_size=2048)
-    LlamaForCausalLM(config).save_pretrained(directory)
-    return directory
+    return corpus.write_models(tmp_path_factory.mktemp("corpus"))
 
 
 def run_pattern(name: str, models: dict[str, Path], cache: str):
     """One run of ``name`` against its model with the cache ``cold`` or ``warm``: (evidence, bytes)."""
     from workbench.errors import CacheStateError
-    from workbench.io.modelcache import prepare_model
 
-    key = MODEL_FOR.get(name, "st")
-    if key not in models:
+    if corpus.MODEL_FOR.get(name, "st") not in models:
         pytest.skip(f"{name}: transformers is not installed")
-    target = ReadTarget.of(str(models[key]))
     try:
-        prepare_model(str(models[key]), cache)
+        out = corpus.run_pattern(name, models, cache)
     except CacheStateError as exc:
         pytest.skip(f"{cache} unreachable here: {exc}")
-    cmd = " ".join(shlex.quote(str(w)) for w in (sys.executable, ENGINE, name, models[key], models["copy"]))
-    out = time_external(cmd, "loaded", timeout_s=120, nbytes=target.nbytes, model=target)
     assert out.error is None, out.error
     return out.report.external.evidence, out.bytes
 

@@ -205,6 +205,78 @@ def nothing(path, _):
     pass
 
 
+MODEL_FOR = {"gguf_reader": "gguf", "mmap_shards_in_turn": "set", "transformers_cpu": "hf"}  # else "st"
+
+
+def run_pattern(name, models, cache):
+    """``workbench external``'s timing of this engine running ``name`` against its model (``models``:
+    :func:`write_models`'), the cache ``cold`` or ``warm`` first (CacheStateError where it cannot be)."""
+    import shlex
+
+    from workbench.io.modelcache import prepare_model
+    from workbench.measure.engine.external import time_external
+    from workbench.measure.engine.target import ReadTarget
+
+    model = models[MODEL_FOR.get(name, "st")]
+    target = ReadTarget.of(str(model))
+    prepare_model(str(model), cache)
+    cmd = " ".join(shlex.quote(str(w)) for w in (sys.executable, __file__, name, model, models["copy"]))
+    return time_external(cmd, "loaded", timeout_s=120, nbytes=target.nbytes, model=target)
+
+
+def write_models(tmp):
+    """4 MiB models by foreign writers under ``tmp`` (a Path): a safetensors file (and a copy of it), a
+    GGUF file, a 3-shard set; a transformers checkpoint where transformers is installed."""
+    import importlib.util
+    import shutil
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(33)
+    arrays = {f"layer.{i}.weight": rng.standard_normal((256, 1024), dtype=np.float32) for i in range(4)}
+    save_file(arrays, str(tmp / "model.safetensors"))
+    shutil.copyfile(tmp / "model.safetensors", tmp / "copy.safetensors")
+    out = {"st": tmp / "model.safetensors", "copy": tmp / "copy.safetensors", "gguf": tmp / "model.gguf",
+           "set": tmp / "set"}
+    _write_gguf(out["gguf"], arrays)
+    _write_set(out["set"], arrays)
+    if importlib.util.find_spec("transformers") is not None:
+        out["hf"] = _write_transformers(tmp / "hf")
+    return out
+
+
+def _write_gguf(path, arrays):
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    for name, array in arrays.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _write_set(directory, arrays):
+    import torch
+    from huggingface_hub import save_torch_state_dict
+
+    directory.mkdir()
+    state = {name: torch.from_numpy(a.copy()) for name, a in arrays.items()}
+    save_torch_state_dict(state, str(directory), max_shard_size="2MB")
+    assert len(list(directory.glob("*.safetensors"))) > 1
+
+
+def _write_transformers(directory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, vocab_size=2048)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
 REAL = [read, pread_threads, safe_open_numpy, load_file_numpy, load_file_torch, numpy_memmap_copy, gguf_reader,
         child_loader, closed_before_marker, odirect, io_uring, mmap_shards_in_turn, transformers_cpu]
 FAKE = [dev_zero, a_copy, populate_only, madv_populate_only, mapped_untouched, sendfile_devnull,
