@@ -25,6 +25,20 @@ def test_an_unrecorded_dump_nested_100000_deep_is_one_line_and_nothing_written(t
     assert not ledger.exists()
 
 
+def test_an_unrecorded_dump_that_is_no_text_no_file_or_too_big_is_one_line_and_never_waited_on(tmp_path):
+    import os
+
+    ledger = tmp_path / "l.sqlite"
+    (tmp_path / "bytes.json").write_bytes(b"\xff\xfe{")
+    os.mkfifo(tmp_path / "fifo.json")
+    with open(tmp_path / "big.json", "wb") as f:
+        f.truncate(300 * 2**20)  # sparse: 300 MiB of nothing
+    for name, needle in (("bytes.json", "not UTF-8 text"), ("fifo.json", "a FIFO"), ("big.json", "larger than the")):
+        result = CliRunner().invoke(main, ["ledger", "import-unrecorded", str(tmp_path / name), "--ledger", str(ledger)])
+        one_error_line(result, name, needle)
+    assert not ledger.exists()
+
+
 def test_a_sweeps_notebook_nested_100000_deep_is_one_line(tmp_path):
     notebook, sweep = tmp_path / "deep.ipynb", tmp_path / "s.yaml"
     notebook.write_text('{"metadata": ' + DEEP + "}")

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from workbench.errors import UnrecordedDumpError, WorkbenchError
+from workbench.errors import FormatError, UnrecordedDumpError, WorkbenchError
+from workbench.formats.opening import open_regular_file
 from workbench.measure.run.attempt import run_from_json
 from workbench.measure.run.model import recorded_identity
 from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
@@ -36,6 +37,7 @@ from workbench.records import VERDICTS, AttemptStats, RunConfig, RunRecord
 if TYPE_CHECKING:
     from workbench.ledger import Ledger
 
+MAX_DUMP_BYTES = 256 * 2**20  # what a dump may hold (the runner's: ~1 KiB a run)
 _TOP = {"ledger": str, "error": str, "attempts": list}
 _ATTEMPT = {"attempt_id": str, "strategy": str, "params": dict, "device": str, "cache": str, "n": int,
             "verdict": str, "runs": list, "label": str, "file": str}
@@ -96,9 +98,20 @@ def read_dump(path: str | os.PathLike[str]) -> Dump:
     """Parse and check a dump; :class:`UnrecordedDumpError` names the file and the first problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UnrecordedDumpError(path, f"cannot read it ({exc.strerror or exc})") from exc
+        with open_regular_file(path) as f:  # a FIFO or a device named here is refused, never waited on
+            too_big = os.fstat(f.fileno()).st_size > MAX_DUMP_BYTES
+            raw = b"" if too_big else f.read(MAX_DUMP_BYTES + 1)
+    except FormatError as exc:
+        raise UnrecordedDumpError(path, f"cannot read it ({exc.detail})") from None
+    except OSError as exc:
+        raise UnrecordedDumpError(path, f"cannot read it ({exc.strerror or exc})") from None
+    if too_big or len(raw) > MAX_DUMP_BYTES:
+        raise UnrecordedDumpError(path, f"larger than the {MAX_DUMP_BYTES // 2**20} MiB a dump may be (a dump "
+                                        "of 10,000 runs is a few MiB)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnrecordedDumpError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
