@@ -193,6 +193,7 @@ def test_entries_read_ahead_and_evicted_unused_are_counted_once(moe64, tmp_path)
     # every wrong expert is never routed: each read of one ends evicted unused, or still live at the end
     assert s.prefetch_never_used_bytes > 0
     assert s.prefetch_unused_bytes == s.prefetch_never_used_bytes + s.prefetch_idle_bytes
+    assert s.prefetch_late_bytes == 0  # a wrong expert is never routed here
     assert s.prefetch_dropped >= 0 and [r.hits + r.misses for r in records] == [6 * 2 * 4 * 3] * 4
 
 
@@ -247,3 +248,100 @@ def test_session_text_says_the_percentiles_and_what_was_prefetched(moe64, tmp_pa
     out = result.stdout
     assert "per token ms p50" in out and "(n = 6 tokens; p99 is the slowest token" in out
     assert "prefetch previous (the previous token's experts" in out and "prefetch precision" in out
+
+
+@pytest.mark.parametrize("prefetch", ["oracle:precision=0.3,recall=0.8,seed=2", "popularity:n=12"])
+def test_every_byte_read_ahead_unused_is_evicted_hit_later_or_still_there(moe64, prefetch):
+    """unused = never used + late + idle, whatever routes when: Zipf routing, a cache of a few tokens."""
+    records, report, _ = _session(moe64, turns=4, tokens=6, distribution="zipf", prefetch=prefetch)
+    s = report.summary
+    assert s.prefetch_unused_bytes > 0 and s.prefetch_late_bytes > 0 and s.prefetch_never_used_bytes > 0
+    assert s.prefetch_unused_bytes == s.prefetch_never_used_bytes + s.prefetch_late_bytes + s.prefetch_idle_bytes
+
+
+class _Scripted:
+    """A predictor naming what it is told to, per (token, layer)."""
+
+    description = "scripted"
+
+    def __init__(self, names):
+        self.names = names
+
+    def predict(self, t, i):
+        return self.names.get((t, i), ())
+
+    def observe(self, t, i, experts):
+        return None
+
+
+class _FakeDecoder:
+    """Just what PrefetchStage drives: one layer of one blob, a set for a cache, reads done at once."""
+
+    def __init__(self, routing):
+        from collections import Counter
+        from concurrent.futures import Future
+        from contextlib import nullcontext
+        from types import SimpleNamespace
+
+        self.routing, self.by_layer, self.pins, self.live = routing, {0: [0]}, Counter(), set()
+        self.trace = SimpleNamespace(layers=(0,))
+        self.lanes = SimpleNamespace(wait=lambda handle: None)
+        self.timed = lambda cause: nullcontext()
+        done = Future()
+        done.set_result(None)
+        self.submit_read = lambda key, kind: done
+        d = self
+
+        class Cache:
+            layouts = [SimpleNamespace(slice=lambda e: (0, 100))]
+            __contains__ = lambda self, key: key in d.live  # noqa: E731
+
+            def pin(self, key):
+                d.pins[key] += 1
+
+            def unpin(self, key):
+                d.pins[key] -= 1
+
+            def admit(self, key):
+                d.live.add(key)
+                d.pins[key] += 1
+                return "pread"
+
+            def complete(self, key, outcome, kind):
+                return None
+        self.cache = Cache()
+
+    def route(self, t, i):
+        return list(self.routing[t])
+
+    def lookup(self, key):
+        if key in self.live:
+            self.pins[key] += 1
+            return None
+        return self.cache.admit(key)
+
+    def land(self, plan):
+        for key in plan.keys:
+            self.pins[key] -= 1
+        return []
+
+
+@pytest.mark.parametrize("evicted,late,never", [(False, 100, 0), (True, 0, 100)])
+def test_an_entry_read_ahead_for_another_layer_is_a_later_hit_or_was_never_used(evicted, late, never):
+    from workbench.expert.cache import SliceKey
+    from workbench.expert.prefetch import PrefetchStage
+
+    d = _FakeDecoder({0: [1], 1: [2], 2: [5]})
+    stage = PrefetchStage(_Scripted({(1, 0): [5]}))  # token 1 is staged expert 5; it routes 2
+    stage.land(d, 0, 0, None)
+    stage.land(d, 1, 0, stage.ahead(d, 1, 0))
+    assert stage.tally.prefetch_unused_bytes == 100 and stage.unused_entries == 1
+    if evicted:
+        stage.land(d, 1, 0, None)  # the next layer settles the read: 5 is unpinned, an ordinary entry ...
+        assert d.pins[SliceKey(0, 5)] == 0
+        d.live.discard(SliceKey(0, 5))  # ... and the cache evicts it
+    stage.land(d, 2, 0, None)  # token 2 routes 5
+    stage.finish(d)
+    t = stage.tally
+    assert (t.prefetch_late_bytes, t.prefetch_never_used_bytes, t.prefetch_idle_bytes) == (late, never, 0)
+    assert all(n == 0 for n in d.pins.values())  # every pin let go

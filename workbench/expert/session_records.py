@@ -51,7 +51,7 @@ WALL_KEYS = ("wall_name", "wall_gbps", "staged_of_wall", "wall_note")  # the mis
 # (workbench.expert.prefetch.tally; -1 where no predictor ran: --prefetch route, or no overlap)
 TOKEN_KEYS = ("token_s", "token_stall_s")
 PREFETCH_KEYS = ("prefetch_named", "prefetch_right", "prefetch_routed", "prefetch_bytes", "prefetch_unused_bytes",
-                 "prefetch_never_used_bytes", "prefetch_idle_bytes", "prefetch_dropped")
+                 "prefetch_never_used_bytes", "prefetch_late_bytes", "prefetch_idle_bytes", "prefetch_dropped")
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,7 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     prefetch_bytes: int = -1  # entries' bytes read ahead
     prefetch_unused_bytes: int = -1  # of them, not routed by the layer they were read for
     prefetch_never_used_bytes: int = -1  # evicted before any token used them
+    prefetch_late_bytes: int = -1  # of the unused, routed by a later token while still cached (a hit)
     prefetch_idle_bytes: int = -1  # read ahead, live and unused as the turn ended
     prefetch_dropped: int = -1  # entries the cache had no room for (its budget held by entries in use)
 

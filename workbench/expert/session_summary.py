@@ -98,6 +98,7 @@ class SessionSummary:
     prefetch_bytes: int = -1
     prefetch_unused_bytes: int = -1
     prefetch_never_used_bytes: int = -1
+    prefetch_late_bytes: int = -1
     prefetch_idle_bytes: int = -1  # the last turn's: read ahead, still live and unused at the end
     prefetch_dropped: int = -1
     prefetch_precision: float | None = None

@@ -88,7 +88,11 @@ class PrefetchStage:
         if staged is not None:
             self._left_unused(d, staged, set(keys))
         for key in keys:
-            self._unused.pop(key, None)
+            if key in self._unused and key not in d.cache:  # read ahead, evicted, routed only now
+                self._evicted_unused(key)
+            late = self._unused.pop(key, None)
+            if late is not None and key not in own:  # read ahead for another layer, a hit now
+                self.tally.prefetch_late_bytes += late
             if key in own:
                 plan.reads[key] = own[key]  # pinned by its admission; counted a miss then
                 continue
@@ -118,7 +122,10 @@ class PrefetchStage:
     def finish(self, d: Any) -> None:
         """The turn's end: every prefetch read waited for and released; what is still unused, tallied."""
         self._settle(d, wait=True)
-        self.tally.prefetch_idle_bytes = sum(n for key, n in self._unused.items() if key in d.cache)
+        with d.timed("bookkeeping"):
+            for key in [k for k in self._unused if k not in d.cache]:
+                self._evicted_unused(key)
+        self.tally.prefetch_idle_bytes = sum(self._unused.values())
 
     def _left_unused(self, d: Any, staged: Ahead, routed: set[SliceKey]) -> None:
         for key, read in staged.reads.items():
@@ -128,8 +135,7 @@ class PrefetchStage:
                 self.tally.prefetch_unused_bytes += d.cache.layouts[key.blob].slice(key.expert)[1]
 
     def _settle(self, d: Any, wait: bool = False) -> None:
-        """Complete and unpin the leftover reads that are done (all of them with ``wait``), and count
-        the entries read ahead that left the cache unused."""
+        """Complete and unpin the leftover reads that are done (all of them with ``wait``)."""
         for key, (handle, kind) in list(self._leftover.items()):
             if wait or handle.done():
                 with d.timed("read"):
@@ -138,8 +144,6 @@ class PrefetchStage:
                     d.cache.complete(key, outcome, kind)
                     d.cache.unpin(key)
                 del self._leftover[key]
-        for key in [k for k in self._unused if k not in d.cache]:
-            self._evicted_unused(key)
 
     def _evicted_unused(self, key: SliceKey) -> None:
         nbytes = self._unused.pop(key, None)

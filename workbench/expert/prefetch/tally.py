@@ -7,8 +7,11 @@ never asked (nothing is staged across a turn's end), so ``routed`` counts only t
 Bytes count cache entries (one expert of one blob) the prefetch read: ``prefetch_bytes`` all of them,
 ``prefetch_unused_bytes`` those the layer they were staged for did not route to (a later token may
 still hit them in the cache: that is a hit, not the prediction's), ``prefetch_never_used_bytes`` those
-evicted before any token used them (found at the next token's start; what is still live and unused at
-a turn's end is ``prefetch_idle_bytes``). ``prefetch_dropped`` entries the cache could not take (its
+evicted before any token used them (found when they are routed or named again, or at the turn's end:
+no sweep over the cache per layer; what is still live and unused at a turn's end is
+``prefetch_idle_bytes``), ``prefetch_late_bytes`` those a later token routed while they were still
+cached (its hit). So every byte read ahead unused ends in one of the three: ``unused = never used +
+late + idle`` over a session. ``prefetch_dropped`` entries the cache could not take (its
 budget held by entries in use).
 """
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 TALLY_KEYS = ("prefetch_named", "prefetch_right", "prefetch_routed", "prefetch_bytes", "prefetch_unused_bytes",
-              "prefetch_never_used_bytes", "prefetch_idle_bytes", "prefetch_dropped")
+              "prefetch_never_used_bytes", "prefetch_late_bytes", "prefetch_idle_bytes", "prefetch_dropped")
 
 
 @dataclass
@@ -30,6 +33,7 @@ class PrefetchTally:
     prefetch_bytes: int = 0
     prefetch_unused_bytes: int = 0
     prefetch_never_used_bytes: int = 0
+    prefetch_late_bytes: int = 0
     prefetch_idle_bytes: int = 0
     prefetch_dropped: int = 0
 
@@ -72,5 +76,6 @@ def tally_line(fields: Any, tokens: int) -> str:
             f"{get('prefetch_named'):,} named, {get('prefetch_routed'):,} routed); read ahead "
             f"{get('prefetch_bytes') / mib / tokens:.2f} MiB/token, of it unused by its layer "
             f"{get('prefetch_unused_bytes') / mib / tokens:.2f}, evicted never used "
-            f"{get('prefetch_never_used_bytes') / mib / tokens:.2f} ({get('prefetch_idle_bytes') / mib:.2f} MiB still "
+            f"{get('prefetch_never_used_bytes') / mib / tokens:.2f}, a later token's hit {get('prefetch_late_bytes') / mib / tokens:.2f} "
+            f"({get('prefetch_idle_bytes') / mib:.2f} MiB still "
             f"unused at the end); dropped {get('prefetch_dropped'):,}")
