@@ -230,3 +230,9 @@ def test_one_endless_line_and_a_device_are_refused_bounded(tmp_path, monkeypatch
     for device in ("/dev/zero", tmp_path / "fifo.jsonl"):
         with pytest.raises(TraceError, match="not a regular file"):
             read_trace(device)
+
+
+def test_a_model_file_is_not_read_as_a_trace(tmp_path):
+    (tmp_path / "m.json").write_text("{}")
+    with pytest.raises(TraceError, match="a routing model"):
+        read_trace(tmp_path / "m.json")

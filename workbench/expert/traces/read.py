@@ -27,6 +27,9 @@ def read_trace(path: str | os.PathLike) -> Trace:
     if not stat.S_ISREG(mode):  # a FIFO would block, a device never end
         raise TraceError(path, "not a regular file: a trace is a file")
     suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".json":
+        raise TraceError(path, "a .json file is a routing model (trace fit's parameters), not a trace: "
+                               "session --trace synthesizes from it; trace fit --write-trace writes a trace")
     if suffix == ".npy":
         return read_npy(path)
     if suffix in (".jsonl", ".ndjson"):
