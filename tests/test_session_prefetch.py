@@ -248,6 +248,8 @@ def test_session_text_says_the_percentiles_and_what_was_prefetched(moe64, tmp_pa
     out = result.stdout
     assert "per token ms p50" in out and "(n = 6 tokens; p99 is the slowest token" in out
     assert "prefetch previous (the previous token's experts" in out and "prefetch precision" in out
+    with Ledger(tmp_path / "l.sqlite") as led:
+        assert " overlap prefetch=previous " in led.attempts()["label"].iloc[0]  # named in the ledger's tables
 
 
 @pytest.mark.parametrize("prefetch", ["oracle:precision=0.3,recall=0.8,seed=2", "popularity:n=12"])
