@@ -89,6 +89,7 @@ def moe(tmp_path_factory) -> Path:
     (["--turns", "100000", "--tokens", "100000"], "routing entries"),
     (["--ab", "turns=1000000000", "--ab", "turns=2"], "turns"),
     (["--ab", "cache_mib=nan", "--ab", "turns=2"], "cache_mib"),
+    (["--rounds", "1", "--ab", "lanes=1", "--ab", "experts_per_token=9"], "have 8 experts"),  # no cell of A either
 ])
 def test_a_session_the_model_cannot_make_is_refused_before_its_attempt_is_recorded(tmp_path, moe, args, needle):
     ledger = tmp_path / "ledger.sqlite"

@@ -129,10 +129,12 @@ def _run_ab(file: str, config: Any, specs: tuple[str, ...], rounds: int, device:
 
     from workbench.measure.session.pressure import held_for_cells
     from workbench.measure.run.runner import open_ledger
-    from workbench.measure.session.runner import measure_session
+    from workbench.measure.session.runner import measure_session, preflight_session
     from workbench.measure.session.ab import parse_ab, record_verdicts, run_session_ab
 
     arms = [parse_ab(spec, config, cache, device) for spec in specs]
+    for arm in arms:  # every arm against the model before the ledger opens: a bad arm B records no cell of A
+        preflight_session(file, arm.config, arm.device)
     limits = {arm.config.memory_limit_mib for arm in arms}
     # one limit for every arm and no cgroup here: one balloon over all cells, inflated before the first
     held = held_for_cells(limits.pop()) if len(limits) == 1 and None not in limits else None
