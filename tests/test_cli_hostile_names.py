@@ -86,6 +86,12 @@ def test_synth_run_and_the_ledger_neutralize_the_model_name(model, data):
     clean(invoke("ledger", "list"), "ledger list")
     clean(invoke("ledger", "show", "latest"), "ledger show")
     clean(invoke("ledger", "export", "--markdown", "-"), "ledger export --markdown -")
+    clean(invoke("ledger", "export", "--csv", data / f"a{OSC52}{FORGE}.csv"), "ledger export --csv")
+    hostile_ledger = data / f"l{OSC52}{FORGE}.sqlite"
+    clean(invoke("ledger", "--ledger", hostile_ledger, "list"), "ledger list of a new hostile path")
+    clean(invoke("run", model, "--strategy", "pread", "--runs", "1", "--cache", "warm", "--ledger", hostile_ledger),
+          "run into a hostile ledger path")
+    clean(invoke("ledger", "upgrade", "--ledger", hostile_ledger), "ledger upgrade")
 
 
 def test_a_session_neutralizes_the_model_name(data):
