@@ -279,13 +279,14 @@ class _Scripted:
 class _FakeDecoder:
     """Just what PrefetchStage drives: one layer of one blob, a set for a cache, reads done at once."""
 
-    def __init__(self, routing):
+    def __init__(self, routing, capacity=None):
         from collections import Counter
         from concurrent.futures import Future
         from contextlib import nullcontext
         from types import SimpleNamespace
 
         self.routing, self.by_layer, self.pins, self.live = routing, {0: [0]}, Counter(), set()
+        self.capacity = capacity
         self.trace = SimpleNamespace(layers=(0,))
         self.lanes = SimpleNamespace(wait=lambda handle: None)
         self.timed = lambda cause: nullcontext()
@@ -305,6 +306,11 @@ class _FakeDecoder:
                 d.pins[key] -= 1
 
             def admit(self, key):
+                if d.capacity is not None and len(d.live) >= d.capacity:  # evict one not in use, or refuse
+                    victims = sorted(k for k in d.live if d.pins[k] == 0)
+                    if not victims:
+                        raise ParamError("cache", "budget", "every entry is in use")
+                    d.live.discard(victims[0])
                 d.live.add(key)
                 d.pins[key] += 1
                 return "pread"
@@ -347,3 +353,15 @@ def test_an_entry_read_ahead_for_another_layer_is_a_later_hit_or_was_never_used(
     t = stage.tally
     assert (t.prefetch_late_bytes, t.prefetch_never_used_bytes, t.prefetch_idle_bytes) == (late, never, 0)
     assert all(n == 0 for n in d.pins.values())  # every pin let go
+
+
+def test_entries_staged_live_and_not_routed_make_room_for_the_routed_miss():
+    from workbench.expert.prefetch import PrefetchStage
+
+    d = _FakeDecoder({0: [1], 1: [3], 2: [5]}, capacity=2)
+    stage = PrefetchStage(_Scripted({(2, 0): [1, 3]}))  # both live: pinned, not read
+    stage.land(d, 0, 0, None)
+    stage.land(d, 1, 0, None)
+    stage.land(d, 2, 0, stage.ahead(d, 2, 0))  # 5 needs one of them evicted: they were not routed
+    stage.finish(d)
+    assert len(d.live) == 2 and all(n == 0 for n in d.pins.values())

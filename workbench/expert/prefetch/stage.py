@@ -83,10 +83,16 @@ class PrefetchStage:
         if staged is not None:
             self.tally.score(staged.named, routed)
         keys = [SliceKey(blob, e) for e in routed for blob in d.by_layer[d.trace.layers[i]]]
-        plan, again = LayerPlan(keys), []
+        plan, again, kept = LayerPlan(keys), [], []
         own = staged.reads if staged is not None else {}
-        if staged is not None:
-            self._left_unused(d, staged, set(keys))
+        if staged is not None:  # what was staged and not routed is let go before the routed lookups need room
+            routed_keys = set(keys)
+            self._left_unused(d, staged, routed_keys)
+            kept = [key for key in staged.pinned if key in routed_keys]
+            with d.timed("bookkeeping"):
+                for key in staged.pinned:
+                    if key not in routed_keys:
+                        d.cache.unpin(key)
         for key in keys:
             if key in self._unused and key not in d.cache:  # read ahead, evicted, routed only now
                 self._evicted_unused(key)
@@ -104,7 +110,7 @@ class PrefetchStage:
                 plan.reads[key] = (d.submit_read(key, kind), kind)
         landed = d.land(plan)
         with d.timed("bookkeeping"):
-            for key in again + (staged.pinned if staged is not None else []):
+            for key in again + kept:
                 d.cache.unpin(key)
         return landed
 
