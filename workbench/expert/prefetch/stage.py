@@ -6,8 +6,9 @@ from eviction, no lookup counted), any other is admitted and read on a lane. ``l
 runs when the layer comes: its routing is read and told to the predictor, the named set scored
 against it, and every routed entry looked up — one this layer's prefetch admitted is waited for (it
 was counted a miss when admitted, as the route-ahead counts its reads), one an earlier prefetch left
-is a hit (waited for if its read is still in flight), any other a hit or a miss read now. Entries
-read ahead and not routed stay pinned until their reads end (settled, without waiting, at the next
+is a hit (waited for if its read is still in flight), any other a hit or a miss read now. Named
+live entries the layer did not route are unpinned before those lookups (they may be evicted for a
+routed miss). Entries read ahead and not routed stay pinned until their reads end (settled, without waiting, at the next
 layer; waited for at the turn's end, or when a routed miss needs the budget they hold), then are
 ordinary cache entries. A prefetch the budget cannot take is dropped (counted), never a failure.
 
