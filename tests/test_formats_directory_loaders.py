@@ -30,6 +30,7 @@ from workbench.formats.resolve import resolve_model
 from workbench.io.envinfo import eviction_support
 from workbench.ledger import Ledger
 from workbench.records.model_names import distinct_model_names
+from workbench.untrusted import for_markdown
 
 ST_INDEX = "model.safetensors.index.json"
 
@@ -166,6 +167,10 @@ def test_three_models_of_one_name_are_told_apart_in_the_ledger(hub, tmp_path):
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         models = list(ledger.attempts()["model"])
     assert len(set(models)) == 3 and all(m in csv for m in models)
+    md = CliRunner().invoke(main, ["ledger", "export", "--markdown", "-"]).output.splitlines()
+    table = [line for line in md if line.startswith("| ")]
+    assert table[0].startswith("| attempt | model | change |")  # several models: each row names its own
+    assert sorted(row.split(" | ")[1] for row in table[2:]) == sorted(map(for_markdown, models))
 
 
 def test_names_are_told_apart_only_where_two_identities_share_one():

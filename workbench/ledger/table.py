@@ -57,12 +57,16 @@ def markdown_table(ledger: Ledger, campaign: str | None = None, all_attempts: bo
                                   "attempt history (`--all` shows them here)._"])
     # An engine A/B names the build each attempt ran; a table of strategies has no such column.
     builds = "binary_hash" in shown and bool(shown["binary_hash"].notna().any())
-    columns = (*COLUMNS[:2], "binary", *COLUMNS[2:]) if builds else COLUMNS
+    # several models: each row names its own (the ledger's name: two identities never share one)
+    models = shown["model"].nunique() > 1
+    columns = [*COLUMNS[:1], *(["model"] if models else []), *COLUMNS[1:2], *(["binary"] if builds else []),
+               *COLUMNS[2:]]
     lines += [_row(columns), _row(["---"] * len(columns))]
     for a in shown.to_dict("records"):
         a = {k: _none(v) for k, v in a.items()}
         cells = _cells(a, by_attempt.get(a["id"]), several_hosts)
-        lines.append(_row([*cells[:2], _binary(a), *cells[2:]] if builds else cells))
+        lines.append(_row([*cells[:1], *([for_markdown(a["model"] or "—")] if models else []), *cells[1:2],
+                           *([_binary(a)] if builds else []), *cells[2:]]))
     if len(shown) < len(attempts):
         lines += ["", _omitted(attempts, shown)]
     settings = settings_lines(shown, attempts, lambda attempt_id: _environment_of(ledger, attempt_id))
