@@ -5,7 +5,7 @@
 #     bash benchmarks/gpu_session.sh OUT STEP [STEP ...]
 #
 # STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session | expert-path | expert-path-cold |
-#       session-ab | session-pressure | session-prefetch | sharded-warm | sharded-cold
+#       session-ab | session-pressure | session-prefetch | sharded-warm | sharded-cold | evidence | evidence-corpus
 # Each step writes its report, log and ledger export under OUT and is cut by `timeout` at its limit, so a
 # slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
 # runai-model-streamer, instanttensor, plotly for python 3.12) are installed from ./.whl when it exists;
@@ -57,7 +57,7 @@ shift
 declare -A LIMIT=([tests]=230 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
                   [load-cold]=440 [expert-path]=330 [expert-path-cold]=300 [session-ab]=540 [session-pressure]=540
                   [session-prefetch]=480
-                  [sharded-warm]=340 [sharded-cold]=300)
+                  [sharded-warm]=340 [sharded-cold]=300 [evidence]=330 [evidence-corpus]=180)
 steps=()
 for s in "$@"; do  # STEP or STEP=SECONDS (a limit of its own for this call)
     name=${s%%=*}
@@ -169,6 +169,14 @@ for s in "$@"; do
         step sharded-cold "${LIMIT[sharded-cold]}" python3 benchmarks/bench_sharded.py --device cuda --dir /tmp/bench \
             --groups "${SHARDED_COLD_GROUPS:-cold-ring,cold-peers}" --cold-runs "${SHARDED_RUNS:-5}" --cold-peers defaults \
             --wall-reps 2 --out "$out/sharded-cold" ;;
+    evidence)  # issue 33 §1: transformers device_map="cuda", 5-shard 1.33 GB bf16 checkpoint it wrote, n runs warm and cold
+        # (fresh box: checkpoint ≈ 30 s, 2 × 5 runs × ≈ 10–15 s (imports, CUDA context, load) ≈ 100–150 s, ≈ 180 s in all)
+        step evidence "${LIMIT[evidence]}" python3 benchmarks/bench_evidence.py --device cuda --dir /tmp/evidence \
+            --runs "${EVIDENCE_RUNS:-5}" --out "$out/evidence.md" --json-dir "$out/evidence"
+        grep -E '^(exit|\| [0-9])' "$out/evidence.md" | cut -c1-240 ;;
+    evidence-corpus)  # issue 33 §1: the corpus table (13 real loaders, 11 fakes, cold and warm; transformers CPU here) ≈ 60–90 s
+        step evidence-corpus "${LIMIT[evidence-corpus]}" python3 benchmarks/evidence_corpus.py --out "$out/evidence-corpus.md"
+        grep -E 'wrong|WRONG' "$out/evidence-corpus.md" ;;
     *)
         echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session," \
              "expert-path, expert-path-cold, session-ab, session-pressure, session-prefetch, sharded-warm, sharded-cold)" >&2
