@@ -4,8 +4,9 @@ The sampler reads ``/proc`` every 0.1 s while the engine holds none of the model
 that opens a shard, reads it and drops it inside that gap would be missed. With this watch the select
 loop that waits for the engine's output also wakes the moment any of the model's files is opened, and
 the sampler looks at the tree at once (and then often, while the file is held). inotify says only that
-*some* process opened the file: it wakes the sampler, it is never evidence itself. Where inotify is not
-available (another kernel, a watch limit reached) the sampler keeps its fixed period.
+*some* process opened the file: it wakes the sampler, and its count of opens tells ``opened-only`` from
+``none`` (grades that show no GB/s); it never credits a run. Where inotify is not available (another
+kernel, a watch limit reached) the sampler keeps its fixed period.
 """
 from __future__ import annotations
 
