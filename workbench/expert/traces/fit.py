@@ -69,8 +69,9 @@ def fit_model(trace: Trace, stats: TraceStats, *, seed: int = 0) -> StickyModel:
     eps = 0.5 / counts.sum(axis=1, keepdims=True)  # half a lookup: an expert the trace never routed stays possible
     target = _normalise(counts / counts.sum(axis=1, keepdims=True) + eps)
     overlap = stats.summary.set_index("layer").loc[list(trace.layers), "overlap"].to_numpy(dtype=float)
-    calib = int(np.clip(200 * n // k, 2000, 8000))
     longest = max(len(p) for p in trace.positions)
+    # ~200 lookups an expert, but no longer than a few times the trace: its own shares are only that sure
+    calib = int(min(np.clip(200 * n // k, 2000, 8000), max(2000, 4 * longest)))
     memory, recency = _select(trace, stats, target, eps, overlap, calib, longest, seed)
     mem, rec = np.full(n_layers, memory), np.full(n_layers, recency)
     weights, rho, _ = _calibrate(target, eps, overlap, mem, rec, k, calib, seed)
