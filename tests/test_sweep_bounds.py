@@ -104,3 +104,18 @@ def test_a_load_sweeps_parameter_product_is_counted_before_its_configurations_ar
     assert time.process_time() - start < 0.5
     assert len(expand_configs("m.gguf", ["warmer"], {"warmer": {"threads": [1, 2], "chunk_mib": [1, 4]}}, "host")) == 4
     assert MAX_CONFIGS < 3_600
+
+
+def test_a_points_plan_counts_its_configurations_without_making_them(tmp_path, data):
+    from workbench.cli.sweep.execute import SweepPoint
+    from workbench.cli.sweep.plan import plan_point
+
+    from workbench.formats.synth import write_synthetic
+
+    model = write_synthetic(tmp_path / "m.gguf", format="gguf", layout="dense", size=1 << 20).path
+    params = {"file": str(model), "strategies": ["warmer", "pread"], "caches": ["cold", "warm"], "runs": 5,
+              "params": {"warmer": {"threads": list(range(1, 41)), "chunk_mib": list(range(1, 25))}}}
+    start = time.process_time()
+    plan = plan_point(SweepPoint(0, params, {}, "p"), {})
+    assert time.process_time() - start < 0.2  # 961 RunConfigs made and labelled took ~1 s (a dry run: per point)
+    assert plan.configs == 2 * 961 and plan.total_runs == 5 * 2 * 961

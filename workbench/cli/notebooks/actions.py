@@ -64,32 +64,44 @@ def resolve_file(file: str) -> Path:
     return ensure_model(model_path(layout, fmt, size), layout=layout, format=fmt, size=size)
 
 
-def expand_configs(file: str | os.PathLike[str], strategies: Sequence[str],
-                   params: Mapping[str, Mapping[str, Any]], device: str) -> list[Any]:
-    """Every strategy × its parameter grid (lists → cartesian product) as RunConfigs, in order."""
-    from workbench.measure.run.model import model_name
-    from workbench.records import RunConfig
+def count_configs(strategies: Sequence[str], params: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, int]]:
+    """Each strategy with the number of its configurations (its parameter lists' product), its parameter
+    names checked and the total capped at :data:`MAX_CONFIGS` — counted, none made (a product grows fast)."""
     from workbench.strategies import STRATEGIES
 
     if not strategies:
         raise WorkbenchError("no strategy selected")
-    configs, count = [], 0
+    counts, total = [], 0
     for name in strategies:
         known = STRATEGIES.get(name).param_defaults()
         grid = dict(params.get(name) or {})
         for key in grid:
             if key not in known:
                 raise ParamError(name, key, f"unknown parameter; known: {', '.join(known) or 'none'}")
-        keys = list(grid)
-        lists = [v if isinstance(v, (list, tuple)) else [v] for v in grid.values()]
-        count += math.prod(len(v) for v in lists)  # counted before any is made: a product grows fast
-        if count > MAX_CONFIGS:
-            raise ParamError(name, "params", f"the strategies' parameter lists make {count:,}+ configurations: "
+        n = math.prod(len(v) if isinstance(v, (list, tuple)) else 1 for v in grid.values())
+        total += n
+        if total > MAX_CONFIGS:
+            raise ParamError(name, "params", f"the strategies' parameter lists make {total:,}+ configurations: "
                                              f"more than the {MAX_CONFIGS:,} one load sweep may measure")
+        counts.append((name, n))
+    return counts
+
+
+def expand_configs(file: str | os.PathLike[str], strategies: Sequence[str],
+                   params: Mapping[str, Mapping[str, Any]], device: str) -> list[Any]:
+    """Every strategy × its parameter grid (lists → cartesian product) as RunConfigs, in order."""
+    from workbench.measure.run.model import model_name
+    from workbench.records import RunConfig
+
+    count_configs(strategies, params)  # before any is made
+    model = model_name(str(file))  # the model in the label: a campaign over several models reads unambiguously
+    configs = []
+    for name in strategies:
+        grid = dict(params.get(name) or {})
+        lists = [v if isinstance(v, (list, tuple)) else [v] for v in grid.values()]
         for combo in itertools.product(*lists):
-            config = RunConfig(str(file), name, dict(zip(keys, combo)), device)
-            # The model in the label: a campaign over several models must still read unambiguously.
-            configs.append(dataclasses.replace(config, label=f"{config.display} · {model_name(str(file))}"))
+            config = RunConfig(str(file), name, dict(zip(grid, combo)), device)
+            configs.append(dataclasses.replace(config, label=f"{config.display} · {model}"))
     return configs
 
 

@@ -31,7 +31,7 @@ class PointPlan:
 
     configs: int
     runs: int
-    keys: tuple[tuple[str, str, str], ...] = ()  # (strategy, file, cache) of each configuration
+    keys: tuple[tuple[str, str, str, int], ...] = ()  # (strategy, file, cache, its configurations)
 
     @property
     def total_runs(self) -> int:
@@ -56,18 +56,17 @@ def notebook_defaults(notebook: Path) -> dict[str, Any]:
 
 def plan_point(point: SweepPoint, defaults: Mapping[str, Any]) -> PointPlan | None:
     """The point's configurations and runs, for a load-sweep notebook; None for any other notebook."""
-    from workbench.cli.notebooks.actions import DEFAULT_MODEL, expand_configs, model_path
+    from workbench.cli.notebooks.actions import DEFAULT_MODEL, count_configs, model_path
 
     values = {**defaults, **point.params}
     if not {"strategies", "caches", "runs"} <= set(values):
         return None
     file = str(values.get("file") or model_path(*DEFAULT_MODEL))
-    configs = expand_configs(file, list(values["strategies"]), values.get("params") or {},
-                             str(values.get("device") or "host"))
+    counts = count_configs(list(values["strategies"]), values.get("params") or {})  # counted, never made
     caches = list(values["caches"])
     real = os.path.realpath(file)  # as the ledger records a file
-    keys = tuple((c.strategy, real, cache) for cache in caches for c in configs)
-    return PointPlan(len(configs) * len(caches), int(values["runs"]), keys)
+    keys = tuple((strategy, real, cache, n) for cache in caches for strategy, n in counts)
+    return PointPlan(sum(n for *_, n in keys), int(values["runs"]), keys)
 
 
 def describe_plan(point: SweepPoint, defaults: Mapping[str, Any], history: RunHistory | None) -> str:
@@ -101,13 +100,13 @@ class RunHistory:
         """(seconds of runs, configurations estimated from their own history) or None with no history:
         a configuration never run is taken at the median of that file and state."""
         total, known = 0.0, 0
-        for strategy, file, cache in plan.keys:
+        for strategy, file, cache, n in plan.keys:
             wall = self.by_config.get((strategy, file, cache))
-            known += wall is not None
+            known += n if wall is not None else 0
             wall = wall if wall is not None else self.by_file.get((file, cache))
             if wall is None:
                 return None
-            total += wall * plan.runs
+            total += wall * plan.runs * n
         return total, known
 
 
