@@ -40,8 +40,15 @@ def refused(path: Path, *needles: str) -> None:
 
 
 def test_a_safetensors_header_of_more_tensors_than_a_model_may_hold_is_refused_before_parsing(tmp_path):
-    # past the cap by more than the 4,096 strings left for metadata: refused on its strings, unparsed
-    refused(safetensors_of(tmp_path / "m.safetensors", MAX_TENSORS + 1_000), f"{MAX_TENSORS:,} a model may hold")
+    refused(safetensors_of(tmp_path / "m.safetensors", MAX_TENSORS + 1), f"{MAX_TENSORS + 1:,} tensors",
+            f"{MAX_TENSORS:,} a model may hold")
+
+
+def test_a_header_that_escapes_its_keys_is_still_bounded_by_its_strings(tmp_path):
+    # "data\u005foffsets" is "data_offsets" to JSON: past the cap by more than the metadata's slack
+    escaped = '{"dtype":"U8","shape":[0],"data\\u005foffsets":[0,0]}'
+    refused(safetensors_of(tmp_path / "m.safetensors", MAX_TENSORS + 1_000, value=escaped), "about",
+            f"{MAX_TENSORS:,} a model may hold")
 
 
 def test_a_header_of_more_values_than_its_tensors_could_hold_is_refused_before_parsing(tmp_path):

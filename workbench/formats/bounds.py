@@ -70,7 +70,10 @@ def check_tensor_count(path: str, field: str, count: int, budget: int = MAX_TENS
 def check_header_strings(path: str, raw: bytes, budget: int = MAX_TENSORS) -> None:
     """Refuse, before parsing, a safetensors header with more strings (five per tensor: its name,
     ``dtype`` and its value, ``shape``, ``data_offsets``) or more values than ``budget`` tensors hold."""
-    quotes = raw.count(b'"')
+    named = raw.count(b'"data_offsets"')  # every tensor's entry: exact for every writer (none escapes it)
+    if named > budget:
+        check_tensor_count(path, "header", named, budget)
+    quotes = raw.count(b'"')  # a bound whatever the spelling (JSON may escape a key's letters)
     if quotes > 10 * budget + _SLACK_QUOTES:
         check_tensor_count(path, "header", quotes // 10, budget, about=True)
     separators = raw.count(b",") + raw.count(b":")
