@@ -47,6 +47,17 @@ def test_a_sweeps_notebook_nested_100000_deep_is_one_line(tmp_path):
         one_error_line(CliRunner().invoke(main, ["sweep", str(sweep), "--dry-run"]), "nested too deeply")
 
 
+def test_a_sweep_file_nested_50000_deep_is_one_line(tmp_path, monkeypatch):
+    import yaml
+
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("notebook: 01_load_sweep\ncampaign: c\nparameters:\n  x: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with defaults.set_data_root(tmp_path):
+        one_error_line(CliRunner().invoke(main, ["sweep", str(sweep), "--dry-run"]), "not valid YAML")
+        monkeypatch.delattr(yaml, "CSafeLoader", raising=False)  # PyYAML without libyaml: its own recursive loader
+        one_error_line(CliRunner().invoke(main, ["sweep", str(sweep), "--dry-run"]), "nested too deeply")
+
+
 def test_a_planted_output_notebook_is_not_completed_whatever_it_holds(tmp_path):
     from workbench.cli.sweep.execute import point_completed
 

@@ -69,6 +69,8 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
         raise SweepError(path, f"cannot read the sweep file: {exc.detail}") from None
     except yaml.YAMLError as exc:
         raise SweepError(path, f"not valid YAML: {str(exc).splitlines()[0]}") from exc
+    except RecursionError:  # PyYAML's own loader (without libyaml) recurses once per level
+        raise SweepError(path, "not valid YAML: nested too deeply") from None
     if not isinstance(doc, dict):
         raise SweepError(path, "a sweep file is a mapping with notebook, campaign, parameters and grid")
     check_document(path, doc)  # aliases expanded within bounds, keys that are names
