@@ -240,3 +240,19 @@ def test_a_set_is_read_only_when_every_shard_is(sharded_model, tmp_path: Path) -
     assert not one.report.external.evidence.ok and one.bytes == 0  # a third of the set is no load of it
     assert one.report.external.evidence.grade == "opened-only"  # read a third of it
     assert "(opened-only: at most 3.95 MiB of its 11.95 MiB reached it (3.95 MiB read by read calls))" in one.engaged[0]
+
+
+def test_without_an_event_record_the_run_says_why_and_a_mapping_is_never_credited(
+        env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a kernel without the filemap tracepoints (Linux < 6.11), tracefs or perf: the samples grade it
+    from workbench.io.fileevents import recorder
+
+    monkeypatch.setattr(recorder, "tracepoints", lambda: ({}, "this kernel has no filemap tracepoint (test)"))
+    model = _model(env)
+    mapped = time_external(_py(MAP.format(path=str(env / "m.gguf"))), "loaded", timeout_s=30, nbytes=1, model=model)
+    evidence = mapped.report.external.evidence
+    assert evidence.source == "samples: this kernel has no filemap tracepoint (test)"
+    # resident pages of a mapping cannot tell touched from populated: mapped-only, time only
+    assert evidence.grade == "mapped-only" and mapped.bytes == 0, evidence
+    read = time_external(_py(READ.format(path=str(env / "m.gguf"))), "loaded", timeout_s=30, nbytes=1, model=model)
+    assert read.report.external.evidence.grade == "bytes-read" and read.bytes == 1  # its descriptor's offset

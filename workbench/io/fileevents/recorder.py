@@ -35,7 +35,7 @@ from workbench.io.fileevents.tracepoints import Tracepoint, tracepoints
 
 PAGE = 4096  # the tracepoints count in page-cache indexes of PAGE_SIZE
 TOUCH_UNIT = 2 << 20  # what one page fault can map: a PMD-sized folio (x86-64, arm64 with 4 KiB pages)
-RING_PAGES = 2048  # 8 MiB of records per CPU
+RING_BUDGET_PAGES = 16384  # 64 MiB of locked ring buffers over all CPUs: 8 MiB each on 8 CPUs or fewer
 IOCB_WRITE = 1 << 18  # an O_DIRECT write (iomap's ki_flags) is not a read
 KINDS = ("read", "touched", "spliced", "mapped")
 
@@ -101,11 +101,13 @@ class FileEventRecorder:
 
     def _open_events(self) -> None:
         inodes = sorted({k[1] for k in self.keys if k is not None}) or [0]
-        for cpu in _online_cpus():
+        cpus = _online_cpus()
+        pages = 1 << max(6, min(11, (RING_BUDGET_PAGES // len(cpus)).bit_length() - 1))  # a power of two
+        for cpu in cpus:
             ring = perf.open_faults(cpu)
             self.fds.append(ring)
             self.ids[perf.event_id(ring)] = "faults"
-            self.rings.append(perf.Ring(ring, RING_PAGES))
+            self.rings.append(perf.Ring(ring, pages))
             for short, point in self.points.items():
                 fd = perf.open_tracepoint(point.id, cpu, ring)
                 self.fds.append(fd)
