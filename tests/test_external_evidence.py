@@ -256,3 +256,23 @@ def test_without_an_event_record_the_run_says_why_and_a_mapping_is_never_credite
     assert evidence.grade == "mapped-only" and mapped.bytes == 0, evidence
     read = time_external(_py(READ.format(path=str(env / "m.gguf"))), "loaded", timeout_s=30, nbytes=1, model=model)
     assert read.report.external.evidence.grade == "bytes-read" and read.bytes == 1  # its descriptor's offset
+
+
+def test_reads_before_the_start_marker_are_not_the_windows(env: Path) -> None:
+    # the event record keeps only what the kernel timed between the start and the end marker
+    from workbench.measure.engine.command import EngineCommand
+
+    path = str(env / "m.gguf")
+    before = ("import os, time; fd = os.open({path!r}, os.O_RDONLY)\nwhile os.read(fd, 1 << 20): pass\n"
+              "time.sleep(0.2); print('start', flush=True); time.sleep(0.2); print('loaded', flush=True); "
+              "time.sleep(30)").format(path=path)
+    inside = ("import os, time; print('start', flush=True); time.sleep(0.2); fd = os.open({path!r}, os.O_RDONLY)\n"
+              "while os.read(fd, 1 << 20): pass\nprint('loaded', flush=True); time.sleep(30)").format(path=path)
+    model = _model(env)
+    grades = {}
+    for name, code in (("before", before), ("inside", inside)):
+        out = time_external(EngineCommand(_py(code), "loaded", start_marker="start"), timeout_s=30, nbytes=1,
+                            model=model)
+        assert out.error is None, out.error
+        grades[name] = out.report.external.evidence.grade
+    assert grades == {"before": "opened-only", "inside": "bytes-read"}, grades

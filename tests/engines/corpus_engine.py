@@ -78,6 +78,21 @@ def child_loader(path, _):
     subprocess.run([sys.executable, __file__, "read", path], check=True, env={**os.environ, "CORPUS_CHILD": "1"})
 
 
+def forked_workers_touch_a_shared_mapping(path, _):
+    """The parent maps the file; two forked workers copy a half each (a fork-based worker pool)."""
+    with open(path, "rb") as fh:
+        m = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+    half, pids = len(m) // 2, []
+    for lo, hi in ((0, half), (half, len(m))):
+        pid = os.fork()
+        if pid == 0:
+            bytes(m[lo:hi])
+            os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        assert os.waitpid(pid, 0)[1] == 0
+
+
 def closed_before_marker(path, _):
     read(path, None)
     time.sleep(0.3)
@@ -278,7 +293,7 @@ def _write_transformers(directory):
 
 
 REAL = [read, pread_threads, safe_open_numpy, load_file_numpy, load_file_torch, numpy_memmap_copy, gguf_reader,
-        child_loader, closed_before_marker, odirect, io_uring, mmap_shards_in_turn, transformers_cpu]
+        child_loader, forked_workers_touch_a_shared_mapping, closed_before_marker, odirect, io_uring, mmap_shards_in_turn, transformers_cpu]
 FAKE = [dev_zero, a_copy, populate_only, madv_populate_only, mapped_untouched, sendfile_devnull,
         seek_end_then_dev_zero, header_only, readahead_only, marker_before_reading, nothing]
 
