@@ -1,7 +1,8 @@
 """How fast routing traces are read, described and fitted (``workbench trace stats`` / ``fit``), and how
 close the fitted traces come, on trace shapes of real MoE models (issue 34 §1).
 
-    python3 benchmarks/bench_traces.py [--repeat 3] [--out bench_traces.json]
+    python3 benchmarks/bench_traces.py [--repeat 3] [--tokens-scale 1.0] [--shapes mixtral,a3b,e256,phases]
+                                       [--out bench_traces.json]
 
 Shapes (seeded Zipf traces, s = 1.2, :func:`workbench.expert.routing.synthetic_trace`, plus one trace
 with 200-token phases of its own hot experts, which Zipf traces have not):
@@ -87,19 +88,26 @@ def bench_shape(name: str, routing: RoutingTrace, repeat: int, folder: Path) -> 
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tokens-scale", type=float, default=1.0, help="Scale every shape's tokens (a smoke run).")
+    parser.add_argument("--shapes", default="mixtral,a3b,e256,phases")
     parser.add_argument("--out", default="bench_traces.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    wanted = args.shapes.split(",")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, (layers, n, k, tokens) in SHAPES.items():
-            rows.append(bench_shape(name, synthetic_trace(tokens, layers, n, k, distribution="zipf", seed=0),
+            if name in wanted:
+                routing = synthetic_trace(max(8, int(tokens * args.tokens_scale)), layers, n, k, distribution="zipf",
+                                          seed=0)
+                rows.append(bench_shape(name, routing, args.repeat, Path(tmp)))
+        if "phases" in wanted:
+            rows.append(bench_shape("phases", phases(max(200, int(4000 * args.tokens_scale) // 200 * 200)),
                                     args.repeat, Path(tmp)))
-        rows.append(bench_shape("phases", phases(), args.repeat, Path(tmp)))
     doc = {"machine": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "python": platform.python_version(), "numpy": np.__version__, "started": started,
            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
