@@ -236,3 +236,17 @@ def test_a_model_file_is_not_read_as_a_trace(tmp_path):
     (tmp_path / "m.json").write_text("{}")
     with pytest.raises(TraceError, match="a routing model"):
         read_trace(tmp_path / "m.json")
+
+
+def test_a_dump_of_several_requests_is_laid_end_to_end_each_its_own_run(tmp_path):
+    from workbench.expert.traces import trace_stats
+
+    records = [{"layer": 0, "token_idx": t, "topk_ids": [t % 4, 4 + t % 2], "request_id": rid}
+               for rid in ("a", "b") for t in range(3)]
+    records.insert(2, records.pop())  # interleaved, as a batched engine writes them
+    tr = read_trace(write_jsonl(tmp_path / "batch.jsonl", records))
+    assert tr.positions[0].tolist() == [0, 1, 2, 4, 5, 6] and tr.runs(0).tolist() == [0, 3, 6]
+    row = trace_stats(tr).summary.iloc[0]
+    assert row["runs"] == 2 and row["overlap"] == 0.0  # token 2 of "a" is not token 0 of "b"'s predecessor
+    dense = dense_routing(tr)
+    assert dense.tokens == 6 and dense.note == ""  # a session replays "a" then "b"

@@ -3,7 +3,10 @@
 
 Accepted spellings: the layer ``layer`` | ``layer_idx`` | ``layer_id``; the token position ``token`` |
 ``token_pos`` | ``token_idx``; the experts ``experts`` | ``topk_ids`` | ``expert_ids``; the gate weights
-(optional, all records or none) ``gating_probs`` | ``topk_weights`` | ``gates``. Other keys are ignored.
+(optional, all records or none) ``gating_probs`` | ``topk_weights`` | ``gates``; the request (optional)
+``request_id`` | ``seq_id`` | ``request``. Other keys are ignored. A dump of several requests is laid
+out request after request (in the order each first appears), one token position apart, so each request
+is a run of its own: no statistic looks across two requests, and a session replays them one after another.
 Each line is read bounded (:data:`~workbench.expert.traces.limits.MAX_LINE_BYTES`) and each value checked
 (an integer within its limit, ``k`` the same on every line, gates finite) before it is kept.
 """
@@ -25,6 +28,8 @@ LAYER_KEYS = ("layer", "layer_idx", "layer_id")
 TOKEN_KEYS = ("token", "token_pos", "token_idx")
 EXPERT_KEYS = ("experts", "topk_ids", "expert_ids")
 GATE_KEYS = ("gating_probs", "topk_weights", "gates")
+REQUEST_KEYS = ("request_id", "seq_id", "request")
+_MAX_REQUEST_ID = 200  # characters of a request id kept to tell requests apart
 
 
 class _Columns:
@@ -32,6 +37,7 @@ class _Columns:
 
     def __init__(self) -> None:
         self.pos, self.layer, self.experts, self.gates = array("q"), array("q"), array("q"), array("f")
+        self.request, self.requests = array("q"), {}  # each record's request: its index in order of appearance
         self.k: int | None = None
         self.has_gates: bool | None = None
 
@@ -53,8 +59,21 @@ def read_jsonl(path: str) -> Trace:
     k = cols.k
     experts = np.frombuffer(cols.experts, np.int64).reshape(-1, k)
     gates = np.frombuffer(cols.gates, np.float32).reshape(-1, k) if cols.has_gates else None
-    return trace_from_records(path, np.frombuffer(cols.pos, np.int64), np.frombuffer(cols.layer, np.int64),
-                              experts, gates)
+    return trace_from_records(path, _end_to_end(path, cols), np.frombuffer(cols.layer, np.int64), experts, gates)
+
+
+def _end_to_end(path: str, cols: _Columns) -> np.ndarray:
+    """Token positions with the requests laid end to end, one position apart (a gap between runs)."""
+    pos, req = np.frombuffer(cols.pos, np.int64), np.frombuffer(cols.request, np.int64)
+    if len(cols.requests) <= 1:
+        return pos
+    last = np.zeros(len(cols.requests), np.int64)
+    np.maximum.at(last, req, pos)
+    base = np.concatenate([[0], np.cumsum(last + 2)[:-1]])
+    if base[-1] + last[-1] >= MAX_POSITION:
+        raise TraceError(path, f"{len(cols.requests)} requests of up to {int(last.max()) + 1} tokens: positions "
+                               f"beyond {MAX_POSITION - 1}")
+    return base[req] + pos
 
 
 def _parse(path: str, number: int, line: bytes) -> dict:
@@ -85,6 +104,10 @@ def _add(path: str, number: int, record: dict, cols: _Columns) -> None:
         cols.gates.extend(_gates(path, where, record, cols.k))
     elif any(key in record for key in GATE_KEYS):
         raise TraceError(path, f"{where}: has gate weights where the first record has none (all records or none)")
+    request = next((record[key] for key in REQUEST_KEYS if key in record), None)
+    if request is not None and not isinstance(request, (str, int)):
+        raise TraceError(path, f"{where}: request id must be a string or an integer")
+    cols.request.append(cols.requests.setdefault(str(request)[:_MAX_REQUEST_ID], len(cols.requests)))
     cols.pos.append(pos)
     cols.layer.append(layer)
     cols.experts.extend(ids)
