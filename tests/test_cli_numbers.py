@@ -118,3 +118,17 @@ def test_a_size_no_disk_holds_is_one_line(tmp_path, text):
     lines = [line for line in result.output.splitlines() if line]
     assert result.exit_code == 2 and len(lines) == 1 and "size" in lines[0], result.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("runs", [1_001, 10**9])
+def test_the_runner_bounds_its_runs_for_notebooks_and_sweeps_too(tmp_path, runs):
+    from workbench.errors import WorkbenchError
+    from workbench.formats.synth import write_synthetic
+    from workbench.measure.run.runner import measure
+    from workbench.records import RunConfig
+
+    model = write_synthetic(tmp_path / "m.gguf", format="gguf", layout="dense", size=1 << 20).path
+    ledger = tmp_path / "l.sqlite"
+    with pytest.raises(WorkbenchError, match="more than the 1,000"):
+        measure([RunConfig(str(model), "pread", {}, "host")], runs=runs, cache="warm", ledger=ledger)
+    assert not ledger.exists()

@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 
-MAX_RUNS = 1_000  # fresh-process runs of one configuration (a claim needs 5; a careful one 10–30)
-MAX_ROUNDS = 1_000  # A/B rounds
+from workbench.measure.run import order
+
+MAX_RUNS = MAX_ROUNDS = order.MAX_RUNS  # runs of one configuration, A/B rounds (the runner's own bound)
 MAX_SECONDS = 7 * 24 * 3600.0  # a timeout: a week
 MAX_THREADS = 1_024  # reader, lane or upload threads (the largest hosts have a few hundred cores)
 MAX_TURNS = 100_000  # session turns; tokens per turn the same

@@ -5,6 +5,7 @@ import random
 
 ORDERS = ("abba", "abab", "shuffle")
 DEFAULT_ORDER = "abba"
+MAX_RUNS = 1_000  # runs (rounds) of one comparison: a claim needs 5, a careful one 10–30 (the CLI's bound too)
 
 
 def interleave(n_configs: int, runs: int, order: str = DEFAULT_ORDER, seed: int = 0) -> list[int]:
@@ -21,6 +22,8 @@ def interleave(n_configs: int, runs: int, order: str = DEFAULT_ORDER, seed: int 
     """
     if n_configs < 1 or runs < 1:
         raise ValueError(f"need at least one config and one run, got {n_configs} configs × {runs} runs")
+    if runs > MAX_RUNS:  # the order is a list made up front: a notebook's or a sweep's runs = 10**9 made 10**9
+        raise ValueError(f"{runs:,} runs of each configuration: more than the {MAX_RUNS:,} a comparison may make")
     forward = list(range(n_configs))
     if order == "abba":
         return [i for r in range(runs) for i in (forward if r % 2 == 0 else forward[::-1])]
