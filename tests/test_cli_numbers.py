@@ -132,3 +132,12 @@ def test_the_runner_bounds_its_runs_for_notebooks_and_sweeps_too(tmp_path, runs)
     with pytest.raises(WorkbenchError, match="more than the 1,000"):
         measure([RunConfig(str(model), "pread", {}, "host")], runs=runs, cache="warm", ledger=ledger)
     assert not ledger.exists()
+
+
+def test_a_usage_error_is_one_line_but_a_group_named_alone_shows_its_help():
+    one = CliRunner().invoke(main, ["run"])
+    lines = [line for line in one.output.splitlines() if line]
+    assert one.exit_code == 2 and lines == ["workbench: error: Missing argument 'MODEL'. (see: workbench run --help)"]
+    for group in ("ledger", "trace"):
+        shown = CliRunner().invoke(main, [group])
+        assert "Commands:" in shown.output and "\\n" not in shown.output, shown.output

@@ -35,6 +35,9 @@ COMMANDS = {
 }
 
 
+_HELP_FOR_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2: a UsageError too
+
+
 class LazyGroup(RefuseRepeats, click.Group):
     """A group whose subcommands are imported on first use, turning WorkbenchError into one line."""
 
@@ -56,6 +59,8 @@ class LazyGroup(RefuseRepeats, click.Group):
         previous = _terminate_like_ctrl_c()
         try:
             return super().invoke(ctx)
+        except _HELP_FOR_NO_ARGS:  # a group named alone: its help, as click shows it
+            raise
         except click.UsageError as exc:  # a bad option value, a missing argument: one line too, exit 2
             where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
             click.echo(f"workbench: error: {printable(exc.format_message())}{where}", err=True)
