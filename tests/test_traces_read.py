@@ -250,3 +250,30 @@ def test_a_dump_of_several_requests_is_laid_end_to_end_each_its_own_run(tmp_path
     assert row["runs"] == 2 and row["overlap"] == 0.0  # token 2 of "a" is not token 0 of "b"'s predecessor
     dense = dense_routing(tr)
     assert dense.tokens == 6 and dense.note == ""  # a session replays "a" then "b"
+
+
+PLAIN = ["token,layer,expert\n0,0,1\n0,0,2\n1,0,3\n1,0,0\n", "0,0,1\n\n0,0,2\n1,0,3\n1,0,0\n",
+         "0,0,0001\r\n0,0,2\r\n1,0,3\r\n1,0,0\r\n", " 0, 0 ,1\n0,0,2\n1,0,3\n1,0,0"]
+ODD = ["0,0,1\n0,0,1e3\n", "0,0,1\n0,0,+2\n", "0,0,1\n0,0,2.0\n", "0,0,1\n0,0,-2\n", "0,0,1\n0,0,70000\n",
+       "0,0,1\n0,0,2,3\n", "0,0,1\n0,0\n", "token,layer,expert\n0,0,x\n"]
+
+
+@pytest.mark.parametrize("text", PLAIN)
+def test_the_fast_csv_pass_reads_plain_files_as_the_careful_one_does(tmp_path, text, monkeypatch):
+    import workbench.expert.traces.text as csv_text
+
+    (tmp_path / "t.csv").write_text(text)
+    careful = csv_text._read(str(tmp_path / "t.csv"), fast=False)
+    monkeypatch.setattr(csv_text, "_checked", None)  # the careful pass is not needed for these
+    assert np.array_equal(read_trace(tmp_path / "t.csv").experts[0], careful[:, 2].reshape(2, 2))
+
+
+@pytest.mark.parametrize("text", ODD)
+def test_the_fast_csv_pass_leaves_anything_odd_to_the_careful_one(tmp_path, text):
+    import workbench.expert.traces.text as csv_text
+
+    (tmp_path / "t.csv").write_text(text)
+    with pytest.raises(csv_text._NotPlain):
+        csv_text._read(str(tmp_path / "t.csv"), fast=True)
+    with pytest.raises(TraceError):
+        read_trace(tmp_path / "t.csv")
