@@ -174,3 +174,10 @@ def test_a_session_runs_on_a_fitted_model(tmp_path, synth_model, monkeypatch):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert len(doc["turns"]) == 2 and sum(t["hits"] + t["misses"] for t in doc["turns"]) > 0
+
+
+def test_a_trace_too_short_to_judge_says_so(tmp_path):
+    (tmp_path / "one.csv").write_text("0,0,1\n0,0,2\n0,1,3\n0,1,0\n")  # one token: no overlap, no halves
+    result = cli("trace", "fit", tmp_path / "one.csv", "--out", tmp_path / "one.json", "--tokens", "50")
+    assert result.exit_code == 0, result.output
+    assert "too short to show its own spread" in result.stdout and "does not capture" not in result.stdout

@@ -62,11 +62,12 @@ def echo_fit(result: Any, tokens: int) -> None:
                  _num(r["source_halves_gap"])) for r in result.deviation.to_dict(orient="records")])
     for r in result.deviation.to_dict(orient="records"):
         if not r["within"]:
-            moves = r["source_halves_gap"] >= r["largest_gap"]
+            own = r["source_halves_gap"]
+            why = ("; the trace is too short to show its own spread (fewer than 4 tokens in a layer)" if math.isnan(own)
+                   else "; the source's own halves stand as far apart (it is not stationary: a longer trace would "
+                        "pin it)" if own >= r["largest_gap"] else "; the model does not capture it")
             click.echo(f"{r['measure']}: the fitted trace stands {r['largest_gap']:.3f} from the original, beyond "
-                       f"{r['tolerance']:.2f}" + ("; the source's own halves stand as far apart (it is not "
-                                                  "stationary: a longer trace would pin it)" if moves else
-                                                  "; the model does not capture it"))
+                       f"{r['tolerance']:.2f}{why}")
 
 
 def _spread(values: Any, digits: int = 2) -> str:
