@@ -4,6 +4,8 @@ trace stats`` / ``fit`` on every format, and a bad trace is one line and exit 2 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +14,12 @@ from click.testing import CliRunner
 from workbench.cli import main
 from workbench.errors import TraceError
 from workbench.expert.routing import load_trace, moe_shape
-from workbench.expert.traces import (TOLERANCES, RoutingTrace, StickyModel, as_trace, fit_trace, load_model, save_model,
+from workbench.expert.traces import (TOLERANCES, StickyModel, as_trace, fit_trace, load_model, save_model,
                                      trace_bytes)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import bench_traces  # noqa: E402
 
 
 def sticky_source(tokens=4000, seed=5):
@@ -23,15 +29,9 @@ def sticky_source(tokens=4000, seed=5):
     return truth, as_trace(truth.synthesize(tokens, seed=seed))
 
 
-def phase_source(tokens=4000, n=64, k=8, segment=200, seed=0):
-    """Not the model's kind of trace: topics of ``segment`` tokens, each with its own hot experts."""
-    rng = np.random.default_rng(seed)
-    out = np.empty((tokens, 4, k), np.int32)
-    for t0 in range(0, tokens, segment):
-        for layer in range(4):
-            score = np.log(rng.dirichlet(np.ones(n) * 0.3)) + rng.gumbel(size=(segment, n))
-            out[t0:t0 + segment, layer] = np.argpartition(-score, k - 1, axis=1)[:, :k]
-    return as_trace(RoutingTrace(out, (0, 1, 2, 3), n, "phases"))
+def phase_source():
+    """Not the model's kind of trace: topics of 200 tokens, each with its own hot experts (the benchmark's)."""
+    return as_trace(bench_traces.phases(4000, n=64, k=8, segment=200))
 
 
 def gaps(result):
