@@ -13,6 +13,7 @@ from workbench.expert.session import ExpertSession, SessionConfig, run_session
 from workbench.expert.session_records import (
     DECODE_TURN_KEYS,
     MEMORY_TURN_KEYS,
+    MISS_KEYS,
     PRESSURE_KEYS,
     TURN_EXTRAS,
     PREFETCH_KEYS,
@@ -117,7 +118,7 @@ def test_json_is_the_issue_document(moe64):
     doc = json.loads(json.dumps(report.to_json()))
     assert list(doc) == ["turns", "summary"] and len(doc["turns"]) == 2
     keys = list(ISSUE_KEYS) + list(DECODE_TURN_KEYS) + list(MEMORY_TURN_KEYS) + list(TURN_EXTRAS) + list(PRESSURE_KEYS)
-    keys += list(WALL_KEYS) + list(TOKEN_KEYS) + list(PREFETCH_KEYS)
+    keys += list(WALL_KEYS) + list(TOKEN_KEYS) + list(PREFETCH_KEYS) + list(MISS_KEYS)
     assert all(list(t) == keys for t in doc["turns"])  # the first issue's keys first, in order
     assert TurnRecord.from_json(report.turns[1].to_json()) == report.turns[1]
     old = {k: doc["turns"][0][k] for k in ISSUE_KEYS}  # a turn recorded before the decode fields existed

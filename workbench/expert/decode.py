@@ -58,6 +58,7 @@ class Timers:
     upload: float = 0.0
     route: float = 0.0
     bookkeeping: float = 0.0  # the cache's: lookup, admit (gate, evict, madvise), complete, unpin
+    host_compute: float = 0.0  # misses computed on the host where they lie (--miss host|auto: expert.miss)
     landed_bytes: int = 0
     token_s: list[float] = field(default_factory=list)  # each token's seconds (workbench.records.token_tail)
     token_stall_s: list[float] = field(default_factory=list)  # of them, read + upload + route
@@ -87,11 +88,13 @@ class Decoder:
 
     def __init__(self, cache: ExpertCache, lanes: LanePool, uploader: SliceUploader, arena: DeviceBuffer,
                  compute: LayerCompute, trace: RoutingTrace, by_layer: dict[int, list[int]], overlap: bool,
-                 on_upload: Callable[[SliceKey, int, int], None] | None = None, prefetch: Any = None):
+                 on_upload: Callable[[SliceKey, int, int], None] | None = None, prefetch: Any = None,
+                 miss: Any = None):
         self.cache, self.lanes, self.uploader, self.arena = cache, lanes, uploader, arena
         self.compute, self.trace, self.by_layer, self.overlap = compute, trace, by_layer, overlap
         self.on_upload = on_upload
         self.prefetch = prefetch  # a PrefetchStage (workbench.expert.prefetch): stages its predictor's experts ahead
+        self.miss = miss  # a MissServer (workbench.expert.miss): which misses the host computes where they lie
         self.timers = Timers()
         self.last_landed: list[tuple[SliceKey, int, int]] = []
 
@@ -104,6 +107,7 @@ class Decoder:
         for n, (t, i) in enumerate(steps):
             if n and i == 0:
                 mark = self._token_done(mark)
+            before = self._fetch_mark()
             if serial:
                 landed = self._land_serial(t, i)
             elif stage is not None:
@@ -116,7 +120,9 @@ class Decoder:
                 ahead = None
             t0 = time.perf_counter()
             self.compute.run(self.arena, [(k.blob, at, size) for k, at, size in landed])
-            self.timers.compute += time.perf_counter() - t0
+            self.timers.compute += (device_s := time.perf_counter() - t0)
+            if self.miss is not None:  # the layer's misses served on the host, and what auto learns
+                self.timers.host_compute += self.miss.step_done(t, i, *self._fetch_since(before), device_s)
             self.last_landed = landed
         if stage is not None:
             stage.finish(self)
@@ -157,7 +163,21 @@ class Decoder:
             setattr(self.timers, cause, getattr(self.timers, cause) + time.perf_counter() - t0)
 
     def _keys(self, t: int, i: int) -> list[SliceKey]:
-        return [SliceKey(blob, e) for e in self.route(t, i) for blob in self.by_layer[self.trace.layers[i]]]
+        return self.device_keys(t, i, self.route(t, i))
+
+    def device_keys(self, t: int, i: int, routed: Sequence[int]) -> list[SliceKey]:
+        """The keys of the routed experts landed on the device (with ``--miss host|auto`` the miss
+        server keeps the others, to compute on the host once the layer has run)."""
+        experts = routed if self.miss is None else self.miss.split(t, i, routed)
+        return [SliceKey(blob, e) for e in experts for blob in self.by_layer[self.trace.layers[i]]]
+
+    def _fetch_mark(self) -> tuple[float, float]:
+        return self.timers.read + self.timers.bookkeeping, self.timers.upload
+
+    def _fetch_since(self, mark: tuple[float, float]) -> tuple[float, float]:
+        """(read + bookkeeping, upload) seconds since ``mark`` (a layer's landing, overlap's planning ahead too)."""
+        now = self._fetch_mark()
+        return now[0] - mark[0], now[1] - mark[1]
 
     def _land_serial(self, t: int, i: int) -> list[tuple[SliceKey, int, int]]:
         """One slice at a time on this thread: look up or read it, copy it, drain, let it go."""

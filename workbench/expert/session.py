@@ -28,6 +28,7 @@ from workbench.expert.decode import Decoder, SliceUploader, Timers, arena_slots
 from workbench.expert.uploader import open_uploader
 from workbench.expert.lanes import LanePool
 from workbench.expert.memory import process_memory
+from workbench.expert.miss.server import open_miss
 from workbench.expert.prefetch import PrefetchStage, make_predictor, parse_prefetch
 from workbench.expert.policies.partition import session_eviction
 from workbench.expert.pressure_turn import TurnPressure
@@ -85,6 +86,10 @@ class ExpertSession:
             tensors = {t.name: t for t in index.tensors}
             self.compute = open_compute(config.compute, device, blobs, tensors, len(self.trace.layers))
             self._stack.callback(self.compute.close)
+            self.miss = open_miss(config.miss, self.cache, index.path, blobs, tensors, self._by_layer,
+                                  self.trace.layers)
+            if self.miss.host is not None:
+                self._stack.callback(self.miss.host.close)
             self.checker = self._stack.enter_context(SessionChecker(index, device, self.cache, self._arena))
             if uploader is None:
                 uploader = open_uploader(config.uploader, device, config.upload_threads)
@@ -98,7 +103,7 @@ class ExpertSession:
             if config.overlap and spec.predicts else None
         self.decoder = Decoder(self.cache, self.lanes, uploader, self._arena,
                                self.compute, self.trace, self._by_layer, config.overlap,
-                               self.checker.check_upload if config.verify else None, self.prefetch)
+                               self.checker.check_upload if config.verify else None, self.prefetch, self.miss)
         self._probe = memory_probe
         self._pressure = TurnPressure([f.path for f in index.files]) if config.memory_limit_mib else None
         self._cg_before = memory_probe() if memory_probe else None
@@ -120,7 +125,7 @@ class ExpertSession:
             trace_note, self.device.info().name, bool(c.verify), self.compute.description, c.lanes, c.overlap,
             _gate_text(self.cache), f.leak_bound_pages, working, expert_bytes, f.files, warnings,
             release_advice=f.release_advice, uploader=c.uploader, upload_threads=c.upload_threads,
-            prefetch=self._prefetch_text())
+            prefetch=self._prefetch_text(), miss=self.miss.describe())
 
     def _prefetch_text(self) -> str:
         if self.prefetch is not None:
@@ -153,10 +158,13 @@ class ExpertSession:
         c, mem = self.cache.counters().minus(before), self.cache.memory()
         # entries read ahead for a layer that did not route them were admitted, not looked up: not misses
         misses = c.misses - (self.prefetch.unused_entries if self.prefetch is not None else 0)
+        served = self.miss.take_turn()  # misses computed on the host were never looked up: they count here
+        misses += served.host_entries
         reads = self.lanes.meter.snapshot().minus(meter0)
         disk = io1.read_bytes - io0.read_bytes
         page_cache = max(0, (io1.rchar - io0.rchar) - disk)
         stalls, book = timers.read + timers.upload + timers.route, timers.bookkeeping
+        self.miss.reset()  # nothing planned is left across a turn's end
         status, cg = read_status(), self._cgroup_delta()
         record = TurnRecord(
             turn=len(self._records), tokens=n, bytes_read=c.bytes_read, hits=c.hits, misses=misses,
@@ -165,7 +173,7 @@ class ExpertSession:
             unreleased_pages=mem.unreleased_pages, seconds=seconds, tokens_per_s=n / max(seconds, 1e-12),
             hit_rate=c.hits / max(1, c.hits + misses), compute_s=timers.compute, stall_read_s=timers.read,
             stall_upload_s=timers.upload, stall_route_s=timers.route, bookkeeping_s=book,
-            other_s=max(0.0, seconds - timers.compute - stalls - book),
+            other_s=max(0.0, seconds - timers.compute - timers.host_compute - stalls - book),
             residual_s_per_token=max(0.0, seconds - stalls - book) / n,
             hit_bytes_per_token=c.hit_bytes / n, page_cache_bytes_per_token=page_cache / n,
             disk_bytes_per_token=disk / n, io_bytes=c.io_bytes, landed_bytes=timers.landed_bytes,
@@ -179,7 +187,7 @@ class ExpertSession:
             gated_reads=c.gated_reads, lazyfree_bytes=mem.lazyfree_bytes, file_rss_bytes=status.file_bytes,
             cpu_user_s=ru1.ru_utime - ru0.ru_utime, cpu_sys_s=ru1.ru_stime - ru0.ru_stime,
             token_s=tuple(timers.token_s), token_stall_s=tuple(timers.token_stall_s),
-            **(self.prefetch.tally.to_json() if self.prefetch is not None else {}),
+            **(self.prefetch.tally.to_json() if self.prefetch is not None else {}), **served.to_json(),
             **(self._pressure.after(disk) if self._pressure is not None else {}))
         self._records.append(record)
         if self.config.verify_end:  # outside the turn's timing

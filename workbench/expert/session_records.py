@@ -9,18 +9,19 @@ GB/s) and the memory a turn ended with (:data:`MEMORY_TURN_KEYS`), then ``shift_
 ``resident_bytes`` and ``gated_reads``, then what a memory limit's pressure hit (:data:`PRESSURE_KEYS`),
 then the misses' staged GB/s against the machine's wall (:data:`WALL_KEYS`), then every token's seconds
 and stall (:data:`TOKEN_KEYS`: the per-token percentiles are taken over these raw times) and what a
-predictor did (:data:`PREFETCH_KEYS`). A turn stays a few hundred bytes plus two numbers a token.
+predictor did (:data:`PREFETCH_KEYS`), then how misses were served (:data:`MISS_KEYS`, ``--miss``).
+A turn stays a few hundred bytes plus two numbers a token.
 
 Where a turn's time went (``seconds``, the turn's wall)::
 
-    seconds = compute_s + stall_read_s + stall_upload_s + stall_route_s + bookkeeping_s + other_s
+    seconds = compute_s + host_compute_s + stall_read_s + stall_upload_s + stall_route_s + bookkeeping_s + other_s
 
 ``stall_read_s`` is the decode thread waiting for a miss's read (its own read, or a lane's),
 ``stall_upload_s`` waiting for copies to the device, ``stall_route_s`` obtaining the routing,
 ``bookkeeping_s`` the cache's work on the decode thread (lookups, admissions with the mincore gate,
 evictions and their madvise, completions, unpins), ``other_s`` the rest (the loop itself);
 ``residual_s_per_token`` is what is left once the stalls and the bookkeeping are taken out, per
-token: ``(seconds - stalls - bookkeeping_s) / tokens`` = ``(compute_s + other_s) / tokens`` (the
+token: ``(seconds - stalls - bookkeeping_s) / tokens`` = ``(compute_s + host_compute_s + other_s) / tokens`` (the
 second write-up's "compute residual"), so a change to the gate or the eviction policy shows in
 ``bookkeeping_s`` and not as a change in compute. ``shift_copy_s`` is the time the bounce reader
 spent copying ``shift_copy_bytes`` (on the lane that read, so it overlaps the decode thread).
@@ -52,6 +53,7 @@ WALL_KEYS = ("wall_name", "wall_gbps", "staged_of_wall", "wall_note")  # the mis
 TOKEN_KEYS = ("token_s", "token_stall_s")
 PREFETCH_KEYS = ("prefetch_named", "prefetch_right", "prefetch_routed", "prefetch_bytes", "prefetch_unused_bytes",
                  "prefetch_never_used_bytes", "prefetch_late_bytes", "prefetch_idle_bytes", "prefetch_dropped")
+MISS_KEYS = ("miss_fetched", "miss_host", "miss_host_bytes", "host_compute_s", "miss_fetch_cost_s", "miss_host_cost_s")
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,13 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     prefetch_late_bytes: int = -1  # of the unused, routed by a later token while still cached (a hit)
     prefetch_idle_bytes: int = -1  # read ahead, live and unused as the turn ended
     prefetch_dropped: int = -1  # entries the cache had no room for (its budget held by entries in use)
+    # how misses were served (--miss; workbench.expert.miss): experts, not entries; -1 recorded before
+    miss_fetched: int = -1  # misses read, landed and computed on the device
+    miss_host: int = -1  # misses computed on the host from the file's mapping (never admitted to the cache)
+    miss_host_bytes: int = -1  # expert bytes those products read from the mapping
+    host_compute_s: float = 0.0  # their seconds on the decode thread (in the residual, not in compute_s)
+    miss_fetch_cost_s: float = -1.0  # auto's learned seconds per fetched miss as the turn ended (-1: none yet)
+    miss_host_cost_s: float = -1.0  # and per miss computed on the host
 
     @property
     def held_anon_bytes(self) -> int:
@@ -229,6 +238,7 @@ class SessionFacts:
     uploader: str = "pageable"  # how landed slices reach the device: pageable copies | pinned (a staging ring)
     upload_threads: int = 1  # threads copying them out of the cache
     prefetch: str = "route"  # what was staged ahead, in words (workbench.expert.prefetch)
+    miss: str = "fetch"  # how misses were served, in words (workbench.expert.miss)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -6,6 +6,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from workbench.expert.miss.server import miss_fields
 from workbench.expert.prefetch.tally import tally_fields
 from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.expert.steady import DEFAULT_SLOPE_PCT, DEFAULT_WINDOW, drift_after, steady_from
@@ -103,6 +104,15 @@ class SessionSummary:
     prefetch_dropped: int = -1
     prefetch_precision: float | None = None
     prefetch_recall: float | None = None
+    # how misses were served (--miss; workbench.expert.miss.server.miss_fields): experts; -1/None recorded before
+    miss_fetched: int = -1
+    miss_host: int = -1
+    miss_host_bytes: int = -1
+    fetch_ms_per_token: float | None = None  # read + upload waits
+    host_ms_per_token: float | None = None  # misses computed on the host
+    device_ms_per_token: float | None = None  # the device compute
+    miss_fetch_cost_ms: float | None = None  # auto's learned cost per fetched miss, the last turn's
+    miss_host_cost_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -170,7 +180,7 @@ def summarize(records: Sequence[TurnRecord], facts: SessionFacts, verified_slice
         shift_copy_s=sum(max(0.0, r.shift_copy_s) for r in records),
         shift_copy_bytes_per_token=total("shift_copy_bytes") / tokens, steady_window=window, steady_slope_pct=slope_pct,
         lazyfree_bytes_last=last.lazyfree_bytes, lazyfree_bytes_max=max(r.lazyfree_bytes for r in records),
-        **tail_fields(records), **tally_fields(records),
+        **tail_fields(records), **tally_fields(records), **miss_fields(records),
     )
 
 

@@ -56,6 +56,9 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
               help="What --overlap stages ahead of a layer: route (its own routing, known ahead: a perfect "
                    "predictor) | none | previous (the previous token's experts) | popularity[:n=N,from=seen|trace] "
                    "| oracle[:precision=P,recall=R,seed=S] (the routing degraded).")
+@click.option("--miss", type=click.Choice(["fetch", "host", "auto"]), default="fetch", show_default=True,
+              help="How a miss is served: fetch (read, upload, compute on the device) | host (computed on the host "
+                   "where it lies: the file's mapping) | auto (per miss, the cheaper as measured in the session).")
 @click.option("--gate", type=numbers.amount(0, 1), default=None,
               help="Resident fraction at which a miss is read buffered from the page cache (default: off).")
 @click.option("--gate-scope", type=click.Choice(["blob", "file"]), default="blob", show_default=True,

@@ -83,7 +83,8 @@ class PrefetchStage:
         self.predictor.observe(t, i, routed)
         if staged is not None:
             self.tally.score(staged.named, routed)
-        keys = [SliceKey(blob, e) for e in routed for blob in d.by_layer[d.trace.layers[i]]]
+        keys = d.device_keys(t, i, routed) if hasattr(d, "device_keys") else \
+            [SliceKey(blob, e) for e in routed for blob in d.by_layer[d.trace.layers[i]]]  # --miss: expert.miss
         plan, again, kept = LayerPlan(keys), [], []
         own = staged.reads if staged is not None else {}
         if staged is not None:  # what was staged and not routed is let go before the routed lookups need room

@@ -72,6 +72,12 @@ SHOWN: dict[str, Callable[[Sequence[Any]], float]] = {
     "prefetch MiB/token": lambda ts: _prefetch(ts, "prefetch_bytes"),
     "unused MiB/token": lambda ts: _prefetch(ts, "prefetch_unused_bytes"),
     "never used MiB/token": lambda ts: _prefetch(ts, "prefetch_never_used_bytes"),
+    # how misses were served (--miss): what a miss arm changes by design; -1 for turns recorded before
+    "host share": lambda ts: (sum(t.miss_host for t in ts) / max(1, sum(t.miss_host + t.miss_fetched for t in ts))
+                              if all(t.miss_fetched >= 0 for t in ts) else -1.0),
+    "fetch ms/token": lambda ts: sum(t.stall_read_s + t.stall_upload_s for t in ts) / _tokens(ts) * 1e3,
+    "host ms/token": lambda ts: sum(t.host_compute_s for t in ts) / _tokens(ts) * 1e3,
+    "device ms/token": lambda ts: sum(t.compute_s for t in ts) / _tokens(ts) * 1e3,
 }
 
 

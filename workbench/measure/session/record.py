@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.expert.session_config import SessionConfig
 from workbench.expert.session_records import SessionFacts, TurnRecord
+from workbench.expert.miss.server import miss_line
 from workbench.expert.prefetch.tally import tally_line
 from workbench.expert.session_summary import SessionReport, growth_line, steady_line, summarize
 from workbench.records.token_tail import tail_line
@@ -182,7 +183,13 @@ def summary_line(report: SessionReport) -> str:
             f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
             f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
             f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
-            f"compute {f.compute}{_advice(f, s)}{_uploads(f)}; {tail_line(s)}{_prefetch(f, s)}")
+            f"compute {f.compute}{_advice(f, s)}{_uploads(f)}; {tail_line(s)}{_prefetch(f, s)}{_misses(f, s)}")
+
+
+def _misses(f: SessionFacts, s: Any) -> str:
+    """How misses were served (--miss), with the per-token fetch, host and device compute times."""
+    said = miss_line(s, f.miss.split(" ")[0] or "fetch")
+    return f"; {said}" if said else ""
 
 
 def _prefetch(f: SessionFacts, s: Any) -> str:

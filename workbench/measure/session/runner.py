@@ -183,6 +183,9 @@ def preflight_session(file: str, config: SessionConfig, device: str) -> Any:
     if config.trace is not None:
         k = load_trace(config.trace, layers=layers, n_experts=n_experts).k
     check_fits(parse_prefetch(config.prefetch), k, n_experts)  # a degraded oracle this model cannot have
+    if config.miss != "fetch":  # a type neither numpy nor gguf-py computes: --miss host/auto refused here
+        from workbench.expert.miss.host import check_host_computable
+        check_host_computable(index)
     name = device.partition(":")[0]
     avail = device_availability(name)
     if not avail:

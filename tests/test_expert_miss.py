@@ -1,0 +1,253 @@
+"""Issue 34 §4: misses computed where they lie (``--miss fetch|host|auto``).
+
+The host's products are checked against a reference decoded by hand from the file's own bytes (found
+through gguf-py's reader, not our index) on a GGUF written by gguf-py's writer with F16, BF16, F32,
+Q4_0 and Q8_0 experts; auto's rule on hand-made costs; a session's host misses read exactly their
+experts' bytes; a type nothing here can compute is one line; the session A/B over --miss."""
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from one_line import one_error_line
+from workbench.cli import main
+from workbench.expert.miss import ArmCost, AutoRule, HostExperts, MissServer, choose
+from workbench.expert.miss.host import rhs
+from workbench.expert.miss.rule import probe_gap
+from workbench.expert.session import ExpertSession
+from workbench.expert.session_config import SessionConfig
+from workbench.formats import open_index
+from workbench.upload.host import HostDevice
+
+DTYPES = {("0", "gate"): "F16", ("0", "up"): "BF16", ("0", "down"): "F32", ("1", "gate"): "Q4_0",
+          ("1", "up"): "Q8_0", ("1", "down"): "F32"}
+EXPERTS, ROWS, COLS = 4, 8, 64
+
+
+def _write_gguf(path, kinds=DTYPES):
+    from gguf import GGMLQuantizationType as Q
+    from gguf import GGUFWriter
+    from gguf.quants import quantize
+
+    rng = np.random.default_rng(3)
+    writer = GGUFWriter(str(path), "qwen3moe")
+    for (layer, part), kind in kinds.items():
+        w = rng.standard_normal((EXPERTS, ROWS, COLS)).astype(np.float32)
+        name = f"blk.{layer}.ffn_{part}_exps.weight"
+        if kind == "F16":
+            writer.add_tensor(name, w.astype(np.float16))
+        elif kind == "BF16":
+            writer.add_tensor(name, (w.view(np.uint32) >> 16).astype(np.uint16), raw_dtype=Q.BF16)
+        elif kind == "F32":
+            writer.add_tensor(name, w)
+        elif kind == "I32":
+            writer.add_tensor(name, w.astype(np.int32))
+        else:
+            writer.add_tensor(name, quantize(w, Q[kind]), raw_dtype=Q[kind])
+    writer.add_block_count(2)
+    writer.add_expert_count(EXPERTS)
+    writer.add_expert_used_count(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    return _write_gguf(tmp_path_factory.mktemp("miss") / "mixed.gguf")
+
+
+def _file_experts(path):
+    """name → (ggml type name, [each expert's bytes]) as gguf-py's reader finds them in the file."""
+    from gguf import GGUFReader
+
+    out = {}
+    data = open(path, "rb").read()
+    for t in GGUFReader(str(path)).tensors:
+        raw = data[t.data_offset:t.data_offset + int(t.n_bytes)]
+        step = len(raw) // EXPERTS
+        out[t.name] = (t.tensor_type.name, [raw[e * step:(e + 1) * step] for e in range(EXPERTS)])
+    return out
+
+
+def _f16(b):
+    return struct.unpack("<e", b)[0]
+
+
+def _decode(kind, raw):
+    """An expert's bytes as ROWS x COLS float64, decoded by hand (no numpy view, no gguf-py)."""
+    if kind == "F32":
+        vals = struct.unpack(f"<{len(raw) // 4}f", raw)
+    elif kind == "F16":
+        vals = [_f16(raw[i:i + 2]) for i in range(0, len(raw), 2)]
+    elif kind == "BF16":  # the two bytes are the top half of an f32
+        vals = [struct.unpack("<f", b"\0\0" + raw[i:i + 2])[0] for i in range(0, len(raw), 2)]
+    elif kind == "Q8_0":  # blocks of 32: f16 scale, 32 int8
+        vals = []
+        for i in range(0, len(raw), 34):
+            d = _f16(raw[i:i + 2])
+            vals += [d * q for q in struct.unpack("<32b", raw[i + 2:i + 34])]
+    elif kind == "Q4_0":  # blocks of 32: f16 scale, 16 bytes: low nibbles are elements 0-15, high 16-31
+        vals = []
+        for i in range(0, len(raw), 18):
+            d, qs = _f16(raw[i:i + 2]), raw[i + 2:i + 18]
+            vals += [d * ((q & 0xF) - 8) for q in qs] + [d * ((q >> 4) - 8) for q in qs]
+    else:
+        raise AssertionError(kind)
+    return np.array(vals, dtype=np.float64).reshape(ROWS, COLS)
+
+
+def test_host_products_are_the_files_bytes_times_x(mixed):
+    index = open_index(mixed)
+    by_file = _file_experts(mixed)
+    host = HostExperts(index.path, index.blobs, {t.name: t for t in index.tensors})
+    try:
+        for b, blob in enumerate(index.blobs):
+            kind, experts = by_file[blob.tensors[0]]
+            assert host.matrices[b].dtype == kind
+            for e in range(EXPERTS):
+                assert host.expert_bytes(b, e).tobytes() == experts[e]  # the bytes it reads are the file's
+                touched = host.run([(b, e)])
+                assert touched == len(experts[e])
+                want = _decode(kind, experts[e]) @ rhs(COLS, b).astype(np.float64)
+                np.testing.assert_allclose(host.last[(b, e)], want, rtol=1e-4, atol=1e-5)
+    finally:
+        host.close()
+
+
+def test_a_type_nothing_here_computes_is_one_line_before_anything_is_recorded(tmp_path):
+    path = _write_gguf(tmp_path / "ints.gguf", {**DTYPES, ("1", "up"): "I32"})
+    ledger = tmp_path / "l.sqlite"
+    result = CliRunner().invoke(main, ["session", str(path), "--turns", "1", "--tokens", "1", "--miss", "host",
+                                       "--ledger", str(ledger)])
+    one_error_line(result, str(path), "blk.1.ffn_up_exps.weight", "I32", "--miss fetch")
+    assert not ledger.exists()
+    fetched = CliRunner().invoke(main, ["session", str(path), "--turns", "1", "--tokens", "1", "--ledger", str(ledger)])
+    assert fetched.exit_code == 0, fetched.output  # fetching does not need numbers
+
+
+# --- auto's rule on hand-made costs --------------------------------------------------------------------
+def _cost(seconds, samples=5):
+    return ArmCost(seconds, samples)
+
+
+def test_each_way_is_tried_first_then_the_cheaper_wins():
+    rule = AutoRule(warmup=2, probe_share=0.0)
+    assert choose(ArmCost(), ArmCost(), 0, rule) == "fetch"
+    assert choose(_cost(1.0, 1), ArmCost(), 0, rule) == "fetch"  # one layer is not two
+    assert choose(_cost(1.0, 2), ArmCost(), 0, rule) == "host"
+    assert choose(_cost(1.0), _cost(0.5), 10**6, rule) == "host"
+    assert choose(_cost(0.5), _cost(1.0), 10**6, rule) == "fetch"
+
+
+def test_probes_of_the_dearer_way_cost_at_most_their_share():
+    rule = AutoRule(warmup=1, probe_share=0.02)
+    assert probe_gap(1.0, 20.0, rule) == pytest.approx(1000) and probe_gap(1.1, 1.0, rule) == pytest.approx(55)
+    fetch, host = _cost(1.0), _cost(20.0)
+    since, ways = 0, []
+    for _ in range(3000):
+        way = choose(fetch, host, since, rule)
+        ways.append(way)
+        since = since + 1 if way == "fetch" else 0
+    assert ways.count("host") == 2 and ways[1000] == "host"  # one in 1,001: 20 s of 1,020 s, 2 %
+    spent = ways.count("fetch") * 1.0 + ways.count("host") * 20.0
+    assert ways.count("host") * 20.0 / spent <= 0.02
+
+
+def test_the_running_cost_follows_the_newest_layers():
+    c = ArmCost()
+    c.add(1.0)
+    c.add(2.0)
+    assert c.seconds == pytest.approx(1.2) and c.samples == 2
+
+
+class _Cache(set):
+    """A cache holding (blob, expert) keys."""
+
+
+class _Host:
+    def __init__(self, seconds=0.0):
+        self.keys, self.seconds = [], seconds
+
+    def run(self, keys):
+        self.keys += keys
+        return 100 * len(keys)
+
+    def describe(self):
+        return "fake"
+
+
+def test_the_server_splits_by_the_cache_and_the_rule_and_learns_from_each_layer():
+    cache = _Cache({(0, 1), (1, 1)})  # expert 1 of layer 0 cached in both blobs; expert 2 in one
+    cache.add((0, 2))
+    host = _Host()
+    s = MissServer("auto", cache, {7: [0, 1]}, [7], host, AutoRule(warmup=1, probe_share=0.0))
+    assert s.split(0, 0, [1, 2, 3]) == [1, 2, 3]  # a hit lands; misses are fetched until fetch is measured
+    s.step_done(0, 0, fetch_s=0.2, upload_s=0.3, device_s=0.0)  # 2 fetched: 0.1 + 0.3 / 3 landed
+    assert s.fetch_cost.seconds == pytest.approx(0.2)
+    assert s.split(1, 0, [1, 4, 5]) == [1]  # then host, until it is measured
+    assert s.step_done(1, 0, 0.0, 0.0, 0.0) >= 0.0
+    assert host.keys == [(0, 4), (1, 4), (0, 5), (1, 5)]
+    s.host_cost = _cost(0.3)
+    assert s.split(2, 0, [4]) == [4]  # fetch (0.2) is cheaper now
+    s.host_cost = _cost(0.1)
+    assert s.split(3, 0, [4]) == []
+    tally = s.take_turn()
+    assert (tally.miss_fetched, tally.miss_host, tally.miss_host_bytes) == (2, 2, 400)
+    assert tally.host_entries == 4 and "host_entries" not in tally.to_json()
+
+
+# --- sessions ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lanes, overlap", [(1, False), (2, True)])
+def test_a_host_session_computes_every_miss_from_the_file_and_fetches_nothing(mixed, lanes, overlap):
+    index = open_index(mixed)
+    by_file = _file_experts(mixed)
+    cfg = SessionConfig(turns=2, tokens=3, miss="host", experts_per_token=2, lanes=lanes, overlap=overlap,
+                        compute="device")
+    with ExpertSession(index, HostDevice(), cfg) as s:
+        records = list(s.turns())
+        last = s.miss.host.last
+        assert "host (every miss computed where it lies" in s.facts.miss
+    layer_bytes = sum(len(by_file[b.tensors[0]][1][0]) for b in index.blobs if b.layer == 1)
+    for r in records:
+        assert r.miss_fetched == 0 and r.bytes_read == 0 and r.hits == 0 and r.host_compute_s > 0
+        assert r.miss_host == 3 * 2 * 2 and r.misses == r.miss_host * 3  # tokens x layers x k; entries
+    assert sum(r.miss_host_bytes for r in records) == 2 * 3 * 2 * (layer_bytes + sum(
+        len(by_file[b.tensors[0]][1][0]) for b in index.blobs if b.layer == 0))
+    assert len(last) == 2 * 3  # the last layer's 2 experts x 3 blobs, each the file's bytes times x
+    for (b, e), y in last.items():
+        kind, experts = by_file[index.blobs[b].tensors[0]]
+        np.testing.assert_allclose(y, _decode(kind, experts[e]) @ rhs(COLS, b), rtol=1e-4, atol=1e-5)
+
+
+def test_a_fetch_session_counts_its_misses_and_computes_nothing_on_the_host(mixed):
+    cfg = SessionConfig(turns=2, tokens=3, experts_per_token=2, verify=True)
+    with ExpertSession(open_index(mixed), HostDevice(), cfg) as s:
+        records = list(s.turns())
+        assert s.miss.host is None and s.verified_slices > 0
+    assert sum(r.miss_fetched for r in records) > 0 and all(r.miss_host == 0 for r in records)
+    assert all(r.host_compute_s == 0 for r in records)
+
+
+def test_session_ab_over_miss_on_the_host(mixed, tmp_path):
+    result = CliRunner().invoke(main, [
+        "session", str(mixed), "--turns", "3", "--tokens", "3", "--experts-per-token", "2", "--compute", "device",
+        "--ab", "miss=fetch", "--ab", "miss=host", "--ab", "miss=auto", "--rounds", "2",
+        "--ledger", str(tmp_path / "l.sqlite"), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert not [c for c in doc["checks"] if c.startswith("FAILED")], doc["checks"]
+    assert {e["metric"] for e in doc["effects"]} >= {"tok/s", "token p50 ms"}
+    share = {}
+    for c in doc["cells"]:
+        share.setdefault(c["arm"], set()).add(c["figures"]["host share"])
+        summary = c["summary"]
+        assert summary["fetch_ms_per_token"] is not None and summary["device_ms_per_token"] is not None
+    assert share[0] == {0.0} and share[1] == {1.0} and all(0.0 <= v <= 1.0 for v in share[2])
+    assert all(c["summary"]["miss_fetch_cost_ms"] is not None for c in doc["cells"] if c["arm"] == 2)

@@ -1,0 +1,23 @@
+"""Where a session's misses are served (``--miss fetch|host|auto``, issue 34 §4).
+
+* :mod:`~.host` — experts computed on the host from the file's mapping: each blob's matrix–vector
+  product at batch 1, the bytes widened to f32 (F16, BF16 by its bits) or dequantized by gguf-py;
+* :mod:`~.rule` — ``auto``'s rule: the cheaper of fetch and host per miss, by costs learned online;
+* :mod:`~.server` — the decode loop's two hooks (split a layer's routed experts, then compute its host
+  misses and learn), the turn's counts (:data:`~.server.MISS_KEYS`) and the summary's sentence.
+"""
+from workbench.expert.miss.host import HostExperts, widen
+from workbench.expert.miss.rule import ArmCost, AutoRule, choose
+from workbench.expert.miss.server import (
+    MISS_KEYS,
+    MISS_MODES,
+    MissServer,
+    MissTally,
+    check_miss,
+    miss_fields,
+    miss_line,
+    open_miss,
+)
+
+__all__ = ["MISS_KEYS", "MISS_MODES", "ArmCost", "AutoRule", "HostExperts", "MissServer", "MissTally", "check_miss",
+           "choose", "miss_fields", "miss_line", "open_miss", "widen"]

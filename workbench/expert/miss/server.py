@@ -1,0 +1,190 @@
+"""Serves a layer's misses the way ``--miss`` asks, for the decode loop (:mod:`workbench.expert.decode`).
+
+The loop calls two hooks per (token, layer):
+
+* :meth:`MissServer.split` as the layer's routing becomes keys (when it is planned: ahead of its turn
+  with overlap): an expert whose every blob is in the cache is a hit and lands on the device; any other
+  is a miss, fetched (read, landed, computed on the device: today's path) or computed on the host from
+  the file's mapping (:class:`~workbench.expert.miss.host.HostExperts`), by the mode — ``fetch``,
+  ``host``, or per miss by :func:`~workbench.expert.miss.rule.choose` (``auto``). A miss computed on the
+  host is never admitted to the cache: the cache holds what fetched misses put there.
+* :meth:`MissServer.step_done` once the layer's device compute has run: the host computes the layer's
+  host misses (timed: ``host_compute``), and the seconds the layer's fetch and host work took teach
+  ``auto`` its two costs (:mod:`workbench.expert.miss.rule`).
+
+Counts are an expert (every blob of the layer) a miss, not a cache entry; they are the turn's
+(:meth:`take_turn`) and go into the turn record's ``miss_*`` fields (:data:`MISS_KEYS`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from workbench.errors import ParamError
+from workbench.expert.miss.host import HostExperts
+from workbench.expert.miss.rule import ArmCost, AutoRule, choose
+from workbench.expert.session_records import MISS_KEYS
+
+__all__ = ["MISS_KEYS", "MISS_MODES", "MissServer", "MissTally", "check_miss", "miss_fields", "miss_line", "open_miss"]
+
+MISS_MODES = ("fetch", "host", "auto")
+
+
+def check_miss(mode: str) -> None:
+    if mode not in MISS_MODES:
+        raise ParamError("session", "miss", f"{mode!r} is not one of {', '.join(MISS_MODES)}")
+
+
+@dataclass
+class MissTally:
+    """One turn's misses by how they were served (experts), and auto's costs as the turn ended."""
+
+    miss_fetched: int = 0
+    miss_host: int = 0
+    miss_host_bytes: int = 0  # expert bytes the host products read from the file's mapping
+    host_compute_s: float = 0.0
+    miss_fetch_cost_s: float = -1.0  # learned seconds per fetched expert (-1: not measured yet)
+    miss_host_cost_s: float = -1.0  # learned seconds per expert computed on the host
+    host_entries: int = 0  # cache entries (expert x blob) of the host misses: the turn's misses count them
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["host_entries"]
+        return out
+
+
+@dataclass
+class _Step:
+    host: list[int]
+    fetched: int
+    device: int  # experts landed on the device (hits and fetched misses)
+
+
+class MissServer:
+    """Splits each layer's routed experts between the device and the host (see the module docstring)."""
+
+    def __init__(self, mode: str, cache: Any, by_layer: dict[int, list[int]], layers: Sequence[int],
+                 host: HostExperts | None = None, rule: AutoRule = AutoRule()):
+        check_miss(mode)
+        if mode != "fetch" and host is None:
+            raise ValueError(f"--miss {mode} needs the host's experts")
+        self.mode, self.cache, self.by_layer, self.layers = mode, cache, by_layer, list(layers)
+        self.host, self.rule = host, rule
+        self.fetch_cost, self.host_cost = ArmCost(), ArmCost()
+        self.tally = MissTally()
+        self._steps: dict[tuple[int, int], _Step] = {}
+        self._since_probe = 0  # misses the cheaper way since auto last probed the dearer one
+
+    def split(self, t: int, i: int, experts: Sequence[int]) -> list[int]:
+        """The experts of token ``t``, layer position ``i`` to land on the device; the rest are kept
+        for :meth:`step_done` to compute on the host."""
+        blobs = self.by_layer[self.layers[i]]
+        device, host, fetched = [], [], 0
+        for e in experts:
+            if all((b, e) in self.cache for b in blobs):
+                device.append(e)
+                continue
+            way = self.mode if self.mode != "auto" else self._choose()
+            if way == "host":
+                host.append(e)
+            else:
+                device.append(e)
+                fetched += 1
+        self._steps[(t, i)] = _Step(host, fetched, len(device))
+        return device
+
+    def _choose(self) -> str:
+        way = choose(self.fetch_cost, self.host_cost, self._since_probe, self.rule)
+        f, h = self.fetch_cost.seconds, self.host_cost.seconds
+        cheaper = "fetch" if f is None or h is None or f <= h else "host"
+        self._since_probe = self._since_probe + 1 if way == cheaper else 0
+        return way
+
+    def step_done(self, t: int, i: int, fetch_s: float, upload_s: float, device_s: float) -> float:
+        """After the layer's device compute: its host misses computed; the costs learned from
+        ``fetch_s`` (read wait and bookkeeping since the layer began landing), ``upload_s`` and
+        ``device_s`` (its device compute) and the host's own time. Returns the host compute's seconds."""
+        step = self._steps.pop((t, i), None)
+        if step is None:
+            return 0.0
+        host_s = 0.0
+        if step.host:
+            blobs = self.by_layer[self.layers[i]]
+            assert self.host is not None
+            t0 = time.perf_counter()
+            touched = self.host.run([(b, e) for e in step.host for b in blobs])
+            host_s = time.perf_counter() - t0
+            self.host_cost.add(host_s / len(step.host))
+            self.tally.miss_host += len(step.host)
+            self.tally.host_entries += len(step.host) * len(blobs)
+            self.tally.miss_host_bytes += touched
+            self.tally.host_compute_s += host_s
+        if step.fetched:
+            self.fetch_cost.add(fetch_s / step.fetched + (upload_s + device_s) / max(1, step.device))
+            self.tally.miss_fetched += step.fetched
+        return host_s
+
+    def take_turn(self) -> MissTally:
+        """This turn's tally (with the costs as they stand); the next turn starts from zero."""
+        done, self.tally = self.tally, MissTally()
+        done.miss_fetch_cost_s = -1.0 if self.fetch_cost.seconds is None else self.fetch_cost.seconds
+        done.miss_host_cost_s = -1.0 if self.host_cost.seconds is None else self.host_cost.seconds
+        return done
+
+    def reset(self) -> None:
+        """Drop the steps planned and not run (a turn that failed midway)."""
+        self._steps.clear()
+
+    def describe(self) -> str:
+        if self.mode == "fetch":
+            return "fetch (every miss read, landed and computed on the device)"
+        host = self.host.describe() if self.host is not None else ""
+        if self.mode == "host":
+            return f"host (every miss computed where it lies: {host})"
+        return (f"auto (per miss, the cheaper of fetch and host as measured in the session; each tried on "
+                f"{self.rule.warmup} layers first, the dearer probed within {self.rule.probe_share:.0%} of the "
+                f"misses' time: {host})")
+
+
+def open_miss(mode: str, cache: Any, path: str, blobs: Sequence[Any], tensors: Any, by_layer: dict[int, list[int]],
+              layers: Sequence[int]) -> MissServer:
+    """The server ``mode`` asks for; for host and auto, the host's experts mapped (a type neither numpy nor
+    gguf-py can compute is refused in one line here, before any turn)."""
+    check_miss(mode)
+    host = HostExperts(path, blobs, tensors) if mode != "fetch" else None
+    return MissServer(mode, cache, by_layer, layers, host)
+
+
+def miss_fields(turns: Sequence[Any]) -> dict[str, Any]:
+    """The summary's miss fields over ``turns``: totals, per-token times (ms) and the last learned costs."""
+    ran = [t for t in turns if getattr(t, "miss_fetched", -1) >= 0]
+    tokens = sum(t.tokens for t in turns) or 1
+    if not ran:
+        return {"miss_fetched": -1, "miss_host": -1, "miss_host_bytes": -1, "host_ms_per_token": None,
+                "fetch_ms_per_token": None, "device_ms_per_token": None, "miss_fetch_cost_ms": None,
+                "miss_host_cost_ms": None}
+    last = ran[-1]
+    cost = lambda s: None if s < 0 else s * 1e3  # noqa: E731
+    return {
+        "miss_fetched": sum(t.miss_fetched for t in ran), "miss_host": sum(t.miss_host for t in ran),
+        "miss_host_bytes": sum(t.miss_host_bytes for t in ran),
+        "host_ms_per_token": sum(t.host_compute_s for t in ran) / tokens * 1e3,
+        "fetch_ms_per_token": sum(t.stall_read_s + t.stall_upload_s for t in turns) / tokens * 1e3,
+        "device_ms_per_token": sum(t.compute_s for t in turns) / tokens * 1e3,
+        "miss_fetch_cost_ms": cost(last.miss_fetch_cost_s), "miss_host_cost_ms": cost(last.miss_host_cost_s),
+    }
+
+
+def miss_line(fields: Any, mode: str) -> str:
+    """The summary's miss sentence (empty for turns recorded before misses were counted)."""
+    get = fields.get if isinstance(fields, dict) else lambda k: getattr(fields, k, None)
+    if get("miss_fetched") is None or get("miss_fetched") < 0:
+        return ""
+    ms = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
+    learned = (f"; learned per expert: fetch {ms(get('miss_fetch_cost_ms'))} ms, host {ms(get('miss_host_cost_ms'))} ms"
+               if mode == "auto" else "")
+    return (f"misses ({mode}) {get('miss_fetched'):,} fetched, {get('miss_host'):,} computed on the host "
+            f"({get('miss_host_bytes') / 2**20:,.1f} MiB read there); per token: fetch {ms(get('fetch_ms_per_token'))} "
+            f"ms (read + upload waits), host compute {ms(get('host_ms_per_token'))} ms, device compute "
+            f"{ms(get('device_ms_per_token'))} ms{learned}")
