@@ -191,16 +191,16 @@ def test_the_server_splits_by_the_cache_and_the_rule_and_learns_from_each_layer(
     assert s.split(0, 0, [1, 2, 3]) == [1, 2, 3]  # a hit lands; misses are fetched until fetch is measured
     s.step_done(0, 0, fetch_s=0.2, upload_s=0.3, device_s=0.0)  # 2 fetched: 0.1 + 0.3 / 3 landed
     assert s.fetch_cost.seconds == pytest.approx(0.2)
-    assert s.split(1, 0, [1, 4, 5]) == [1]  # then host, until it is measured
+    assert s.split(1, 0, [1, 4, 5]) == [1, 5]  # then one miss a layer on the host, until it is measured
     assert s.step_done(1, 0, 0.0, 0.0, 0.0) >= 0.0
-    assert host.keys == [(0, 4), (1, 4), (0, 5), (1, 5)]
+    assert host.keys == [(0, 4), (1, 4)]
     s.host_cost = _cost(0.3)
     assert s.split(2, 0, [4]) == [4]  # fetch (0.2) is cheaper now
     s.host_cost = _cost(0.1)
     assert s.split(3, 0, [4]) == []
     tally = s.take_turn()
-    assert (tally.miss_fetched, tally.miss_host, tally.miss_host_bytes) == (2, 2, 400)
-    assert tally.host_entries == 4 and "host_entries" not in tally.to_json()
+    assert (tally.miss_fetched, tally.miss_host, tally.miss_host_bytes) == (3, 1, 200)  # steps 2, 3 never ran
+    assert tally.host_entries == 2 and "host_entries" not in tally.to_json()
 
 
 # --- sessions ------------------------------------------------------------------------------------------
@@ -224,6 +224,13 @@ def test_a_host_session_computes_every_miss_from_the_file_and_fetches_nothing(mi
     for (b, e), y in last.items():
         kind, experts = by_file[index.blobs[b].tensors[0]]
         np.testing.assert_allclose(y, _decode(kind, experts[e]) @ rhs(COLS, b), rtol=1e-4, atol=1e-5)
+
+
+def test_the_label_names_the_miss_mode():
+    from workbench.measure.session.runner import session_label
+
+    assert " miss=auto " in session_label("m.gguf", SessionConfig(turns=2, tokens=4, miss="auto")) + " "
+    assert "miss" not in session_label("m.gguf", SessionConfig(turns=2, tokens=4))
 
 
 def test_a_fetch_session_counts_its_misses_and_computes_nothing_on_the_host(mixed):

@@ -9,7 +9,8 @@ session decodes (:class:`~workbench.expert.miss.server.MissServer` feeds them on
 * ``host`` — the layer's host compute shared over the experts computed on the host.
 
 :func:`choose` is the rule, a pure function of the two costs and the misses since the last probe: each
-way is tried on :attr:`AutoRule.warmup` layers first (fetch, then host), then every miss goes the
+way is tried on :attr:`AutoRule.warmup` layers first (fetch, then host: the server sends one miss a
+layer there while it learns), then every miss goes the
 cheaper way except a probe of the dearer way, so its cost stays measured (a page cache gone cold, a
 busier device), spaced so probes cost at most :attr:`AutoRule.probe_share` of the misses' time: one
 miss in ``dearer / cheaper / probe_share`` (2 % and a 20× dearer way: one in 1,000; 1.1×: one in 55). The rule is myopic: a fetched miss also fills the cache for later

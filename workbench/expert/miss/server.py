@@ -86,6 +86,8 @@ class MissServer:
                 device.append(e)
                 continue
             way = self.mode if self.mode != "auto" else self._choose()
+            if way == "host" and self.mode == "auto" and host and self.host_cost.samples < self.rule.warmup:
+                way = "fetch"  # learning the host's cost: one expert a layer is enough, the rest fetched
             if way == "host":
                 host.append(e)
             else:
@@ -143,7 +145,7 @@ class MissServer:
         if self.mode == "host":
             return f"host (every miss computed where it lies: {host})"
         return (f"auto (per miss, the cheaper of fetch and host as measured in the session; each tried on "
-                f"{self.rule.warmup} layers first, the dearer probed within {self.rule.probe_share:.0%} of the "
+                f"{self.rule.warmup} layers first (the host on one miss a layer), the dearer probed within {self.rule.probe_share:.0%} of the "
                 f"misses' time: {host})")
 
 
