@@ -276,3 +276,27 @@ def test_reads_before_the_start_marker_are_not_the_windows(env: Path) -> None:
         assert out.error is None, out.error
         grades[name] = out.report.external.evidence.grade
     assert grades == {"before": "opened-only", "inside": "bytes-read"}, grades
+
+
+def test_the_window_ends_when_the_marker_was_written_not_when_it_was_read(env: Path) -> None:
+    # an engine that prints its marker and then reads the model: whatever the workbench's delay in
+    # reading the marker (here: until the engine has read it all), those reads are not the load
+    import subprocess
+    import time
+
+    path = str(env / "m.gguf")
+    code = (f"import os; print('loaded', flush=True); fd = os.open({path!r}, os.O_RDONLY)\n"
+            "while os.read(fd, 1 << 20): pass\nprint('done', flush=True); import time; time.sleep(30)")
+    sampler = TreeSampler.at_spawn(_model(env))  # before the spawn: the record follows what it starts
+    began = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        sampler.root = proc.pid
+        assert proc.stdout.readline() == "loaded\n" and proc.stdout.readline() == "done\n"
+        late = time.monotonic()  # the marker "read" only now, after every read of the model
+        evidence = sampler.finish(began, late, prior_s=began)
+    finally:
+        proc.kill()
+        proc.wait()
+        sampler.close()
+    assert evidence.source == "events" and evidence.grade == "opened-only", evidence.describe()

@@ -154,11 +154,12 @@ def test_shards_mapped_read_and_dropped_one_by_one_are_credited_from_the_event_r
             assert proc.stdout.readline().startswith("read")
             sampler.sample()
             most_at_once = max(most_at_once, sum(sampler._now))
+            prior = time.monotonic()  # its last line before the ready line was read by now
             proc.stdin.write("\n")
             proc.stdin.flush()
         assert proc.stdout.readline().startswith("model ready")
         sampled = judge(sampler, target.resident())
-        evidence = sampler.finish(began, time.monotonic())
+        evidence = sampler.finish(began, time.monotonic(), prior)
     finally:
         proc.kill()
         proc.wait()

@@ -112,6 +112,9 @@ class FileEventRecorder:
                 fd = perf.open_tracepoint(point.id, cpu, ring)
                 self.fds.append(fd)
                 self.ids[perf.event_id(fd)] = short
+                if short in ("write", "writev"):  # its output: standard output and error
+                    perf.set_filter(fd, "fd == 1 || fd == 2")
+                    continue
                 name = "ino" if short == "dio" else "i_ino"
                 perf.set_filter(fd, " || ".join(f"{name} == {i}" for i in inodes))  # else: filtered here
         for fd in self.fds:
@@ -140,6 +143,21 @@ class FileEventRecorder:
 
     def _in_spans(self, addr: int) -> bool:
         return any(lo <= addr < hi for lo, hi in self.spans)
+
+    def first_write_after(self, after_s: float, until_s: float) -> float | None:
+        """When (``time.monotonic`` seconds) the tree first wrote to its standard output or error after
+        ``after_s`` and by ``until_s``; None when no such write was recorded."""
+        self.drain()
+        lo, hi = int(after_s * 1e9), int(until_s * 1e9)
+        writes = {i for i, k in self.ids.items() if k in ("write", "writev")}
+        times = [s.time_ns for s in self.samples if s.id in writes and lo < s.time_ns <= hi and
+                 int.from_bytes(s.raw[self._fd_at:self._fd_at + 4], "little", signed=True) in (1, 2)]
+        return min(times) / 1e9 if times else None
+
+    @property
+    def _fd_at(self) -> int:
+        point = self.points.get("write") or self.points.get("writev")
+        return point.fields["fd"][0] if point is not None else 0
 
     def result(self, start_s: float, end_s: float) -> FileEvents:
         """What the window [start_s, end_s] (``time.monotonic`` seconds) recorded; the events stop
@@ -183,7 +201,7 @@ class FileEventRecorder:
         if short == "faults":
             return space.fault(s.pid, s.addr)
         point = self.points.get(short or "")
-        if point is None:
+        if point is None or short in ("write", "writev"):
             return None
         f = point.fields
         get = (lambda name: int.from_bytes(s.raw[f[name][0]:f[name][0] + f[name][1]], "little"))

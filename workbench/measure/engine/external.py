@@ -88,7 +88,7 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
         if hit:
             judging = time.monotonic()
             evidence = sampler.finish(watch.start_at if watch.start_at is not None else watch.t0,
-                                      watch.end_at) if sampler is not None else None
+                                      watch.end_at, watch.prior_at) if sampler is not None else None
             judged = time.monotonic() - judging  # the engine waited on the workbench: not its wall
             exited, waited = _after_marker(master, watch, proc)
         else:

@@ -82,6 +82,7 @@ def read_until_marker(fd: int, watch: Any, deadline: float, sampler: Any = None)
     os.set_blocking(fd, False)  # read while there is output; wait in select only when there is none
     wake = sampler.wake_fd if sampler is not None else None
     watched = [fd] if wake is None else [fd, wake]
+    prior = None
     try:
         while True:
             if sampler is not None and sampler.due(time.perf_counter()):
@@ -107,11 +108,13 @@ def read_until_marker(fd: int, watch: Any, deadline: float, sampler: Any = None)
             for line in lines.feed(chunk):
                 started = watch.start_at is not None
                 if watch.feed(line, at):
+                    watch.prior_at = prior
                     return True
                 if sampler is not None and not started and watch.start_at is not None:
                     sampler.mark_start()
             if not chunk:
                 return False
+            prior = at
     finally:
         if lines.cut:
             watch.notes.append(f"output lines longer than {MAX_LINE:,} bytes were cut to that for matching "
@@ -150,6 +153,7 @@ class Watch:
     phases: list[EnginePhase] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     start_at: float | None = None
+    prior_at: float | None = None  # when the read before the end marker's returned (None: it came first)
     start_line: str | None = None
     end_at: float | None = None
     end_line: str | None = None

@@ -164,9 +164,12 @@ class TreeSampler:
             held.base = held.reach
         self.mapped_start, self.mapped = list(self._now), list(self._now)
 
-    def finish(self, start_s: float, end_s: float) -> ReadEvidence:
+    def finish(self, start_s: float, end_s: float, prior_s: float | None = None) -> ReadEvidence:
         """The last sample, at the end marker, and the model's residency then; judged once over the
-        window [start_s, end_s] (``time.monotonic`` seconds)."""
+        window [start_s, end_s] (``time.monotonic`` seconds). With an event record the window ends
+        when the marker was written — at the tree's first write to its output after ``prior_s`` (the
+        read before the one that brought the marker) — not when it was read: what the engine read
+        after printing its marker is not the load."""
         from workbench.measure.engine.evidence import EVIDENCE_FRACTION, judge
         from workbench.measure.engine.grade import judge_events
 
@@ -177,6 +180,9 @@ class TreeSampler:
                 self.opens += self.watch.drain()
                 self.watch.close()  # the workbench's own look at the residency is no open of the window
                 self.watch = None
+            if self.events is not None:
+                written = self.events.first_write_after(start_s if prior_s is None else max(start_s, prior_s), end_s)
+                end_s = end_s if written is None else min(end_s, written)
             record = self.events.result(start_s, end_s) if self.events is not None else None
             resident = self.model.resident()
             self.final = judge(self, resident, self.no_events) if record is None else \
