@@ -57,12 +57,10 @@ def simulate(path: str, sizes: tuple[str, ...], policies: tuple[str, ...], n_exp
         click.echo(json.dumps(sim.to_json(), indent=2))
         return
     click.echo(describe(raw))
-    if sim.note:
-        click.echo(f"replayed as a session would: {for_terminal(sim.note)}")
-    _echo(sim.to_json(), per_layer)
+    _echo(sim.to_json(), per_layer, sim.caveats())
 
 
-def _echo(doc: dict, per_layer: bool) -> None:
+def _echo(doc: dict, per_layer: bool, caveats: list[str]) -> None:
     sizes = sorted({r["cache_experts"] for r in doc["results"]})
     names = list(dict.fromkeys(r["policy"] for r in doc["results"]))
     cell = {(r["policy"], r["cache_experts"]): r for r in doc["results"]}
@@ -77,9 +75,8 @@ def _echo(doc: dict, per_layer: bool) -> None:
             rates = {name: [x["hit_rate"] for x in cell[(name, n)]["layers"]] for name in names}
             echo_table(("layer", *names), [(layer, *(f"{rates[name][i]:.3f}" for name in names))
                                            for i, layer in enumerate(layers)])
-    if "static" in names:
-        click.echo("static serves its cold experts without keeping them: Belady's MIN (every miss kept) does not "
-                   "bound it, so its fraction can pass 1.00")
+    for line in caveats:  # the gap rule's drops, static unbounded (Simulation.caveats: the notebook shows them too)
+        click.echo(for_terminal(line))
     lookups = sum(r["lookups"] for r in doc["results"])
     rate = f", {doc['lookups_per_s'] / 1e6:.2f} M lookups/s" if doc["lookups_per_s"] else ""
     click.echo(f"{doc['tokens']} tokens x {len(doc['layers'])} layers x k={doc['k']}: {lookups:,} lookups simulated "

@@ -105,6 +105,10 @@ def _ratio(rate: float, bound: float) -> float:
     return rate / bound if bound else float("nan")
 
 
+STATIC_CAVEAT = ("static serves its cold experts without keeping them: Belady's MIN (every miss kept) does not bound "
+                 "it, so its fraction can pass 1.00")
+
+
 @dataclass(frozen=True)
 class Simulation:
     """A sweep over one trace: every result, and what the trace was (``--json`` of ``trace simulate``)."""
@@ -121,6 +125,13 @@ class Simulation:
     @property
     def lookups(self) -> int:
         return sum(r.lookups for r in self.results)
+
+    def caveats(self) -> list[str]:
+        """What the hit rates do not say, one line each, as every surface shows them (CLI, notebook)."""
+        said = [f"replayed as a session would: {self.note}"] if self.note else []
+        if any(r.policy == "static" for r in self.results):
+            said.append(STATIC_CAVEAT)
+        return said
 
     def to_json(self) -> dict:
         frac = belady_fraction(self.results)
