@@ -89,6 +89,8 @@ def test_the_model_file_round_trips_and_a_session_synthesizes_from_it(tmp_path, 
     ({"format": "workbench-routing-model", "kind": "sticky", "layers": [0], "n_experts": 10**20, "k": 2,
       "weights": [[1]], "stickiness": [0.5]}, "bad or missing field"),
     ({"format": "workbench-routing-model", "kind": "sticky", "n_experts": 4}, "bad or missing field"),
+    ({"format": "workbench-routing-model", "kind": "sticky", "layers": [0], "n_experts": 4, "k": 2,
+      "weights": [[1, 1, 1, 1]], "stickiness": [0.5], "gates": [[0.5, 0.2]]}, "gates must be"),
 ])
 def test_a_bad_model_file_is_one_line(tmp_path, doc, message):
     (tmp_path / "m.json").write_text(json.dumps(doc))
@@ -181,3 +183,31 @@ def test_a_trace_too_short_to_judge_says_so(tmp_path):
     result = cli("trace", "fit", tmp_path / "one.csv", "--out", tmp_path / "one.json", "--tokens", "50")
     assert result.exit_code == 0, result.output
     assert "too short to show its own spread" in result.stdout and "does not capture" not in result.stdout
+
+
+def test_the_fitted_trace_carries_the_sources_gate_weights(tmp_path):
+    rng = np.random.default_rng(4)
+    records = []
+    for t in range(400):
+        for layer in (0, 1):
+            probs = rng.dirichlet(np.ones(8) * (0.3 if layer else 3.0))  # a peaked layer and a flat one
+            top = np.argsort(-probs)[:2]
+            records.append({"layer": layer, "token": t, "experts": top.tolist(), "gating_probs": probs[top].tolist()})
+    (tmp_path / "g.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    from workbench.expert.traces import read_trace
+
+    result = fit_trace(read_trace(tmp_path / "g.jsonl"), tokens=4000)
+    a = result.original.summary.set_index("layer")
+    b = result.fitted.summary.set_index("layer")
+    for layer in (0, 1):
+        assert b.loc[layer, "gate_top_share"] == pytest.approx(a.loc[layer, "gate_top_share"], abs=0.02)
+        assert b.loc[layer, "gate_top"] == pytest.approx(a.loc[layer, "gate_top"], abs=0.02)
+    assert a.loc[1, "gate_top_share"] > a.loc[0, "gate_top_share"] + 0.1  # the layers differ, and so do the fits
+    save_model(result.model, tmp_path / "g.json")
+    back = load_model(tmp_path / "g.json")
+    assert back.gates.shape == (2, 256, 2)
+    again = back.synthesize(50, seed=1)
+    assert again.gates.shape == (50, 2, 2) and np.array_equal(again.experts, result.model.synthesize(50, seed=1).experts)
+    without = StickyModel(back.layers, back.n_experts, back.k, back.weights, back.stickiness, back.recency, back.memory)
+    assert without.synthesize(50, seed=1).gates is None
+    assert np.array_equal(without.synthesize(50, seed=1).experts, again.experts)  # gates draw from their own stream

@@ -52,7 +52,8 @@ def echo_fit(result: Any, tokens: int) -> None:
     b = result.fitted.summary.set_index("layer").loc["all"]
     rows = [(name, _num(a[col], d), _num(b[col], d)) for name, col, d in (
         ("top share × experts", "top_share", 2), ("gini", "gini", 3), ("entropy", "entropy", 3),
-        ("half set", "half_set", 3), ("overlap", "overlap", 3), ("reuse p50", "reuse_median", 0))]
+        ("half set", "half_set", 3), ("overlap", "overlap", 3), ("reuse p50", "reuse_median", 0),
+        ("gate top", "gate_top", 3), ("gate top share", "gate_top_share", 3))]
     wa, wb = (s.working_set[s.working_set["layer"] == "all"].set_index("window")["fraction"]
               for s in (result.original, result.fitted))
     rows += [(f"working set, {w} tokens", _num(wa[w]), _num(wb[w])) for w in wa.index if w in wb.index]

@@ -75,7 +75,17 @@ def fit_model(trace: Trace, stats: TraceStats, *, seed: int = 0) -> StickyModel:
     memory, recency = _select(trace, stats, target, eps, overlap, calib, longest, seed)
     mem, rec = np.full(n_layers, memory), np.full(n_layers, recency)
     weights, rho, _ = _calibrate(target, eps, overlap, mem, rec, k, calib, seed)
-    return StickyModel(trace.layers, n, k, weights, rho, rec, mem, trace.layer_kind, trace.source)
+    return StickyModel(trace.layers, n, k, weights, rho, rec, mem, trace.layer_kind, trace.source,
+                       gate_pool(trace, seed))
+
+
+def gate_pool(trace: Trace, seed: int, samples: int = 256) -> np.ndarray | None:
+    """Per layer, ``samples`` of the trace's gate-weight rows (sorted high to low), or None without gates."""
+    if trace.gates is None:
+        return None
+    rng = np.random.default_rng([seed, 0x6A7E])
+    rows = [-np.sort(-g, axis=1) for g in trace.gates]
+    return np.stack([r[rng.choice(len(r), samples, replace=len(r) < samples)] for r in rows])
 
 
 def _select(trace: Trace, stats: TraceStats, target: np.ndarray, eps: np.ndarray, overlap: np.ndarray,

@@ -7,9 +7,10 @@ Per layer ``l``: each token keeps every expert of the previous token independent
 expert, an exponential average over ``memory`` tokens (the first token: ``weights[l]``). Popularity sets
 which experts are hot overall; stickiness how often a token reuses its predecessor's experts; recency and
 memory how long a set of experts stays hot (the phases of a text), and with them the reuse distances and
-the working set. With ``recency = 0`` it is popularity plus stickiness alone. What it does not model:
-correlation between layers and gate weights — ``trace fit`` shows where the fitted trace's statistics
-part from the original's.
+the working set. With ``recency = 0`` it is popularity plus stickiness alone. Gate weights, where the
+trace had them, are drawn from the trace's own (sorted high to low), independently of which experts
+were routed. What it does not model: correlation between layers, or between an expert and its gate —
+``trace fit`` shows where the fitted trace's statistics part from the original's.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ _MAX_FILE_BYTES = 64 << 20
 class StickyModel:
     """Fitted (or chosen) parameters: ``weights`` ``(layers, n_experts)`` (each row sums to 1),
     ``stickiness`` and ``recency`` ``(layers,)`` in [0, 1], ``memory`` ``(layers,)`` in tokens (>= 1);
+    ``gates`` (or None) ``(layers, samples, k)``: a layer's gate weights as the trace gave them, sorted
+    high to low, one row of which each synthesized token draws at random (its first expert the highest);
     ``fitted_to`` names the trace they were fitted to."""
 
     layers: tuple[int, ...]
@@ -44,9 +47,11 @@ class StickyModel:
     memory: np.ndarray
     layer_kind: str = "model"
     fitted_to: str = ""
+    gates: np.ndarray | None = None
 
     def to_json(self) -> dict:
-        return {"format": MODEL_FORMAT, "version": 1, "kind": "sticky", "layers": list(self.layers),
+        gates = {} if self.gates is None else {"gates": np.round(self.gates, 5).tolist()}
+        return {**gates, "format": MODEL_FORMAT, "version": 1, "kind": "sticky", "layers": list(self.layers),
                 "layer_kind": self.layer_kind, "n_experts": self.n_experts, "k": self.k,
                 "stickiness": [round(float(x), 6) for x in self.stickiness],
                 "recency": [round(float(x), 6) for x in self.recency], "memory": [round(float(x), 3) for x in self.memory],
@@ -57,7 +62,16 @@ class StickyModel:
         check_ids("synthetic trace", f"{tokens} tokens", tokens * len(self.layers) * self.k)
         experts = simulate(self.weights, self.stickiness, self.recency, self.memory, self.k, tokens,
                            np.random.default_rng(seed))
-        return RoutingTrace(frozen(experts), self.layers, self.n_experts, f"sticky seed={seed} ({self.fitted_to})")
+        gates = None if self.gates is None else draw_gates(self.gates, tokens, seed)
+        return RoutingTrace(frozen(experts), self.layers, self.n_experts, f"sticky seed={seed} ({self.fitted_to})",
+                            gates)
+
+
+def draw_gates(pool: np.ndarray, tokens: int, seed: int) -> np.ndarray:
+    """``(tokens, layers, k)`` gate weights, each (token, layer) one of its layer's rows of ``pool``
+    (a stream of its own: the experts are the same with gates or without)."""
+    pick = np.random.default_rng([seed, 0x6A7E]).integers(pool.shape[1], size=(tokens, pool.shape[0]))
+    return frozen(pool[np.arange(pool.shape[0])[None, :], pick].astype(np.float32))
 
 
 def simulate(weights: np.ndarray, stickiness: np.ndarray, recency: np.ndarray, memory: np.ndarray, k: int,
@@ -90,9 +104,9 @@ def simulate(weights: np.ndarray, stickiness: np.ndarray, recency: np.ndarray, m
 def as_trace(routing: RoutingTrace) -> Trace:
     """A dense routing trace as a :class:`Trace` (every layer covering tokens 0 .. tokens - 1)."""
     pos = frozen(np.arange(routing.tokens, dtype=np.int64))
-    return Trace(routing.layers, tuple(pos for _ in routing.layers),
-                 tuple(frozen(np.ascontiguousarray(routing.experts[:, i])) for i in range(len(routing.layers))),
-                 None, routing.n_experts, routing.source)
+    column = lambda a: tuple(frozen(np.ascontiguousarray(a[:, i])) for i in range(len(routing.layers)))  # noqa: E731
+    return Trace(routing.layers, tuple(pos for _ in routing.layers), column(routing.experts),
+                 None if routing.gates is None else column(routing.gates), routing.n_experts, routing.source)
 
 
 def save_model(model: StickyModel, path: str | os.PathLike, *, inputs: tuple[str, ...] = ()) -> None:
@@ -131,6 +145,7 @@ def _model_from(path: str, doc: object) -> StickyModel:
         recency = np.asarray(doc.get("recency", [0.0] * len(layers)), dtype=np.float64)
         memory = np.asarray(doc.get("memory", [1.0] * len(layers)), dtype=np.float64)
         kind = doc.get("layer_kind", "model")
+        gates = None if doc.get("gates") is None else np.asarray(doc["gates"], dtype=np.float64)
     except (KeyError, TypeError, ValueError) as exc:
         raise TraceError(path, f"routing-model file: bad or missing field ({type(exc).__name__}: {str(exc)[:80]})") from None
     ok = (len(layers) == len(set(layers)) >= 1 and 1 <= k <= n and weights.shape == (len(layers), n)
@@ -140,8 +155,11 @@ def _model_from(path: str, doc: object) -> StickyModel:
     if not ok or not (np.isfinite(weights).all() and (weights > 0).all() and unit(sticky) and unit(recency)):
         raise TraceError(path, "routing-model file: layers, n_experts, k, weights (layers x n_experts, > 0), "
                                "stickiness and recency (one a layer, in [0, 1]) and memory (>= 1 token) do not agree")
+    if gates is not None and not (gates.ndim == 3 and gates.shape[0] == len(layers) and gates.shape[2] == k
+                                  and 1 <= gates.shape[1] <= 4096 and (np.abs(gates) < 1e30).all()):
+        raise TraceError(path, "routing-model file: gates must be layers x samples (1 .. 4096) x k finite numbers")
     return StickyModel(layers, n, k, weights / weights.sum(axis=1, keepdims=True), sticky, recency, memory, kind,
-                       str(doc.get("fitted_to", ""))[:500])
+                       str(doc.get("fitted_to", ""))[:500], gates)
 
 
 def _int(value: object, limit: int) -> int:
