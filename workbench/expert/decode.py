@@ -89,11 +89,12 @@ class Decoder:
     def __init__(self, cache: ExpertCache, lanes: LanePool, uploader: SliceUploader, arena: DeviceBuffer,
                  compute: LayerCompute, trace: RoutingTrace, by_layer: dict[int, list[int]], overlap: bool,
                  on_upload: Callable[[SliceKey, int, int], None] | None = None, prefetch: Any = None,
-                 miss: Any = None):
+                 miss: Any = None, batch: Any = None):
         self.cache, self.lanes, self.uploader, self.arena = cache, lanes, uploader, arena
         self.compute, self.trace, self.by_layer, self.overlap = compute, trace, by_layer, overlap
         self.on_upload = on_upload
         self.prefetch = prefetch  # a PrefetchStage (workbench.expert.prefetch): stages its predictor's experts ahead
+        self.batch = batch  # a BatchedMisses (workbench.expert.miss.batch): a layer's misses read and uploaded together
         self.miss = miss  # a MissServer (workbench.expert.miss): which misses the host computes where they lie
         self.timers = Timers()
         self.last_landed: list[tuple[SliceKey, int, int]] = []
@@ -221,7 +222,9 @@ class Decoder:
         finally:
             self.timers.bookkeeping += time.perf_counter() - t0
 
-    def _plan(self, t: int, i: int) -> LayerPlan:
+    def _plan(self, t: int, i: int) -> Any:
+        if self.batch is not None:
+            return self.batch.plan(self, t, i)
         plan = LayerPlan(self._keys(t, i))
         for key in plan.keys:
             kind = self._lookup(key)
@@ -229,7 +232,9 @@ class Decoder:
                 plan.reads[key] = (self.submit_read(key, kind), kind)
         return plan
 
-    def _land(self, plan: LayerPlan) -> list[tuple[SliceKey, int, int]]:
+    def _land(self, plan: Any) -> list[tuple[SliceKey, int, int]]:
+        if self.batch is not None:
+            return self.batch.land(self, plan)
         landed, views, at = [], [], 0
         try:
             for key in plan.keys:

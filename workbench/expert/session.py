@@ -28,6 +28,7 @@ from workbench.expert.decode import Decoder, SliceUploader, Timers, arena_slots
 from workbench.expert.uploader import open_uploader
 from workbench.expert.lanes import LanePool
 from workbench.expert.memory import process_memory
+from workbench.expert.miss.batch import BatchedMisses
 from workbench.expert.miss.server import open_miss
 from workbench.expert.prefetch import PrefetchStage, make_predictor, parse_prefetch
 from workbench.expert.policies.partition import session_eviction
@@ -79,7 +80,8 @@ class ExpertSession:
                 gate=config.gate, gate_scope=config.gate_scope))
             arena_bytes = max(arena_slots([max(n for _, n in b.slices) for _ in range(k) for b in bs])[1]
                               for bs in layer_blobs.values())
-            self._arena = device.alloc(arena_bytes)
+            batch = BatchedMisses(arena_bytes) if config.batch_misses else None
+            self._arena = device.alloc(arena_bytes * (batch.halves if batch else 1))  # batched: two layers at once
             self._stack.callback(device.free, self._arena)
             inline = config.lanes == 1 and not config.overlap
             self.lanes = self._stack.enter_context(LanePool(config.lanes, inline=inline))
@@ -103,7 +105,8 @@ class ExpertSession:
             if config.overlap and spec.predicts else None
         self.decoder = Decoder(self.cache, self.lanes, uploader, self._arena,
                                self.compute, self.trace, self._by_layer, config.overlap,
-                               self.checker.check_upload if config.verify else None, self.prefetch, self.miss)
+                               self.checker.check_upload if config.verify else None, self.prefetch, self.miss,
+                               batch)
         self._probe = memory_probe
         self._pressure = TurnPressure([f.path for f in index.files]) if config.memory_limit_mib else None
         self._cg_before = memory_probe() if memory_probe else None

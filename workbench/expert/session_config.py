@@ -9,6 +9,7 @@ from workbench.expert.cache import BOUNDARY_RELEASE, GATE_SCOPES
 from workbench.expert.compute import parse_compute
 from workbench.expert.layout import PLACEMENTS
 from workbench.expert.memory import release_advice_flag
+from workbench.expert.miss.batch import check_batch
 from workbench.expert.miss.server import check_miss
 from workbench.expert.policies.partition import check_session_policy
 from workbench.expert.prefetch.spec import check_prefetch
@@ -45,6 +46,7 @@ class SessionConfig:
     compute: str = "none"  # none | sleep:MS | device
     lanes: int = 1  # reader threads for misses (1 without overlap: on the decode thread)
     overlap: bool = False  # read the next layer's misses while this layer computes
+    batch_misses: bool = False  # a layer's misses read and uploaded together by the lanes (expert.miss.batch)
     miss: str = "fetch"  # how a miss is served: fetch | host (computed where it lies) | auto (expert.miss)
     prefetch: str = "route"  # what overlap stages ahead: route | none | previous | popularity | oracle (.prefetch.spec)
     gate: float | None = None  # resident fraction at which a miss is read buffered (None: off)
@@ -79,6 +81,7 @@ def check_config(c: SessionConfig) -> None:
     check_session_policy(c)
     check_prefetch(c.prefetch, c.overlap)
     check_miss(c.miss)
+    check_batch(c.batch_misses, c.lanes, c.overlap, c.prefetch)
     release_advice_flag(c.release_advice, "session")  # unknown, or MADV_FREE where this platform has none
     for name, known in (("placement", PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
                         ("reader", ("auto", *READERS)), ("distribution", DISTRIBUTIONS),
