@@ -167,6 +167,17 @@ class DeviceError(WorkbenchError):
         super().__init__(f"{device}: {call} failed: {code}{tail}")
 
 
+class ThreadsStuck(WorkbenchError):
+    """Threads of a load still running a bounded time after they were told to stop: the load fails
+    instead of hanging. ``where`` says, per thread, where it was; ``cause`` is what stopped the load."""
+
+    def __init__(self, owner: str, seconds: float, where: list[str], cause: BaseException | None = None):
+        self.owner, self.seconds, self.where, self.cause = owner, seconds, where, cause
+        why = f" after {type(cause).__name__}: {cause}" if cause is not None else ""
+        super().__init__(f"{owner}: {len(where)} thread(s) still running {seconds:g} s after being told to stop"
+                         f"{why} ({'; '.join(where)}); the load is abandoned, not hung")
+
+
 class TraceError(WorkbenchError):
     """A routing trace that cannot be used: names the file (or "synthetic"), where, and what is wrong."""
 

@@ -15,13 +15,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from workbench.errors import FormatError
+from workbench.errors import FormatError, ThreadsStuck
 from workbench.formats.index import ModelFile, TensorInfo
 from workbench.io.descriptors import check_descriptors, open_checked
 from workbench.io.pagecache import resident_fraction, sampled_resident_fraction
 from workbench.records import MiB
 from workbench.strategies.base import LoadContext
 from workbench.strategies.params import check_param
+from workbench.upload import joins
+from workbench.upload.joins import join_within
 from workbench.upload.staging import StagingRing, Slot
 
 __all__ = ["UPLOADS", "Evictor", "FileMapping", "MiB", "Slot", "StagingRing", "ThreadGuard", "check_upload",
@@ -236,7 +238,9 @@ class ThreadGuard:
     """Starts worker threads and, on exit — normal or by exception — stops and joins every one.
 
     ``stop`` is the event workers poll between units of work; the first exception a worker raises is
-    kept in ``error`` and re-raised by :meth:`check`.
+    kept in ``error`` and re-raised by :meth:`check`. Joins are bounded (:mod:`workbench.upload.joins`):
+    a thread still running :data:`~workbench.upload.joins.STOP_GRACE_S` after ``stop`` was set fails the
+    load with :class:`~workbench.errors.ThreadsStuck` naming where it is, instead of hanging it.
     """
 
     def __init__(self, name: str):
@@ -260,9 +264,11 @@ class ThreadGuard:
             self.stop.set()
 
     def join(self) -> None:
-        """Wait for every worker to finish its work (no stop request); re-raise a worker's error."""
+        """Wait for every worker to finish its work (no stop request); re-raise a worker's error as soon
+        as one fails (the others are then stopped, within a bound, on exit)."""
         for t in self.threads:
-            t.join()
+            while t.is_alive() and self.error is None:
+                t.join(0.05)
         self.check()
 
     def check(self) -> None:
@@ -272,7 +278,8 @@ class ThreadGuard:
     def __enter__(self) -> "ThreadGuard":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.stop.set()
-        for t in self.threads:
-            t.join()
+        stuck = join_within(self.threads)
+        if stuck:
+            raise ThreadsStuck(self.name, joins.STOP_GRACE_S, stuck, exc or self.error) from exc

@@ -27,6 +27,8 @@ import threading
 import time
 from typing import Any, Sequence
 
+from workbench.errors import ThreadsStuck
+from workbench.upload import joins
 from workbench.upload.base import Device
 from workbench.upload.slot import Slot
 from workbench.upload.staged_read import Piece  # a copy out of a slot: start, nbytes, buffer, dst
@@ -125,13 +127,15 @@ class Copier:
             raise self.error
 
     def close(self) -> None:
-        """Stop after the queued work and join both threads, raising nothing (an error path's cleanup)."""
+        """Stop after the queued work and join both threads, raising nothing (an error path's cleanup;
+        threads still running :data:`~workbench.upload.joins.STOP_GRACE_S` later: ``error``, ThreadsStuck)."""
         if self._finished:
             return
         self._finished = True
         self._work.put(None)
-        for t in self._threads:
-            t.join()
+        stuck = joins.join_within(self._threads)  # each unit is one copy call or one fence: bounded
+        if stuck and self.error is None:
+            self.error = ThreadsStuck(self.name, joins.STOP_GRACE_S, stuck)
 
     def counters(self) -> dict[str, Any]:
         return {"copier_register_us": self.register_us, "copier_issue_us": self.issue_us,

@@ -37,7 +37,7 @@ from workbench.upload.base import Device
 from workbench.upload.pinned import HUGE_PAGE, MADV_POPULATE_WRITE, SOURCES, PinnedBlock
 from workbench.upload.slab import MAPPINGS, Slab, carve_ring
 from workbench.upload.slot import Held, Slot
-from workbench.upload.staging_background import provision_in_background
+from workbench.upload.staging_background import provision_in_background, stop_background
 from workbench.upload.staging_plan import size_ring
 
 PROVISIONS = ("upfront", "background", "readers", "first-read")
@@ -260,8 +260,7 @@ class StagingRing:
         t0 = time.perf_counter()
         try:
             if self._thread is not None:
-                self._stop.set()
-                self._thread.join()
+                stop_background(self)  # joined within a bound: ThreadsStuck, never a hang
             for slot in self.slots:
                 self.device.destroy_fence(slot.fence)  # waits first: no copy may still read the slot
                 slot.view.release()

@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from workbench.errors import ThreadsStuck
+from workbench.upload import joins
 from workbench.upload.pinned import PinnedBlock
 from workbench.upload.slot import Slot
 
@@ -31,3 +33,12 @@ def provision_in_background(ring: Any, t0: float) -> None:
                          f"({ring.slot_bytes / 2**20:g} MiB) in the background failed")
         ring.error = exc
         ring._free.put(None)  # wakes a waiter, which passes it on
+
+
+def stop_background(ring: Any) -> None:
+    """Stop ``ring``'s provisioning thread and join it within :data:`~workbench.upload.joins.STOP_GRACE_S`
+    (a slot is one allocation and one fence); still running then, :class:`ThreadsStuck` says where."""
+    ring._stop.set()
+    stuck = joins.join_within([ring._thread])
+    if stuck:
+        raise ThreadsStuck("staging ring", joins.STOP_GRACE_S, stuck)
