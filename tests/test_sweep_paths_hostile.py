@@ -97,6 +97,7 @@ def test_every_shipped_notebook_declares_its_path_parameters():
         "04_long_session": {"file": "model", "ledger_path": "ledger"},
         "05_ledger_report": {"ledger_path": "ledger", "out_dir": "directory"},
         "06_engine_ab": {"file": "model", "binaries": "files", "ledger_path": "ledger", "out_dir": "directory"},
+        "07_traces": {"trace": "file", "file": "model", "ledger_path": "ledger"},
     }
     packaged = Path(__file__).resolve().parent.parent / "workbench" / "cli" / "notebooks"
     for stem, kinds in expected.items():
