@@ -123,17 +123,17 @@ def test_the_synthetic_trace_is_seeded_and_has_the_models_shape(model):
     assert pooled["overlap"] > 0.5 > pooled["overlap_uniform"]  # sticky: tokens share experts
 
 
-def _replay(model, trace, policy, n, **kw):
+def _replay(model, trace, policy, n, prefetch="route", **kw):
     from workbench.cli.notebooks.traces import (predicted, replay_config, replay_frame, replay_session,
                                                 trace_inputs)
 
     inputs = trace_inputs(trace, str(model), size="8MiB", experts=16, k=2, tokens=50, seed=0, skew=1.0,
                           stickiness=0.35)
-    config = replay_config(inputs, turns=2, tokens=30, cache_experts=n, policy=policy, prefetch="route",
-                           overlap=False, lanes=1, compute="none", seed=0, **kw)
+    config = replay_config(inputs, turns=2, tokens=30, cache_experts=n, policy=policy, prefetch=prefetch,
+                           lanes=1, compute="none", seed=0, **{"overlap": False, **kw})
     result, _warnings = replay_session(Path(inputs.model), config, device="host",
                                        store=Path(str(model) + ".ledger.sqlite"), campaign="t", hypothesis="")
-    return replay_frame(predicted(inputs.model, config), result).iloc[0]
+    return replay_frame(predicted(inputs.model, config), result, config).iloc[0]
 
 
 @pytest.mark.parametrize("policy", ["lru", "arc", "static", "belady"])
@@ -142,6 +142,25 @@ def test_a_replay_shorter_trace_than_session_measures_what_is_simulated(model, p
     assert row["tokens replayed"] == 60
     assert row["measured hit rate"] == pytest.approx(row["simulated hit rate"], abs=1e-4)
     assert row["check"].startswith("agree")
+
+
+def test_a_predictor_replays_over_a_byte_budget_unsimulated_with_its_precision_and_recall(model):
+    from workbench.cli.notebooks.traces import NOT_SIMULATED, budget_mib
+
+    row = _replay(model, "", "lru", 4, prefetch="oracle:precision=0.5,recall=0.8", overlap=True, cache="bytes")
+    assert row["cache"] == f"{budget_mib(model, 4):.2f} MiB" and row["check"] == NOT_SIMULATED
+    assert row["simulated hit rate"] is None and 0 < row["measured hit rate"] < 1
+    assert 0.3 < row["prefetch precision"] < 0.7 and 0.65 < row["prefetch recall"] < 0.95
+    per_layer = _replay(model, "", "lru", 4)
+    assert per_layer["prefetch precision"] is None and per_layer["check"].startswith("agree")
+
+
+def test_a_predictor_with_per_layer_caches_is_the_sessions_one_line(model):
+    from workbench.errors import ParamError
+
+    with pytest.raises(ParamError) as err:
+        _replay(model, "", "lru", 4, prefetch="previous", overlap=True)
+    assert "per-layer caches follow the trace in order" in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +227,10 @@ def test_the_shipped_sweep_lists_its_grid_and_a_two_point_sweep_runs_into_the_le
                                        "--out", str(tmp_path / "dry")])
     assert listed.exit_code == 0, listed.output
     assert "30 points" in listed.output and listed.output.count("07_traces-replay_experts=") == 30
+    listed = CliRunner().invoke(main, ["sweep", str(ROOT / "data" / "sweeps" / "traces-prefetch.yaml"), "--dry-run",
+                                       "--out", str(tmp_path / "dry")])
+    assert listed.exit_code == 0, listed.output
+    assert "10 points" in listed.output and "prefetch=oracle:precision=0.9,recall=0.9" in listed.output
     doc = {"notebook": "07_traces", "campaign": "t-traces", "parameters": {"replay_policy": "arc", **SMALL},
            "grid": {"prefetch": ["route", "none"]}}
     sweep = tmp_path / "traces.yaml"

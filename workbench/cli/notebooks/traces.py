@@ -145,23 +145,47 @@ def simulate_trace(trace: Path, policies: Sequence[str], sizes: Sequence[int], n
     return run_simulation(routing, list(policies), cache_sizes(sizes, routing.k, routing.n_experts))
 
 
+REPLAY_CACHES = ("per-layer", "bytes")
+
+
+def budget_mib(model: Path, cache_experts: int) -> float:
+    """The bytes ``cache_experts`` experts a layer come to (each layer's largest slice per blob), in MiB."""
+    from workbench.expert.policies.partition import unit_bytes
+    from workbench.formats import open_index
+
+    by_layer: dict[int, list[Any]] = {}
+    for blob in open_index(model).blobs:
+        by_layer.setdefault(blob.layer, []).append(blob)
+    return sum(cache_experts * unit_bytes(blobs) for blobs in by_layer.values()) / 2**20
+
+
 def replay_config(inputs: TraceInputs, *, turns: int, tokens: int, cache_experts: int, policy: str, prefetch: str,
-                  overlap: bool, lanes: int, compute: str, seed: int) -> Any:
-    """The session that replays ``inputs.replay`` with per-layer caches of ``cache_experts`` experts."""
+                  overlap: bool, lanes: int, compute: str, seed: int, cache: str = "per-layer") -> Any:
+    """The session that replays ``inputs.replay``: per-layer caches of ``cache_experts`` experts (what the
+    simulator models), or (``cache="bytes"``) one byte budget of the same size over every layer, lru or fifo,
+    which a predictor's prefetch needs (it stages experts the trace does not route there)."""
     from workbench.expert.session_config import SessionConfig
 
-    return SessionConfig(turns=turns, tokens=tokens, trace=str(inputs.replay), cache_experts=cache_experts,
-                         policy=policy, prefetch=prefetch, overlap=overlap, lanes=lanes, compute=compute, seed=seed)
+    if cache not in REPLAY_CACHES:
+        raise ParamError("notebook 07", "replay_cache", f"{cache!r} is not one of {', '.join(REPLAY_CACHES)}")
+    common = dict(turns=turns, tokens=tokens, trace=str(inputs.replay), policy=policy, prefetch=prefetch,
+                  overlap=overlap, lanes=lanes, compute=compute, seed=seed)
+    if cache == "bytes":
+        return SessionConfig(cache_mib=budget_mib(inputs.model, cache_experts), **common)
+    return SessionConfig(cache_experts=cache_experts, **common)
 
 
 def predicted(model: Path, config: Any) -> Any:
     """What the simulator predicts for ``config``'s session: its policy at its N over the tokens it replays
-    (a trace shorter than the session repeats from the start, as the session's cache does); Belady's beside."""
+    (a trace shorter than the session repeats from the start, as the session's cache does); Belady's beside.
+    None for a byte budget (the simulator models per-layer caches)."""
     from workbench.expert.policies.simulate import run_simulation
     from workbench.expert.routing import RoutingTrace
     from workbench.expert.session_config import routing
     from workbench.formats import open_index
 
+    if config.cache_experts is None:
+        return None
     trace, _note = routing(open_index(model), config)
     need = config.turns * config.tokens
     replayed = RoutingTrace(trace.experts[np.arange(need) % trace.tokens], trace.layers, trace.n_experts, trace.source)
@@ -193,20 +217,38 @@ def measured_hit_rate(result: Any) -> tuple[float, int]:
     return (hits / lookups if lookups else float("nan")), lookups
 
 
-def replay_frame(sim: Any, result: Any) -> Any:
-    """One row: the policy and N, the simulated hit rate (and Belady's), the session's, their gap in points."""
+NOT_SIMULATED = "not simulated: one byte budget over every layer (the simulator models per-layer caches)"
+
+
+def replay_frame(sim: Any, result: Any, config: Any) -> Any:
+    """One row: the policy and its cache, the simulated hit rate (and Belady's), the session's, their gap in
+    points, and the prefetch: the predictor's precision and recall, the read stall per token."""
     import pandas as pd
 
-    doc = sim.to_json()
-    mine = next(r for r in doc["results"] if r["policy"] != "belady") if len(doc["results"]) > 1 else doc["results"][0]
-    bound = next(r for r in doc["results"] if r["policy"] == "belady")
     rate, lookups = measured_hit_rate(result)
-    gap = (rate - mine["hit_rate"]) * 100
-    return pd.DataFrame([{
-        "session": result.attempt_id[:8], "policy": mine["policy"], "N per layer": mine["cache_experts"],
-        "tokens replayed": doc["tokens"], "simulated hit rate": round(mine["hit_rate"], 4),
-        "Belady's at N": round(bound["hit_rate"], 4), "measured hit rate": round(rate, 4),
-        "measured − simulated (points)": round(gap, 2), "session lookups (slices)": lookups,
-        "check": (f"agree within {AGREE_POINTS:g} point" if abs(gap) <= AGREE_POINTS else
-                  f"DIFFER by {abs(gap):.1f} points: the session did not replay what the simulator read"),
-    }])
+    s = result.report.summary
+    row: dict[str, Any] = {"session": result.attempt_id[:8], "policy": config.policy,
+                           "cache": (f"{config.cache_experts} experts/layer" if config.cache_experts is not None else
+                                     f"{config.cache_mib:.2f} MiB"),
+                           "prefetch": config.prefetch, "tokens replayed": config.turns * config.tokens}
+    if sim is None:
+        row.update({"simulated hit rate": None, "Belady's at N": None, "measured hit rate": round(rate, 4),
+                    "measured − simulated (points)": None, "check": NOT_SIMULATED})
+    else:
+        doc = sim.to_json()
+        bound = next(r for r in doc["results"] if r["policy"] == "belady")
+        mine = next((r for r in doc["results"] if r["policy"] != "belady"), bound)
+        gap = (rate - mine["hit_rate"]) * 100
+        row.update({"simulated hit rate": round(mine["hit_rate"], 4), "Belady's at N": round(bound["hit_rate"], 4),
+                    "measured hit rate": round(rate, 4), "measured − simulated (points)": round(gap, 2),
+                    "check": (f"agree within {AGREE_POINTS:g} point" if abs(gap) <= AGREE_POINTS else
+                              f"DIFFER by {abs(gap):.1f} points: the session did not replay what the simulator read")})
+    precision, recall = (getattr(s, f"prefetch_{x}", None) for x in ("precision", "recall"))  # None: no predictor
+    row.update({"session lookups (slices)": lookups, "prefetch precision": _round(precision),
+                "prefetch recall": _round(recall),
+                "read stall ms/token": round(s.stall_read_s / s.tokens * 1e3, 3)})
+    return pd.DataFrame([row])
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from workbench.cli.notebooks.actions import _best, _devices
+from workbench.cli.notebooks.traces import REPLAY_CACHES
 from workbench.cli.notebooks.ui import Panel, ledger_path, parse_list, results_html
 from workbench.untrusted import for_html
 
@@ -83,14 +84,14 @@ def trace_outputs(v: Mapping[str, Any], store: Any, say: Callable[[str], None]) 
         return out + [figs.hit_rate_figure(doc)]
     config = replay_config(inputs, turns=v["turns"], tokens=v["tokens"], cache_experts=v["replay_experts"],
                            policy=v["replay_policy"], prefetch=v["prefetch"], overlap=v["overlap"], lanes=v["lanes"],
-                           compute=v["compute"], seed=v["seed"])
+                           compute=v["compute"], seed=v["seed"], cache=v["replay_cache"])
     expected = predicted(inputs.model, config)
     say("replaying as a session …")
     result, warnings = replay_session(inputs.model, config, device=v["device"], store=store, campaign=v["campaign"],
-                                      hypothesis=v["hypothesis"] or _hypothesis(expected), say=say)
-    table = replay_frame(expected, result)
-    row = table.iloc[0]
-    marker = [{"policy": row["policy"], "cache_experts": int(row["N per layer"]), "hit_rate": row["measured hit rate"]}]
+                                      hypothesis=v["hypothesis"] or _hypothesis(expected, config), say=say)
+    table = replay_frame(expected, result, config)
+    rate = table.iloc[0]["measured hit rate"]
+    marker = [{"policy": config.policy, "cache_experts": config.cache_experts, "hit_rate": rate}] if expected else []
     return out + [figs.hit_rate_figure(doc, marker), results_html(table, "wb-replay"),
                   _lines("wb-session", [*(f"warning: {w}" for w in warnings),
                                         f"session {result.attempt_id[:8]}: {result.verdict} — {result.notes}",
@@ -98,8 +99,12 @@ def trace_outputs(v: Mapping[str, Any], store: Any, say: Callable[[str], None]) 
                                         f"recorded in {store}, campaign {v['campaign']}"])]
 
 
-def _hypothesis(sim: Any) -> str:
-    """The replay's hypothesis when none is given: the simulator's prediction, so the ledger keeps it."""
+def _hypothesis(sim: Any, config: Any) -> str:
+    """The replay's hypothesis when none is given: the simulator's prediction, so the ledger keeps it (a byte
+    budget: what the session asks, which nothing predicts)."""
+    if sim is None:
+        return (f"prefetch {config.prefetch} with {config.policy} over {config.cache_mib:.2f} MiB (the bytes of the "
+                f"per-layer N) on this trace")
     doc = sim.to_json()
     mine = [r for r in doc["results"] if r["policy"] != "belady"] or doc["results"]
     bound = next(r for r in doc["results"] if r["policy"] == "belady")
@@ -109,7 +114,7 @@ def _hypothesis(sim: Any) -> str:
 
 def traces_panel(*, trace: str, file: str, size: str, experts: int, k: int, synthetic_tokens: int, seed: int,
                  skew: float, stickiness: float, cache_experts: Sequence[int], policies: Sequence[str],
-                 replay_experts: int, replay_policy: str, prefetch: str, overlap: bool, lanes: int, compute: str,
+                 replay_experts: int, replay_policy: str, replay_cache: str, prefetch: str, overlap: bool, lanes: int, compute: str,
                  turns: int, tokens: int, device: str, campaign: str, hypothesis: str = "", ledger: str = "") -> Panel:
     """The panel of notebook 07: the trace (or the synthetic one's shape), the policies and sizes simulated,
     and the replayed session's configuration."""
@@ -137,6 +142,7 @@ def traces_panel(*, trace: str, file: str, size: str, experts: int, k: int, synt
         "replay_experts": w.BoundedIntText(value=replay_experts, min=0, max=1024, description="N replayed",
                                            **initial),
         "replay_policy": w.Combobox(value=replay_policy, options=list(POLICY_CHOICES), description="policy"),
+        "replay_cache": w.Dropdown(options=list(REPLAY_CACHES), value=replay_cache, description="cache"),
         "prefetch": w.Text(value=prefetch, description="prefetch"),
         "overlap": w.Checkbox(value=overlap, description="overlap"),
         "lanes": w.BoundedIntText(value=lanes, min=1, max=64, description="lanes"),
