@@ -166,22 +166,15 @@ def test_a_predictor_with_per_layer_caches_is_the_sessions_one_line(model):
 @pytest.fixture(scope="module")
 def gguf_py_moe(tmp_path_factory):
     """A MoE GGUF written by gguf-py (not our writer): 2 layers x gate/up/down of 8 experts, f16."""
-    from gguf import GGUFWriter
+    from foreign_writers import write_gguf_moe
 
-    path = tmp_path_factory.mktemp("gguf-py") / "moe.gguf"
     rng = np.random.default_rng(5)
-    writer = GGUFWriter(str(path), "qwen3moe")
-    for layer in range(2):
-        for part, shape in (("gate", (8, 48, 64)), ("up", (8, 48, 64)), ("down", (8, 64, 48))):
-            writer.add_tensor(f"blk.{layer}.ffn_{part}_exps.weight", rng.standard_normal(shape).astype(np.float16))
-    writer.add_block_count(2)
-    writer.add_expert_count(8)
-    writer.add_expert_used_count(2)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+
+    def add(writer):
+        for layer in range(2):
+            for part, shape in (("gate", (8, 48, 64)), ("up", (8, 48, 64)), ("down", (8, 64, 48))):
+                writer.add_tensor(f"blk.{layer}.ffn_{part}_exps.weight", rng.standard_normal(shape).astype(np.float16))
+    return write_gguf_moe(tmp_path_factory.mktemp("gguf-py") / "moe.gguf", add, blocks=2, experts=8, used=2)
 
 
 def test_a_jsonl_trace_with_a_gap_replays_on_a_gguf_py_model_and_says_what_it_dropped(gguf_py_moe, tmp_path):
@@ -243,3 +236,23 @@ def test_the_shipped_sweep_lists_its_grid_and_a_two_point_sweep_runs_into_the_le
         attempts = ledger.attempts("t-traces")
     assert list(attempts["kind"]) == ["session"] * 2 and set(attempts["verdict"]) == {"baseline"}
     assert all(h.startswith("arc with 4 experts a layer hits ") for h in attempts["hypothesis"])
+
+
+def test_the_panels_controls_drive_the_action_as_typed_in_jupyterlab(tmp_path):
+    from workbench.cli.notebooks.traces_panel import traces_panel
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    params = {}
+    exec(next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", [])), {}, params)  # noqa: S102
+    params.pop("autorun")
+    params["ledger"] = str(tmp_path / "ledger.sqlite")
+    params.pop("ledger_path")
+    panel = traces_panel(**params)
+    panel.controls["cache_experts"].value = "2, 6"  # a text box, as typed
+    panel.controls["policies"].value = ("arc",)
+    panel.controls["replay_experts"].value = 0  # no replay: nothing recorded
+    items = panel.run(into_output=True)
+    page = "".join(getattr(i, "data", "") for i in items if isinstance(getattr(i, "data", None), str))
+    assert "N=2" in page and "N=6" in page and "N=4" not in page and ">arc<" in page and ">lru<" not in page
+    assert not (tmp_path / "ledger.sqlite").exists() and panel.runs == 1
+    assert "finished" in panel.status.value
