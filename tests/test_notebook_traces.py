@@ -85,6 +85,27 @@ def test_by_default_it_writes_a_trace_shows_it_simulates_and_replays_into_the_le
     assert "Belady's MIN (bound)" in names and {"lru", "fifo", "lfu", "arc", "static"} <= set(names)
     marker = next(d for d in hit["data"] if d["name"].startswith("measured"))
     assert marker["x"] == [4] and marker["y"][0] == pytest.approx(measured, abs=1e-4)
+    ring = next(d for d in hit["data"] if d["name"].startswith("simulated"))
+    assert ring["y"][0] == pytest.approx(predicted, abs=1e-4)
+
+
+def test_hostile_trace_names_and_policies_reach_the_page_escaped(tmp_path):
+    from workbench.cli.notebooks.trace_figures import hit_rate_figure
+    from workbench.cli.notebooks.traces_panel import trace_outputs
+    from workbench.expert.routing import save_trace, synthetic_trace
+
+    path = tmp_path / "<img src=x onerror=alert(1)>.csv"
+    save_trace(synthetic_trace(40, (0, 1, 2, 3), 16, 2, seed=1), path)
+    v = {"trace": str(path), "file": "", "size": "8MiB", "experts": 16, "k": 2, "synthetic_tokens": 50, "seed": 0,
+         "skew": 1.0, "stickiness": 0.35, "cache_experts": [2, 4], "policies": ["lru"], "replay_experts": 0}
+    items = trace_outputs(v, tmp_path / "ledger.sqlite", lambda _m: None)
+    page = "".join(i.data for i in items if isinstance(getattr(i, "data", None), str))
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    doc = {"results": [{"policy": "<b>x</b>", "cache_experts": 2, "hit_rate": 0.5, "of_belady": 1.0}],
+           "tokens": 1, "k": 1, "n_experts": 2}
+    names = [d.name for d in hit_rate_figure(doc, [{"policy": "<b>x</b>", "cache_experts": 2, "hit_rate": 0.5,
+                                                    "simulated": 0.5}]).data]
+    assert all("<b>" not in n for n in names)
 
 
 def test_a_bad_trace_is_the_one_line_error_and_records_nothing(tmp_path):

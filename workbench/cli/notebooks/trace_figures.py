@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from workbench.untrusted import for_html
+from workbench.output.untrusted import for_html
 
 _POOLED = "all"
 
@@ -76,7 +76,8 @@ def working_set_figure(stats: Any) -> Any:
 
 def hit_rate_figure(doc: Mapping[str, Any], measured: Sequence[Mapping[str, Any]] = ()) -> Any:
     """Hit rate against the per-layer cache size, a line per policy and Belady's bound (dashed); each
-    ``measured`` session ({policy, cache_experts, hit_rate}) a marker beside its simulated point."""
+    ``measured`` session ({policy, cache_experts, hit_rate, simulated}) a cross beside a ring at what the
+    simulator predicts for the tokens it replayed (the curves cover the whole trace)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -91,6 +92,10 @@ def hit_rate_figure(doc: Mapping[str, Any], measured: Sequence[Mapping[str, Any]
             customdata=[r["of_belady"] for r in rows],
             hovertemplate="N=%{x}: %{y:.3f}" + ("" if bound else " (%{customdata:.2f} of Belady's)") + "<extra></extra>"))
     for m in measured:
+        fig.add_trace(go.Scatter(x=[m["cache_experts"]], y=[m["simulated"]], mode="markers",
+                                 name=for_html(f"simulated: {m['policy']} over the replayed tokens"),
+                                 marker={"symbol": "circle-open", "size": 16, "color": "red"},
+                                 hovertemplate="simulated replay, N=%{x}: %{y:.3f}<extra></extra>"))
         fig.add_trace(go.Scatter(x=[m["cache_experts"]], y=[m["hit_rate"]], mode="markers",
                                  name=for_html(f"measured: {m['policy']} session"),
                                  marker={"symbol": "x", "size": 14, "color": "red"},

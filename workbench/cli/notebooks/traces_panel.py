@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 from workbench.cli.notebooks.actions import _best, _devices
 from workbench.cli.notebooks.traces import REPLAY_CACHES
 from workbench.cli.notebooks.ui import Panel, ledger_path, parse_list, results_html
-from workbench.untrusted import for_html
+from workbench.output.untrusted import for_html
 
 POLICY_CHOICES = ("lru", "fifo", "lfu", "arc", "static", "belady")  # expert.policies.LAYER_POLICIES (lfu:W typed)
 
@@ -90,8 +90,9 @@ def trace_outputs(v: Mapping[str, Any], store: Any, say: Callable[[str], None]) 
     result, warnings = replay_session(inputs.model, config, device=v["device"], store=store, campaign=v["campaign"],
                                       hypothesis=v["hypothesis"] or _hypothesis(expected, config), say=say)
     table = replay_frame(expected, result, config)
-    rate = table.iloc[0]["measured hit rate"]
-    marker = [{"policy": config.policy, "cache_experts": config.cache_experts, "hit_rate": rate}] if expected else []
+    row = table.iloc[0]
+    marker = [{"policy": config.policy, "cache_experts": config.cache_experts, "hit_rate": row["measured hit rate"],
+               "simulated": row["simulated hit rate"]}] if expected else []
     return out + [figs.hit_rate_figure(doc, marker), results_html(table, "wb-replay"),
                   _lines("wb-session", [*(f"warning: {w}" for w in warnings),
                                         f"session {result.attempt_id[:8]}: {result.verdict} — {result.notes}",
