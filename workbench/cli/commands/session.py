@@ -184,6 +184,12 @@ def _memory_json(cell: Any) -> dict[str, str] | None:
             "detail": cell.memory_outcome}
 
 
+def _host_share(f: dict[str, float]) -> str:
+    """A cell's misses computed on the host and its host ms a token, where any were (--miss host|auto)."""
+    share = f.get("host share", -1.0)
+    return f", host share {share:.3f} ({f['host ms/token']:.2f} host ms/token)" if share > 0 else ""
+
+
 def _print_ab(result: Any) -> None:
     skipped = (f"; each cell's figures, like the effects, leave out its first {result.skipped_turns} turn (the "
                "cache filling)") if result.skipped_turns else "; every turn counts (fewer than 3 a cell)"
@@ -193,7 +199,7 @@ def _print_ab(result: Any) -> None:
         click.echo(f"memory limit enforced by {' and '.join(methods)}; each cell: how, and its outcome (OOM, "
                    "killed, own-files, reclaim or none)")
     for (i, r, c), f in zip(result.cells, result.figures):
-        line = (f"tok/s {f['tok/s']:.2f}, hit rate {f['hit rate']:.3f}, residual "
+        line = (f"tok/s {f['tok/s']:.2f}, hit rate {f['hit rate']:.3f}{_host_share(f)}, residual "
                 f"{f['residual s/token'] * 1e3:.2f} ms/token, bookkeeping "
                 f"{f['bookkeeping s/token'] * 1e3:.2f} ms/token, shift copy {f['shift MiB/token']:.2f} MiB/token "
                 f"{f['shift ms/token']:.2f} ms/token, staged {f['staged GB/s']:.2f} GB/s, unreleased "
