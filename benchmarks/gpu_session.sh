@@ -5,7 +5,7 @@
 #     bash benchmarks/gpu_session.sh OUT STEP [STEP ...]
 #
 # STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session | expert-path | expert-path-cold |
-#       session-ab | session-pressure | session-prefetch | sharded-warm | sharded-cold | evidence | evidence-corpus
+#       session-ab | session-pressure | session-prefetch | session-miss | sharded-warm | sharded-cold | evidence | evidence-corpus
 # Each step writes its report, log and ledger export under OUT and is cut by `timeout` at its limit, so a
 # slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
 # runai-model-streamer, instanttensor, plotly for python 3.12) are installed from ./.whl when it exists;
@@ -56,7 +56,7 @@ out=${1:?usage: gpu_session.sh OUT STEP [STEP ...]}
 shift
 declare -A LIMIT=([tests]=230 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
                   [load-cold]=440 [expert-path]=330 [expert-path-cold]=300 [session-ab]=540 [session-pressure]=540
-                  [session-prefetch]=480
+                  [session-prefetch]=480 [session-miss]=540
                   [sharded-warm]=340 [sharded-cold]=300 [evidence]=330 [evidence-corpus]=180)
 steps=()
 for s in "$@"; do  # STEP or STEP=SECONDS (a limit of its own for this call)
@@ -152,6 +152,17 @@ for s in "$@"; do
             --out "$out/session-prefetch.md"
         python3 -m workbench.cli ledger --ledger /tmp/bench/prefetch.sqlite export --csv "$out/session-prefetch" \
             --markdown "$out/session-prefetch/attempts.md" > /dev/null ;;
+    session-miss)  # issue 34 §4-5: batched warm misses vs the ring, and --miss fetch/host/auto, n = 6 a side
+        # (two calls fit best: MISS_GROUPS=batch ≈ 190 s, then MISS_GROUPS=miss ≈ 300 s). Fresh box: 2 GiB model write
+        # ≤ 20 s (reused in a lease), ring 6 fresh processes ≈ 40 s, batch 12 cells × (worker + CUDA ≈ 8 s, 6 × 4 tokens
+        # ≈ 3 s) ≈ 130 s; miss 18 cells of 4 × 2 tokens: the host arm's gguf-py dequantizes Q4_0 on one core
+        # (35 MB/s on the loaded VM: ≈ 2-7 s a token of 254 MB) ≈ 6 × 25-60 s, the others 12 × 10 s
+        step session-miss "${LIMIT[session-miss]}" python3 benchmarks/bench_miss.py --device cuda --dir /tmp/bench \
+            --size "${MISS_SIZE:-2GiB}" --experts 64 --cache-mib "${MISS_CACHE_MIB:-1000}" --turns 6 --tokens 4 \
+            --miss-turns 4 --miss-tokens 2 --rounds "${MISS_ROUNDS:-6}" --groups "${MISS_GROUPS:-batch,miss}" --cell-timeout 60 \
+            --ledger /tmp/bench/miss.sqlite --out "$out/session-miss.md"
+        python3 -m workbench.cli ledger --ledger /tmp/bench/miss.sqlite export --csv "$out/session-miss" \
+            --markdown "$out/session-miss/attempts.md" > /dev/null ;;
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;

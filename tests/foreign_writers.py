@@ -88,6 +88,23 @@ def write_gguf_split(path: str | os.PathLike[str], seed: int = 0, split_max_tens
     return given
 
 
+def write_gguf_moe(path: str | os.PathLike[str], add_tensors, blocks: int, experts: int, used: int) -> Path:
+    """A MoE GGUF by gguf-py's ``GGUFWriter``: ``add_tensors(writer)`` adds the tensors, then the block,
+    expert and used-expert counts and the file."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "qwen3moe")
+    add_tensors(writer)
+    writer.add_block_count(blocks)
+    writer.add_expert_count(experts)
+    writer.add_expert_used_count(used)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
+
+
 def split_names(path: str | os.PathLike[str]) -> list[Path]:
     """The files :func:`write_gguf_split` wrote, in split order."""
     path = Path(path)

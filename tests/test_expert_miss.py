@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from foreign_writers import write_gguf_moe
 from one_line import one_error_line
 from workbench.cli import main
 from workbench.expert.miss import ArmCost, AutoRule, HostExperts, MissServer, choose
@@ -29,12 +30,14 @@ EXPERTS, ROWS, COLS = 4, 8, 64
 
 
 def _write_gguf(path, kinds=DTYPES):
+    return write_gguf_moe(path, lambda writer: _add(writer, kinds), blocks=2, experts=EXPERTS, used=2)
+
+
+def _add(writer, kinds):
     from gguf import GGMLQuantizationType as Q
-    from gguf import GGUFWriter
     from gguf.quants import quantize
 
     rng = np.random.default_rng(3)
-    writer = GGUFWriter(str(path), "qwen3moe")
     for (layer, part), kind in kinds.items():
         w = rng.standard_normal((EXPERTS, ROWS, COLS)).astype(np.float32)
         name = f"blk.{layer}.ffn_{part}_exps.weight"
@@ -48,14 +51,6 @@ def _write_gguf(path, kinds=DTYPES):
             writer.add_tensor(name, w.astype(np.int32))
         else:
             writer.add_tensor(name, quantize(w, Q[kind]), raw_dtype=Q[kind])
-    writer.add_block_count(2)
-    writer.add_expert_count(EXPERTS)
-    writer.add_expert_used_count(2)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -257,14 +257,18 @@ class Decoder:
             self.uploader.drain()
             self.timers.upload += time.perf_counter() - t0
         finally:
-            for view in views:
-                view.release()
-            t0 = time.perf_counter()
-            for key in plan.keys:
-                self.cache.unpin(key)
-            self.timers.bookkeeping += time.perf_counter() - t0
+            self.let_go(views, plan.keys)
         self._landed(landed)
         return landed
+
+    def let_go(self, views: Sequence[memoryview], keys: Sequence[SliceKey]) -> None:
+        """A layer landed: release its cache views and unpin its keys (timed as bookkeeping)."""
+        for view in views:
+            view.release()
+        t0 = time.perf_counter()
+        for key in keys:
+            self.cache.unpin(key)
+        self.timers.bookkeeping += time.perf_counter() - t0
 
     def _landed(self, landed: list[tuple[SliceKey, int, int]]) -> None:
         self.timers.landed_bytes += sum(n for _, _, n in landed)

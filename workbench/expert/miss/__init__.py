@@ -4,7 +4,9 @@
   product at batch 1, the bytes widened to f32 (F16, BF16 by its bits) or dequantized by gguf-py;
 * :mod:`~.rule` — ``auto``'s rule: the cheaper of fetch and host per miss, by costs learned online;
 * :mod:`~.server` — the decode loop's two hooks (split a layer's routed experts, then compute its host
-  misses and learn), the turn's counts (:data:`~.server.MISS_KEYS`) and the summary's sentence.
+  misses and learn), the turn's counts (:data:`~.server.MISS_KEYS`) and the summary's sentence;
+* :mod:`~.batch` — ``--batch-misses`` (issue 34 §5): a layer's misses read and uploaded together, one
+  batch per lane, into alternating halves of the arena.
 """
 from workbench.expert.miss.host import HostExperts, widen
 from workbench.expert.miss.rule import ArmCost, AutoRule, choose

@@ -126,12 +126,7 @@ class BatchedMisses:
                     pass
             raise
         finally:
-            for view in views:
-                view.release()
-            t0 = time.perf_counter()
-            for key in plan.keys:
-                d.cache.unpin(key)
-            d.timers.bookkeeping += time.perf_counter() - t0
+            d.let_go(views, plan.keys)
         landed = [(key, plan.at[key], d.cache.layouts[key.blob].slice(key.expert)[1]) for key in plan.keys]
         d._landed(landed)
         return landed
