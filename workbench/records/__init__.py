@@ -23,6 +23,7 @@ from workbench.records.fixed import FIXED_PARTS, fixed_parts, split_load
 from workbench.records.external import BinaryFile, EnginePhase, ExternalRun, ReadEvidence
 from workbench.records.model_names import model_display_name
 from workbench.records.names import campaign_name_problem
+from workbench.records.ranks import RankReport, RanksSummary
 from workbench.records.run import (
     AUTO_VERDICTS,
     CACHE_STATES,
@@ -46,7 +47,7 @@ from workbench.records.worker_report import (
 __all__ = [
     "COST_FIELDS", "RunCosts", "AUTO_VERDICTS", "CACHE_STATES", "CLAIM_MIN_RUNS", "PHASES", "USER_VERDICTS", "VERDICTS",
     "AttemptStats", "BinaryFile", "CacheRecheck", "Effect", "Engaged", "EnginePhase", "ExternalRun", "LoadPath", "LoadSummary", "MiB",
-    "ReadEvidence", "RunConfig", "RunRecord", "Timings", "VerifySummary", "WorkerReport", "campaign_name_problem",
+    "RankReport", "RanksSummary", "ReadEvidence", "RunConfig", "RunRecord", "Timings", "VerifySummary", "WorkerReport", "campaign_name_problem",
     "failure_reason", "format_effect", "format_spread", "format_verdict", "keeping_needs_a_note", "verdict_caveat",
     "verdict_n", "comparable_settings", "format_differences", "model_display_name", "plural", "settings_differences",
     "FIXED_PARTS", "fixed_parts", "split_load",

@@ -15,6 +15,7 @@ from workbench.records.cache_recheck import CacheRecheck
 from workbench.records.costs import RunCosts
 from workbench.records.engaged import Engaged
 from workbench.records.external import ExternalRun
+from workbench.records.ranks import RanksSummary
 
 
 def _opt_float(value: Any) -> float | None:
@@ -172,6 +173,7 @@ class WorkerReport:
     resident_after_files: Mapping[str, float] = field(default_factory=dict)  # file name → fraction after the load
     costs: RunCosts | None = None  # bytes read, CPU, switches and memory over the window (worker runs)
     cache_recheck: CacheRecheck | None = None  # the worker's own look at the cache just before its window
+    ranks: RanksSummary | None = None  # a load across several ranks: each rank's numbers (measure/ranks/)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object the worker prints and the ledger stores (``runs.result``)."""
@@ -198,6 +200,7 @@ class WorkerReport:
             **({"resident_after_files": dict(self.resident_after_files)} if self.resident_after_files else {}),
             **({"costs": self.costs.to_json()} if self.costs is not None else {}),
             **({"cache_recheck": self.cache_recheck.to_json()} if self.cache_recheck is not None else {}),
+            **({"ranks": self.ranks.to_json()} if self.ranks is not None else {}),
         }
 
     @classmethod
@@ -228,4 +231,5 @@ class WorkerReport:
             "costs": RunCosts.from_json(data["costs"]) if isinstance(data.get("costs"), Mapping) else None,
             "cache_recheck": (CacheRecheck.from_json(data["cache_recheck"])
                               if isinstance(data.get("cache_recheck"), Mapping) else None),
+            "ranks": RanksSummary.from_json(data["ranks"]) if isinstance(data.get("ranks"), Mapping) else None,
         }

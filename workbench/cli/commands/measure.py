@@ -13,7 +13,7 @@ from workbench.cli.commands.results_out import Progress, report_results, unrecor
 from workbench.cli.exits import EXIT_HELP, finish, tally_attempts
 from workbench.cli.options import refuse_duplicates
 from workbench.errors import MeasurementInterrupted, ParamError
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 
 def parse_params(items: Sequence[str], owner: str = "--param") -> dict[str, str]:
@@ -67,13 +67,18 @@ def compare(file: str, strategies: tuple[str, ...], labels: tuple[str, ...], **o
 def _run_configs(file: str, strategies: list[str], labels: list[str] | None, *, params: tuple[str, ...],
                  device: str, order: str, seed: int, verify: bool, caches: tuple[str, ...], runs: int,
                  campaign: str, hypothesis: str, baseline: str | None, ledger_path: str | None,
-                 min_effect_pct: float, timeout_s: float, as_json: bool, baseline_across: bool) -> None:
+                 min_effect_pct: float, timeout_s: float, as_json: bool, baseline_across: bool,
+                 ranks: int | None = None, layout: str = "tp") -> None:
     from workbench.measure.run.model import model_name
     from workbench.measure.run.runner import measure, open_ledger, preflight
     from workbench.records import RunConfig
 
     refuse_duplicates(f"workbench {click.get_current_context().info_name}", "--cache", caches)
     common = parse_params(params)
+    if ranks is not None:  # a load across several ranks: docs/multi-gpu.md
+        from workbench.measure.ranks.runner import measure_ranks as measure, preflight_ranks as preflight
+
+        common = {**common, "ranks": str(ranks), "layout": layout}
     configs = []
     for text in strategies:
         name, merged = parse_strategy(text, common)

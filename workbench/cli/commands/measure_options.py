@@ -65,6 +65,11 @@ def worker_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--seed", type=numbers.seed(), default=0, show_default=True, help="Seed of --order shuffle."),
         click.option("--verify/--no-verify", default=True, show_default=True,
                      help="Read the device bytes back after each run and compare them with the file."),
+        click.option("--ranks", type=numbers.count(1, 64), default=None, metavar="N",
+                     help="Load across N ranks (fresh processes, torch.distributed): the strategies are then "
+                          "ranked ones (whole, ranges, shm, scatter); docs/multi-gpu.md."),
+        click.option("--layout", type=click.Choice(("tp", "ep")), default="tp", show_default=True,
+                     help="With --ranks: tensor-parallel (vLLM's slicing rule) or expert-parallel (MoE)."),
         *measure_option_list(cache_repeatable=True),
     ]
     return apply_options(options, fn)
