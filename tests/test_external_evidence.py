@@ -300,3 +300,38 @@ def test_the_window_ends_when_the_marker_was_written_not_when_it_was_read(env: P
         proc.wait()
         sampler.close()
     assert evidence.source == "events" and evidence.grade == "opened-only", evidence.describe()
+
+
+def test_the_window_starts_when_the_start_marker_was_written_not_when_it_was_read(env: Path) -> None:
+    # the start line read late (after the engine's every read): what it read after printing it counts
+    import subprocess
+    import time
+
+    path = str(env / "m.gguf")
+    code = (f"import os, time; print('start', flush=True); fd = os.open({path!r}, os.O_RDONLY)\n"
+            "while os.read(fd, 1 << 20): pass\ntime.sleep(1); print('loaded', flush=True); time.sleep(30)")
+    sampler = TreeSampler.at_spawn(_model(env))
+    began = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        sampler.root = proc.pid
+        time.sleep(0.5)  # the engine has read the model by now
+        assert proc.stdout.readline() == "start\n"
+        late = time.monotonic()  # the start line "read" only now
+        assert proc.stdout.readline() == "loaded\n"
+        evidence = sampler.finish(late, time.monotonic(), prior_s=late, start_prior_s=began)
+    finally:
+        proc.kill()
+        proc.wait()
+        sampler.close()
+    assert evidence.grade == "bytes-read", evidence.describe()
+
+
+def test_a_marker_line_read_in_two_pieces_dates_the_window_by_its_first(env: Path) -> None:
+    # the engine writes its marker line in two writes, reading the model between them: the read that
+    # returned the line's first half is not "before" the marker line, so the window ends at its first write
+    path = str(env / "m.gguf")
+    code = (f"import os, time; os.write(1, b'loa'); time.sleep(0.3); fd = os.open({path!r}, os.O_RDONLY)\n"
+            "while os.read(fd, 1 << 20): pass\nos.write(1, b'ded\\n'); time.sleep(30)")
+    out = time_external(_py(code), "loaded", timeout_s=30, nbytes=1, model=_model(env))
+    assert out.error is None and out.report.external.evidence.grade == "opened-only", out.engaged

@@ -144,15 +144,14 @@ class FileEventRecorder:
     def _in_spans(self, addr: int) -> bool:
         return any(lo <= addr < hi for lo, hi in self.spans)
 
-    def first_write_after(self, after_s: float, until_s: float) -> float | None:
-        """When (``time.monotonic`` seconds) the tree first wrote to its standard output or error after
-        ``after_s`` and by ``until_s``; None when no such write was recorded."""
+    def writes_between(self, after_s: float, until_s: float) -> list[float]:
+        """When (``time.monotonic`` seconds, in order) the tree wrote to its standard output or error
+        after ``after_s`` and by ``until_s``."""
         self.drain()
         lo, hi = int(after_s * 1e9), int(until_s * 1e9)
         writes = {i for i, k in self.ids.items() if k in ("write", "writev")}
-        times = [s.time_ns for s in self.samples if s.id in writes and lo < s.time_ns <= hi and
-                 int.from_bytes(s.raw[self._fd_at:self._fd_at + 4], "little", signed=True) in (1, 2)]
-        return min(times) / 1e9 if times else None
+        return sorted(s.time_ns / 1e9 for s in self.samples if s.id in writes and lo < s.time_ns <= hi and
+                      int.from_bytes(s.raw[self._fd_at:self._fd_at + 4], "little", signed=True) in (1, 2))
 
     @property
     def _fd_at(self) -> int:

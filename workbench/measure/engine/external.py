@@ -87,8 +87,10 @@ def time_external(command: EngineCommand | str, marker: str | None = None, *, ti
         hit = read_until_marker(master, watch, watch.t0 + timeout_s, sampler)
         if hit:
             judging = time.monotonic()
+            started_prior = None if watch.start_at is None else \
+                watch.start_prior_at if watch.start_prior_at is not None else watch.t0
             evidence = sampler.finish(watch.start_at if watch.start_at is not None else watch.t0,
-                                      watch.end_at, watch.prior_at) if sampler is not None else None
+                                      watch.end_at, watch.prior_at, started_prior) if sampler is not None else None
             judged = time.monotonic() - judging  # the engine waited on the workbench: not its wall
             exited, waited = _after_marker(master, watch, proc)
         else:

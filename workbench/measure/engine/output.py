@@ -54,6 +54,11 @@ class LineSplitter:
             done.append(self._take())
         return done
 
+    @property
+    def pending(self) -> bool:
+        """Whether a line has begun and not ended."""
+        return self._length > 0
+
     def _keep(self, piece: bytes) -> None:
         room = self.limit - len(self.line)
         if room > 0:
@@ -110,11 +115,14 @@ def read_until_marker(fd: int, watch: Any, deadline: float, sampler: Any = None)
                 if watch.feed(line, at):
                     watch.prior_at = prior
                     return True
-                if sampler is not None and not started and watch.start_at is not None:
-                    sampler.mark_start()
+                if not started and watch.start_at is not None:
+                    watch.start_prior_at = prior
+                    if sampler is not None:
+                        sampler.mark_start()
             if not chunk:
                 return False
-            prior = at
+            if not lines.pending:  # a read that ended mid-line holds part of the next line: not "before" it
+                prior = at
     finally:
         if lines.cut:
             watch.notes.append(f"output lines longer than {MAX_LINE:,} bytes were cut to that for matching "
@@ -154,6 +162,7 @@ class Watch:
     notes: list[str] = field(default_factory=list)
     start_at: float | None = None
     prior_at: float | None = None  # when the read before the end marker's returned (None: it came first)
+    start_prior_at: float | None = None  # likewise for the start marker
     start_line: str | None = None
     end_at: float | None = None
     end_line: str | None = None

@@ -164,12 +164,14 @@ class TreeSampler:
             held.base = held.reach
         self.mapped_start, self.mapped = list(self._now), list(self._now)
 
-    def finish(self, start_s: float, end_s: float, prior_s: float | None = None) -> ReadEvidence:
+    def finish(self, start_s: float, end_s: float, prior_s: float | None = None,
+               start_prior_s: float | None = None) -> ReadEvidence:
         """The last sample, at the end marker, and the model's residency then; judged once over the
-        window [start_s, end_s] (``time.monotonic`` seconds). With an event record the window ends
-        when the marker was written — at the tree's first write to its output after ``prior_s`` (the
-        read before the one that brought the marker) — not when it was read: what the engine read
-        after printing its marker is not the load."""
+        window [start_s, end_s] (``time.monotonic`` seconds: when the markers were read). With an event
+        record the window is when they were written: it ends at the tree's first write to its output
+        after ``prior_s`` (the read before the one that brought the end marker) — what the engine read
+        after printing its marker is not the load — and, with a start marker read at ``start_s``, starts
+        at its last write after ``start_prior_s`` and by ``start_s`` — what it read after printing it is."""
         from workbench.measure.engine.evidence import EVIDENCE_FRACTION, judge
         from workbench.measure.engine.grade import judge_events
 
@@ -181,8 +183,11 @@ class TreeSampler:
                 self.watch.close()  # the workbench's own look at the residency is no open of the window
                 self.watch = None
             if self.events is not None:
-                written = self.events.first_write_after(start_s if prior_s is None else max(start_s, prior_s), end_s)
-                end_s = end_s if written is None else min(end_s, written)
+                ends = self.events.writes_between(start_s if prior_s is None else max(start_s, prior_s), end_s)
+                end_s = min([end_s, *ends[:1]])
+                if start_prior_s is not None:
+                    starts = self.events.writes_between(start_prior_s, start_s)
+                    start_s = min(starts[-1], end_s) if starts else start_s
             record = self.events.result(start_s, end_s) if self.events is not None else None
             resident = self.model.resident()
             self.final = judge(self, resident, self.no_events) if record is None else \
