@@ -67,7 +67,7 @@ def merge_basic_time():
 def merge_own_name():
     local, other = ROOT / "h-local.sqlite", ROOT / "h-other.sqlite"
     fill(local); fill(other, "rig-b")
-    own = py("from workbench.defaults import host_id; print(host_id())", env={"WORKBENCH_HOST": ""})
+    own = py("from workbench.settings.defaults import host_id; print(host_id())", env={"WORKBENCH_HOST": ""})
     py("from workbench.ledger import Ledger\nLedger(sys.argv[1]).record_ceiling('disk_cold_1t', 99.0, {}, host=sys.argv[2])", other, own)
     rc, _, tail = wb("ledger", "--ledger", local, "merge", other, env={"WORKBENCH_HOST": "rig-a"})
     after = py("from workbench.ledger import Ledger\nfrom workbench.measure.ceilings.bounds import host_ceilings\n"

@@ -36,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     are drawn only in the tests marked ``static_figures``, which test them; every other test's notebooks
     and reports say "static images not drawn". A ``WORKBENCH_BROWSER`` set by the user is left alone."""
     global _DREW_NONE
-    from workbench import defaults
+    from workbench.settings import defaults
 
     if defaults.BROWSER not in os.environ:
         os.environ[defaults.BROWSER] = "none"
@@ -90,7 +90,7 @@ def _machine_wide_alone(request: pytest.FixtureRequest, _run_locks: tuple[Path, 
 
 @pytest.fixture(autouse=True)
 def _static_figures_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workbench import defaults
+    from workbench.settings import defaults
 
     if _DREW_NONE and request.node.get_closest_marker("static_figures") is not None:
         monkeypatch.delenv(defaults.BROWSER)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import main
 
 OSC52 = "\x1b]52;c;aGFjaw==\x07"

@@ -12,7 +12,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import COMMANDS, main, numbers
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import ParamError
 
 
@@ -46,7 +46,7 @@ def test_set_scopes_the_variable_and_restores_it(tmp_path, monkeypatch):
 def test_set_reaches_worker_processes(monkeypatch):
     """The override lives in the environment, so a process started inside the block sees it."""
     monkeypatch.delenv(defaults.PAGE_EVICTION, raising=False)
-    code = "from workbench import defaults; print(defaults.page_eviction(), defaults.batch())"
+    code = "from workbench.settings import defaults; print(defaults.page_eviction(), defaults.batch())"
     with defaults.set_page_eviction(True), defaults.set_batch(True):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True"] and defaults.page_eviction() is None and not defaults.batch()
@@ -65,9 +65,10 @@ def test_page_eviction_refuses_nonsense(monkeypatch):
 
 
 def test_no_module_reads_workbench_variables_itself():
-    """Every WORKBENCH_* variable is read in defaults.py, nowhere else in the package."""
-    package = Path(defaults.__file__).resolve().parent
-    offenders = [f"{p.relative_to(package)}:{i}" for p in package.rglob("*.py") if p.name != "defaults.py"
+    """Every WORKBENCH_* variable is read in the settings room (settings/), nowhere else in the package."""
+    settings = Path(defaults.__file__).resolve().parent
+    package = settings.parent
+    offenders = [f"{p.relative_to(package)}:{i}" for p in package.rglob("*.py") if p.parent != settings
                  for i, line in enumerate(p.read_text().splitlines(), 1)
                  if ("environ" in line or "getenv" in line) and "WORKBENCH_" in line]
     assert offenders == []

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import main
 from workbench.ledger import Ledger
 

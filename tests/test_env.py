@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from workbench.cli import main
 from workbench.io import envinfo
-from workbench.defaults import host_id
+from workbench.settings.defaults import host_id
 from workbench.measure.run.environment import collect_environment
 from workbench.upload import DEVICES
 

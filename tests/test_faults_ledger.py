@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.ledger import Ledger
 
 CHILD = Path(__file__).with_name("runner_fault_child.py")

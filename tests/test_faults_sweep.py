@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from click.testing import CliRunner
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import main
 from workbench.ledger import Ledger
 

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import pytest
 from click.testing import CliRunner
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import main
 from workbench.ledger import Ledger
 from workbench.ledger.figures.campaign import gbps_vs_ceilings, h2d_lines

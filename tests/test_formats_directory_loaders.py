@@ -30,7 +30,7 @@ from workbench.formats.resolve import resolve_model
 from workbench.io.envinfo import eviction_support
 from workbench.ledger import Ledger
 from workbench.records.model_names import distinct_model_names
-from workbench.untrusted import for_markdown
+from workbench.output.untrusted import for_markdown
 
 ST_INDEX = "model.safetensors.index.json"
 

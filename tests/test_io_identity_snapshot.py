@@ -19,7 +19,7 @@ from workbench.io.envinfo import eviction_support
 from workbench.io.identity import model_identity
 from workbench.ledger import Ledger
 from workbench.ledger.figures.files import file_residency_table
-from workbench.untrusted import for_markdown
+from workbench.output.untrusted import for_markdown
 
 REV = "3c1e0a4f9b6d2e8a7c5b4a3928171605f4e3d2c1"
 

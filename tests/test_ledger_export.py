@@ -225,7 +225,7 @@ def test_csv_neutralizing_goes_by_property_over_every_code_point():
     import sys
     import unicodedata
 
-    from workbench.untrusted import for_csv
+    from workbench.output.untrusted import for_csv
 
     unseen = {"Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Me"}
     missed, wrong = [], []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import main
 from workbench.ledger import Ledger
 

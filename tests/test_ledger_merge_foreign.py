@@ -178,7 +178,7 @@ def test_a_value_past_sqlites_limit_is_refused_in_one_line(tmp_path, local, monk
 
 
 def test_the_private_copy_of_a_killed_merge_is_removed_by_the_next(tmp_path):
-    from workbench.owned import owned_name
+    from workbench.output.owned import owned_name
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()

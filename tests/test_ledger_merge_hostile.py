@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ledger_helpers import fill_ledger
-from workbench.defaults import host_id
+from workbench.settings.defaults import host_id
 from workbench.errors import LedgerError
 from workbench.ledger import Ledger
 
@@ -249,7 +249,7 @@ def test_a_merged_attempt_in_the_workbenchs_form_sorts_by_its_instant(tmp_path, 
 def test_this_machines_own_name_is_refused_whatever_workbench_host_says_at_the_merge(tmp_path, local):
     """Merged while ``WORKBENCH_HOST`` names a rig, a ceiling under this machine's own hostname +
     machine-id — what it records under once the variable is unset — would bound every later result here."""
-    from workbench.defaults import set_host
+    from workbench.settings.defaults import set_host
     from workbench.measure.ceilings.bounds import host_ceilings
 
     path, _ = local

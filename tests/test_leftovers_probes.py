@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import owned
+from workbench.output import owned
 
 # maker → (prefix, suffix, code run in the child to reach the point between create and unlink,
 #          the next probe, run in the test's own process)

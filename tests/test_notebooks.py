@@ -11,7 +11,7 @@ import pandas as pd
 import papermill
 import pytest
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import LedgerError, ParamError, UnknownName, WorkbenchError
 from workbench.ledger import Ledger
 from workbench.cli.notebooks.actions import ParamGrid, ensure_model, expand_configs
@@ -123,7 +123,7 @@ def assert_static_figures_in_html(nb: dict, path: Path, n_figures: int) -> None:
     import subprocess
     import sys
 
-    from workbench import defaults
+    from workbench.settings import defaults
 
     if not defaults.browser_path():
         pytest.skip("no Chrome/Chromium to draw static figures (apt-get install chromium)")

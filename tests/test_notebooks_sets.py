@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli.notebooks.actions import load_sweep_panel, model_choices
 from workbench.cli.sweep.execute import load_sweep, run_sweep
 from workbench.errors import SweepError

@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from one_line import one_error_line
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import main
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -68,7 +68,7 @@ def test_a_planted_output_notebook_is_not_completed_whatever_it_holds(tmp_path):
 
 
 def test_a_header_nested_too_deep_is_not_ours(tmp_path):
-    from workbench.origin import written_by_workbench
+    from workbench.output.origin import written_by_workbench
 
     deep = "[" * 30_000 + "]" * 30_000
     header = ('{"__metadata__": ' + deep + "}").encode()

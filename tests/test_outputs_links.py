@@ -21,7 +21,7 @@ from foreign_writers import write_gguf_split, write_hub_checkpoint
 from ledger_helpers import fill_ledger
 from workbench.cli import main
 from workbench.errors import OutputError
-from workbench.outdir import OutDir
+from workbench.output.outdir import OutDir
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -163,7 +163,7 @@ def test_the_workbenchs_own_broken_files_are_rewritten(tmp_path, fmt):
 
 def test_origin_reads_the_mark_and_nothing_else(tmp_path, synth_model):
     from workbench.formats.synth import write_synthetic
-    from workbench.origin import written_by_workbench
+    from workbench.output.origin import written_by_workbench
 
     def ours(p: Path) -> bool:
         return written_by_workbench(p.name, p.read_bytes()[:1 << 20], p.stat().st_size)

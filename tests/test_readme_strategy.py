@@ -15,7 +15,7 @@ import pytest
 
 from guides import ROOT, section as guide_section
 
-from workbench import defaults
+from workbench.settings import defaults
 
 
 def readme_strategy() -> tuple[str, str, str, str]:

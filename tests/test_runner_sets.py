@@ -12,7 +12,7 @@ import pytest
 from workbench.formats.synth import write_synthetic
 from workbench.io.envinfo import eviction_support
 from workbench.io.identity import model_identity
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import BaselineMismatch
 from workbench.ledger import Ledger
 from workbench.measure import RunConfig, measure

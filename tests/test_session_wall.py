@@ -69,7 +69,7 @@ def moe(synth_model):
 
 
 def test_every_turn_line_and_its_json_give_the_fraction_of_the_wall(moe, tmp_path):
-    from workbench.defaults import host_id
+    from workbench.settings.defaults import host_id
 
     ledger = tmp_path / "l.sqlite"
     with Ledger(ledger) as led:

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from one_line import one_error_line, refused_within_a_second
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import main
 from workbench.cli.sweep.execute import expand_grid, load_sweep
 from workbench.cli.sweep.grid import MAX_GRID_BYTES, MAX_POINTS, SweepGrid

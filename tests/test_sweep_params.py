@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from click.testing import CliRunner
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import main
 from workbench.cli.sweep.execute import check_parameters, expand_grid, load_sweep, run_sweep
 from workbench.errors import SweepError

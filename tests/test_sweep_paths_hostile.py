@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from click.testing import CliRunner
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli import main
 from workbench.cli.sweep.execute import default_out_dir, load_sweep, notebooks_dir
 from workbench.errors import LedgerError, SweepError

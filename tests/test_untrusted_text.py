@@ -1,5 +1,5 @@
 """Issue 19, class 5: text from a ledger is untrusted wherever it is shown. One cleaner per output kind
-(terminal, HTML — plotly's labels too —, Markdown) in ``workbench/untrusted.py``; every renderer uses
+(terminal, HTML — plotly's labels too —, Markdown) in ``workbench/output/untrusted.py``; every renderer uses
 it: ``ledger list``/``show``, the CLI's tables, the PR Markdown, the report, and notebooks 01–06."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from markdown_it import MarkdownIt
 from ledger_helpers import fill_ledger
 from workbench.cli import main
 from workbench.ledger import Ledger
-from workbench.untrusted import for_html, for_markdown, for_terminal
+from workbench.output.untrusted import for_html, for_markdown, for_terminal
 
 HOSTILE = [
     "<script>alert(1)</script>",

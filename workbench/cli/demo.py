@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import ParamError
 from workbench.records import plural
 
@@ -102,7 +102,7 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] = print, progress
     from workbench.ledger.report import write_report
     from workbench.cli.sweep.execute import run_sweep
 
-    from workbench.outdir import OutDir
+    from workbench.output.outdir import OutDir
 
     OutDir.open(options.data_dir).close()  # a data root that cannot be made is one line, not a traceback
     with tqdm(total=len(MODELS) + 1, desc="demo setup", unit="step", disable=not progress) as bar:
@@ -144,7 +144,7 @@ def _model(options: DemoOptions, layout: str, fmt: str) -> Path:
 
 def _ceilings(options: DemoOptions) -> str:
     """Measure this host's walls unless the ledger has them already; one line saying which."""
-    from workbench.defaults import host_id
+    from workbench.settings.defaults import host_id
     from workbench.ledger import Ledger
     from workbench.measure.ceilings.walls import measure_ceilings
 

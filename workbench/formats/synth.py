@@ -35,8 +35,8 @@ from workbench.formats.synth_layout import LAYOUTS, plan_model
 from workbench.formats.synth_remainder import check_remainder, with_remainder
 from workbench.formats.synth_shards import write_set
 from workbench.formats.synth_write import CHUNK_BYTES, _write_content, write_gguf, write_safetensors
-from workbench.outdir import OutDir
-from workbench.outputs import refuse_overwrite
+from workbench.output.outdir import OutDir
+from workbench.output.files import refuse_overwrite
 
 __all__ = ["CHUNK_BYTES", "FORMATS", "_write_content", "parse_size", "write_synthetic"]
 FORMATS = ("gguf", "safetensors")
@@ -122,10 +122,10 @@ def write_synthetic(path: str | os.PathLike[str], *, format: str, layout: str, s
         Replace an existing model or ledger file at an output path; ``False`` (the default) refuses it
         in one line before anything is written. Each file is written to a new file beside it and
         renamed over it when complete; a set's directory is never reached through a link
-        (:mod:`workbench.outdir`).
+        (:mod:`workbench.output.outdir`).
     ours_only
         An implicit rewrite (the demo re-making a broken model): replace only files the workbench wrote
-        itself (:mod:`workbench.origin`), whatever ``force`` says.
+        itself (:mod:`workbench.output.origin`), whatever ``force`` says.
     """
     _check_args(format, layout, size, experts, alignment, seed)
     check_remainder(format, layout, alignment, expert_remainder)

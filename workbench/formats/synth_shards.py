@@ -14,9 +14,9 @@ import re
 from typing import Sequence
 
 from workbench.errors import ParamError
-from workbench.outdir import OutDir
-from workbench.origin import MARK
-from workbench.outputs import refuse_overwrite
+from workbench.output.outdir import OutDir
+from workbench.output.origin import MARK
+from workbench.output.files import refuse_overwrite
 from workbench.formats.index import TensorIndex
 from workbench.formats.synth_layout import TensorSpec
 from workbench.formats.synth_remainder import with_remainder

@@ -12,7 +12,7 @@ from typing import BinaryIO, Iterator, Sequence
 import numpy as np
 
 from workbench.formats.synth_layout import TensorSpec
-from workbench.origin import MARK
+from workbench.output.origin import MARK
 
 CHUNK_BYTES = 8 << 20
 _KERNEL_ALIGNMENT = 64  # expert offsets below this alignment would under-align the compute kernels
@@ -76,7 +76,7 @@ def _write_gguf_header(path: str, specs: Numbered, meta: dict[str, int | str], a
         writer.add_uint16(Keys.Split.LLM_KV_SPLIT_COUNT, split[1])
         writer.add_int32(Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, split[2])
     # moves the data region (see _data_remainder); never empty, as gguf-py drops empty strings
-    writer.add_string(f"{MARK}.pad", " " * (1 + pad))  # every split: origin.py
+    writer.add_string(f"{MARK}.pad", " " * (1 + pad))  # every split: output/origin.py
     for _, s in specs:
         writer.add_tensor_info(s.name, s.shape, np.dtype(np.float32), s.nbytes,
                                raw_dtype=GGMLQuantizationType[s.dtype])

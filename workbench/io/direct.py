@@ -12,7 +12,7 @@ import mmap
 import os
 
 from workbench.formats.opening import open_regular
-from workbench.owned import make_owned
+from workbench.output.owned import make_owned
 from workbench.registry import Availability
 
 DEFAULT_ALIGNMENT = 4096

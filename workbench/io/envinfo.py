@@ -13,12 +13,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from workbench.defaults import host_id
+from workbench.settings.defaults import host_id
 from workbench.errors import ParamError
 from workbench.io import pagecache
 from workbench.io.hostmem import memory_reporting
 from workbench.io.direct import direct_io_support, logical_block_size
-from workbench.owned import make_owned
+from workbench.output.owned import make_owned
 from workbench.registry import Availability
 
 PROBE_BYTES = 64 << 10

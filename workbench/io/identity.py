@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import xxhash
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import FormatError
 from workbench.formats.index import FileIdentity, TensorIndex
 from workbench.io.untouched import RangeHashers, iter_untouched

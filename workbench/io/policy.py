@@ -7,7 +7,7 @@ every load (seeds/pr617), so the choice is explicit and recorded with where it c
 """
 from __future__ import annotations
 
-from workbench import defaults
+from workbench.settings import defaults
 
 ENV_VAR = defaults.PAGE_EVICTION
 

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from workbench.errors import OutputError
 from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
-from workbench.outputs import ledger_files, refuse_overwrite, write_text
+from workbench.output.files import ledger_files, refuse_overwrite, write_text
 from workbench.records import COST_FIELDS, ReadEvidence, format_effect
 from workbench.records.baseline_match import with_across
-from workbench.untrusted import for_csv
+from workbench.output.untrusted import for_csv
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,7 +58,7 @@ def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campai
 
     A directory gets ``attempts.csv``, ``runs.csv`` (and ``turns.csv``); a ``*.csv`` path gets the
     attempts and siblings ``<stem>_runs.csv`` (and ``<stem>_turns.csv``). None of them is ever written
-    onto the ledger, nor over an existing ledger or model file without ``force`` (:mod:`workbench.outputs`),
+    onto the ledger, nor over an existing ledger or model file without ``force`` (:mod:`workbench.output.files`),
     nor into a directory of the workbench's (a directory given: itself; ``made`` says how many) reached
     through a link.
     """

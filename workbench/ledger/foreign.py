@@ -6,7 +6,7 @@ and its ``-shm`` (a ledger some process has open) read-only through SQLite's own
 both files there. A ``-wal`` without its ``-shm`` (the files of a live ledger copied over) would make
 SQLite create the ``-shm`` beside it, outside the data root, and ``immutable=1`` would ignore the rows
 the ``-wal`` holds: the pair is copied first into the temporary directory, under owner-named files
-(:mod:`workbench.owned`: the next merge removes what a killed one left) deleted once copied.
+(:mod:`workbench.output.owned`: the next merge removes what a killed one left) deleted once copied.
 
 **Bounded.** SQLite evaluates what a schema says, so the snapshot's schema is checked first
 (:mod:`workbench.ledger.known_schema`), and everything over it runs under :func:`bounded`: SQLite's own
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from workbench.errors import LedgerError
-from workbench.owned import owned_name, reap_owned
+from workbench.output.owned import owned_name, reap_owned
 
 MiB = 1 << 20
 MAX_VALUE = 64 * MiB  # one string or blob: the largest column a ledger may hold is 1 MiB (limits.RESULT)

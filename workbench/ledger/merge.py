@@ -29,7 +29,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterable
 
-from workbench.defaults import host_id, machine_host_id
+from workbench.settings.defaults import host_id, machine_host_id
 from workbench.errors import LedgerError
 from workbench.ledger.schema import COLUMNS, table_columns, transaction
 from workbench.ledger.foreign import bounded, snapshot_ledger

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from workbench.defaults import host_id
-from workbench.owned import boot_id as _boot_id, pid_ns as _pid_ns, start_ticks as _start_ticks
+from workbench.settings.defaults import host_id
+from workbench.output.owned import boot_id as _boot_id, pid_ns as _pid_ns, start_ticks as _start_ticks
 from workbench.ledger.schema import decode, now, transaction
 
 RUNNING = "running"  # verdict of an attempt whose runner has not finished it (yet, or ever)

@@ -16,7 +16,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import LedgerError
 from workbench.ledger.schema import CANNOT_READ, SCHEMA_VERSION, ledger_version, unreadable
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import LedgerError
 from workbench.records import campaign_name_problem
-from workbench.outdir import OutDir
-from workbench.outputs import ledger_files, refuse_overwrite, write_text
-from workbench.untrusted import for_html, for_markdown, for_markdown_code
+from workbench.output.outdir import OutDir
+from workbench.output.files import ledger_files, refuse_overwrite, write_text
+from workbench.output.untrusted import for_html, for_markdown, for_markdown_code
 from workbench.records import CLAIM_MIN_RUNS
 
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ def _table_html(markdown: str) -> str:
 
 def _inline(text: str) -> str:
     """The Markdown the table and history use — backslash escapes, ``code``, **bold**, ``_italics_`` —
-    as HTML; every other character is text, escaped (:func:`workbench.untrusted.for_html`)."""
+    as HTML; every other character is text, escaped (:func:`workbench.output.untrusted.for_html`)."""
     out, pos = [], 0
     for m in _INLINE.finditer(text):
         out.append(for_html(text[pos:m.start()]))

@@ -1,7 +1,7 @@
 """The ledger's SQLite schema, connection settings and transaction helper.
 
 WAL lets readers run beside one writer; ``busy_timeout`` makes a second writer wait instead of
-failing (for :func:`workbench.defaults.ledger_busy_timeout`, 60 s unless set); every write is one short
+failing (for :func:`workbench.settings.defaults.ledger_busy_timeout`, 60 s unless set); every write is one short
 ``BEGIN IMMEDIATE`` transaction, so several processes (two sweeps, a notebook) can record at once and a
 crash loses at most the row being written.
 """
@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import LedgerError
 
 SCHEMA_VERSION = 3
@@ -110,7 +110,7 @@ CREATE INDEX IF NOT EXISTS turns_attempt ON turns(attempt_id);
 
 
 def resolve_path(path: str | os.PathLike[str] | None) -> Path:
-    """The argument, else :func:`workbench.defaults.ledger_path` (``$WORKBENCH_LEDGER``, else
+    """The argument, else :func:`workbench.settings.defaults.ledger_path` (``$WORKBENCH_LEDGER``, else
     ``ledger.sqlite`` in the data root)."""
     return Path(path).expanduser() if path is not None else defaults.ledger_path()
 

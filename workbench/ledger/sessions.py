@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from workbench.records.token_tail import tail_fields, tail_line
-from workbench.untrusted import for_markdown, for_markdown_code
+from workbench.output.untrusted import for_markdown, for_markdown_code
 
 if TYPE_CHECKING:
     import pandas as pd

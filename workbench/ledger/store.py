@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from workbench.defaults import host_id
+from workbench.settings.defaults import host_id
 from workbench.errors import LedgerError, ParamError
 from workbench.ledger import schema
 from workbench.ledger.owner import RUNNING, current_owner, reap_abandoned

@@ -18,7 +18,7 @@ from workbench.ledger.sessions import session_facts, session_lines
 from workbench.ledger.settings_diff import settings_lines
 from workbench.records.baseline_match import with_across
 from workbench.records import failure_reason, format_effect, format_spread, format_verdict, model_display_name
-from workbench.untrusted import for_markdown, for_markdown_code
+from workbench.output.untrusted import for_markdown, for_markdown_code
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,8 +33,8 @@ _UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
 def export_markdown(ledger: Ledger, path: str | os.PathLike[str], campaign: str | None = None,
                     all_attempts: bool = False, force: bool = False) -> Path:
     """Write :func:`markdown_table` to ``path``; returns it. Never onto the ledger itself, and over an
-    existing ledger or model file only with ``force`` (:mod:`workbench.outputs`)."""
-    from workbench.outputs import ledger_files, refuse_overwrite, write_text
+    existing ledger or model file only with ``force`` (:mod:`workbench.output.files`)."""
+    from workbench.output.files import ledger_files, refuse_overwrite, write_text
 
     refuse_overwrite(path, inputs=ledger_files(ledger.path), force=force)  # before the table is built
     return write_text(path, markdown_table(ledger, campaign, all_attempts) + "\n",

@@ -1,7 +1,7 @@
 """The strategy registry: name → "module:Class". Adding a strategy is one module and one line here."""
 from __future__ import annotations
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import ParamError
 from workbench.registry import Registry
 from workbench.strategies.base import Engaged, LoadResult, Placement, Strategy

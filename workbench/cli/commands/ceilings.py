@@ -7,7 +7,7 @@ import click
 
 from workbench.cli import numbers
 from workbench.cli.options import refuse_duplicates
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 CEILINGS_SIZE = "512MiB"  # the scratch file `workbench ceilings` reads unless told
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from workbench.measure.run.environment import collect_environment
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 
 def _gib(n: int) -> str:

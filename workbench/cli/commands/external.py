@@ -63,7 +63,7 @@ def external(commands: tuple[str, ...], labels: tuple[str, ...], markers: tuple[
     from workbench.measure.engine.command import check_command, describe_build
     from workbench.measure.engine.evidence import evidence_tally
     from workbench.measure.engine.external import EngineCommand, measure_engines
-    from workbench.untrusted import for_terminal
+    from workbench.output.untrusted import for_terminal
     from workbench.measure.run.runner import open_ledger, require_device
 
     n = len(commands)

@@ -11,7 +11,7 @@ import click
 
 from workbench.cli import numbers
 from workbench.formats.index import PAGE_SIZE, TensorIndex
-from workbench.untrusted import for_terminal, terminal_lines
+from workbench.output.untrusted import for_terminal, terminal_lines
 
 
 def _size(n: int) -> str:

@@ -16,7 +16,7 @@ from workbench.cli.commands.ledger_cells import echo_table, effect, integer, mod
 from workbench.cli.options import RefuseRepeats
 from workbench.errors import LedgerError, ParamError
 from workbench.records import USER_VERDICTS, format_spread, plural
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 _LEDGER_HELP = "Ledger file (default: $WORKBENCH_LEDGER, else data/ledger.sqlite)."
 

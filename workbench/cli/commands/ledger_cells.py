@@ -9,7 +9,7 @@ import click
 
 from workbench.records import format_effect, model_display_name
 from workbench.records.baseline_match import with_across
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 
 def records(frame: Any) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import click
 from workbench.cli.commands.ledger_cells import (
     cache_of, echo_table, effect, frac, integer, ms, records, short,
 )
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 
 def show_attempt(led: Any, attempt_id: str) -> None:

@@ -14,7 +14,7 @@ import click
 from workbench.cli import numbers
 from workbench.cli.exits import EXIT_HELP, EXIT_RUNS_FAILED, RunTally, finish, tally_run
 from workbench.records import plural
-from workbench.untrusted import for_terminal, terminal_lines
+from workbench.output.untrusted import for_terminal, terminal_lines
 
 
 @contextmanager

@@ -53,7 +53,7 @@ def unrecorded_printed(ledger: Any, as_json: bool, single: bool, earlier: list[A
 def report_results(results: list[Any], ledger: Any, as_json: bool, single: bool, recorded: bool = True) -> None:
     from workbench.measure.run.model import describe_sets, recheck_note
     from workbench.measure.run.tables import attempts_table, phases_table
-    from workbench.untrusted import for_terminal
+    from workbench.output.untrusted import for_terminal
 
     for r in results:  # loud, on stderr, in every mode: an unstable number must not pass unseen
         if r.warning:

@@ -16,7 +16,7 @@ import click
 
 from workbench.cli import numbers
 from workbench.cli.exits import EXIT_HELP, finish, tally_run
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 PLACEMENTS = ("inplace", "bounce", "aligned")  # workbench.expert.PLACEMENTS, spelled out: --help stays light
 READERS = ("auto", "pread", "direct-bounce", "direct-inplace", "pread-random")

@@ -9,7 +9,7 @@ import click
 
 from workbench.cli import numbers
 from workbench.cli.options import RefuseRepeats
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 from workbench.cli.commands.trace_simulate import simulate
 
 _EXPERTS_HELP = ("The model's experts per layer (default: the largest expert id in the trace + 1; an expert "
@@ -74,7 +74,7 @@ def fit(path: str, out: str | None, tokens: int | None, seed: int, n_experts: in
 
     from workbench.cli.commands.trace_text import describe, echo_fit
     from workbench.expert.traces import fit_trace, read_trace, save_model, trace_bytes
-    from workbench.outputs import write_bytes
+    from workbench.output.files import write_bytes
 
     tr = read_trace(path)
     tr = tr.with_experts(n_experts) if n_experts else tr

@@ -8,7 +8,7 @@ import click
 
 from workbench.cli import numbers
 from workbench.cli.commands.ledger_cells import echo_table
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 POLICY_NAMES = ("lru", "fifo", "lfu", "arc", "static", "belady")  # expert.policies.LAYER_POLICIES: --help stays light
 DEFAULT_POLICIES = ("lru", "fifo", "lfu", "arc", "static")

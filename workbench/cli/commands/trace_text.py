@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from workbench.cli.commands.ledger_cells import echo_table
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 _HEADER = ("layer", "tokens", "runs", "top×n", "gini", "entropy", "half", "used", "overlap", "uniform",
            "reuse p50", "gate top", "top share")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from workbench.untrusted import for_html
+from workbench.output.untrusted import for_html
 
 MiB = 1 << 20
 

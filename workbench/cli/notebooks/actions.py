@@ -13,13 +13,13 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import ParamError, WorkbenchError
 from workbench.cli.notebooks.ui import Panel, ParamGrid, ledger_path, results_html
 from workbench.measure.run.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.run.order import DEFAULT_ORDER, ORDERS
 from workbench.records import plural
-from workbench.untrusted import for_html
+from workbench.output.untrusted import for_html
 
 MAX_CONFIGS = 1_000  # configurations of one load sweep point (each measured runs × caches times, a process a run)
 DEFAULT_MODEL = ("dense", "gguf", "32MiB")  # the demo's dense model: after `workbench demo` it is there
@@ -215,7 +215,7 @@ def show_attempts(store: Path, campaign: str, ids: Sequence[str]) -> list[Any]:
     """A results table and the campaign figures for these attempts, read back from the ledger."""
     from IPython.display import HTML
 
-    from workbench.defaults import host_id
+    from workbench.settings.defaults import host_id
     from workbench.ledger import Ledger
     from workbench.ledger.figures.campaign import campaign_figures
 

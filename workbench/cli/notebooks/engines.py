@@ -17,7 +17,7 @@ from workbench.errors import WorkbenchError
 from workbench.measure.run.effect import DEFAULT_MIN_EFFECT
 from workbench.measure.run.order import DEFAULT_ORDER, ORDERS
 from workbench.records import plural
-from workbench.untrusted import for_html
+from workbench.output.untrusted import for_html
 
 DEFAULT_PHASE = r"phase (?P<name>\w+): (?P<ms>[0-9.]+) ms"
 DEFAULT_MARKER = "engine ready"

@@ -11,12 +11,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli.notebooks.actions import _best, _devices, ensure_model
 from workbench.cli.notebooks.ui import Panel, ledger_path, results_html
 from workbench.errors import WorkbenchError
 from workbench.records import plural
-from workbench.untrusted import for_html
+from workbench.output.untrusted import for_html
 
 # (strategy, params, what it stands for): the first is the baseline of each measured group
 SLICE_METHODS = (

@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli.notebooks.actions import _best, _devices, attempts_table
 from workbench.cli.notebooks.ui import Panel, ledger_path, parse_list, results_html
 from workbench.records import MiB, plural
-from workbench.untrusted import for_html
+from workbench.output.untrusted import for_html
 
 
 def h2d_panel(*, device: str, sizes_mib: Sequence[float], paths: Sequence[str], repeats: int, campaign: str,

@@ -15,7 +15,7 @@ from workbench.cli.notebooks.ui import Panel, ledger_path, results_html
 from workbench.errors import WorkbenchError
 from workbench.ledger.sessions import anon_gap_mib, token_fields
 from workbench.records import plural
-from workbench.untrusted import for_html
+from workbench.output.untrusted import for_html
 
 MiB = 1 << 20
 

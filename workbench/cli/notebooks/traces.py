@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli.notebooks.experts import moe_model
 from workbench.errors import ParamError, TraceError, WorkbenchError
 
@@ -67,7 +67,7 @@ def synthetic_trace_file(model: Path, *, tokens: int, k: int, seed: int, skew: f
     from workbench.expert.routing import moe_shape
     from workbench.expert.traces import trace_bytes
     from workbench.formats import open_index
-    from workbench.outputs import write_bytes
+    from workbench.output.files import write_bytes
 
     if not 1 <= tokens <= 1_000_000:
         raise ParamError("notebook 07", "synthetic_tokens", f"must be in [1, 1000000], got {tokens!r}")
@@ -105,7 +105,7 @@ def _fit_layers(raw: Any, path: Path, model: Path, size: str) -> TraceInputs:
     from workbench.expert.routing import RoutingTrace, moe_shape
     from workbench.expert.traces import dense_routing, trace_bytes
     from workbench.formats import open_index
-    from workbench.outputs import write_bytes
+    from workbench.output.files import write_bytes
 
     layers, _n = moe_shape(open_index(model).blobs)
     ids = sorted(range(len(raw.layers))) if raw.layer_kind == "ordinal" else sorted(raw.layers)

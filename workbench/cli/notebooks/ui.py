@@ -12,15 +12,15 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import WorkbenchError
-from workbench.untrusted import for_html
+from workbench.output.untrusted import for_html
 
 Action = Callable[[Mapping[str, Any], Callable[[str], None]], Sequence[Any]]
 
 
 def ledger_path(value: str | os.PathLike[str] | None = None) -> Path:
-    """The ledger a notebook writes: the parameter, else :func:`workbench.defaults.ledger_path`
+    """The ledger a notebook writes: the parameter, else :func:`workbench.settings.defaults.ledger_path`
     (``$WORKBENCH_LEDGER``, else ``ledger.sqlite`` in the data root)."""
     return Path(value).expanduser() if value else defaults.ledger_path()
 
@@ -54,7 +54,7 @@ def parse_list(text: str) -> list[Any]:
 
 def results_html(frame: Any, css_class: str = "wb-results") -> Any:
     """A DataFrame as an HTML table the tests and the browser can find by its class; every text cell
-    cleaned by :func:`workbench.untrusted.for_html` (ledger text is untrusted)."""
+    cleaned by :func:`workbench.output.untrusted.for_html` (ledger text is untrusted)."""
     from IPython.display import HTML
 
     cleaned = frame.rename(columns=for_html).map(_html_cell)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.cli.sweep.params import check_files_exist, check_types, path_parameters
 from workbench.cli.sweep.plan import RunWatch, notebook_defaults, plan_point
 from workbench.cli.sweep.grid import _SLUG_BAD, SweepPoint, describe_point, expand_grid  # noqa: F401 - the API
@@ -22,8 +22,8 @@ from workbench.cli.sweep.spec import (  # noqa: F401 - the sweep API, read from 
     Sweep, find_notebook, load_sweep, notebooks_dir,
 )
 from workbench.errors import SweepError, WorkbenchError
-from workbench.outdir import OutDir
-from workbench.outputs import claim_output, ledger_files, write_text
+from workbench.output.outdir import OutDir
+from workbench.output.files import claim_output, ledger_files, write_text
 from workbench.records import campaign_name_problem
 
 KERNEL_NAME = "python3"  # ipykernel's own kernel; present wherever the project's deps are installed

@@ -111,7 +111,7 @@ def as_trace(routing: RoutingTrace) -> Trace:
 
 def save_model(model: StickyModel, path: str | os.PathLike, *, inputs: tuple[str, ...] = ()) -> None:
     """Write the parameter file (JSON) through a temporary name, never over one of ``inputs``."""
-    from workbench.outputs import write_text
+    from workbench.output.files import write_text
 
     write_text(path, json.dumps(model.to_json()), inputs=inputs, force=True)
 

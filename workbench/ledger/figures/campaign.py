@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from workbench.ledger.figures.files import file_residency
 from workbench.ledger.figures.heatmap import log_ticks, threads_chunk_heatmap, tick_text
 from workbench.records import PHASES
-from workbench.untrusted import for_plotly
+from workbench.output.untrusted import for_plotly
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,7 +25,7 @@ _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=30, t=60, b=60), hei
 
 def attempt_names(attempts: pd.DataFrame) -> list[str]:
     """One readable, unique name per attempt: ``label · cache`` (+ id prefix when two collide), cleaned for
-    plotly (labels are untrusted text: :func:`workbench.untrusted.for_plotly`)."""
+    plotly (labels are untrusted text: :func:`workbench.output.untrusted.for_plotly`)."""
     names = [f"{_text(l) or _text(s)} · {_cache(c)}" for l, s, c in
              zip(attempts["label"], attempts["strategy"], attempts["cache"])]
     seen: dict[str, int] = {}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 
 from workbench.ledger.sessions import anon_gap_mib
-from workbench.untrusted import for_plotly
+from workbench.output.untrusted import for_plotly
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import plotly.graph_objects as go
 
 from workbench.records import model_display_name
-from workbench.untrusted import for_plotly
+from workbench.output.untrusted import for_plotly
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -2,7 +2,7 @@
 
 A pull request's Markdown, GitHub's notebook view and ``jupyter nbconvert --to html`` show no plotly
 figure: they show images. kaleido (plotly's exporter) draws them in a headless Chrome/Chromium — the
-one :func:`workbench.defaults.browser_path` names (Debian's ``/usr/bin/chromium`` in CI), never one it
+one :func:`workbench.settings.defaults.browser_path` names (Debian's ``/usr/bin/chromium`` in CI), never one it
 downloads. Where there is none, or it fails to start, :func:`render_static` returns no images and a
 one-line reason, and the callers still write the interactive figures.
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from workbench import defaults
+from workbench.settings import defaults
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -116,10 +116,10 @@ def static_paths(images: StaticImages, directory: str | Path) -> list[Path]:
 def write_static(images: StaticImages, directory: str | Path, *, inputs: Iterable[str | os.PathLike[str]] = (),
                  force: bool = False, made: int = 1) -> list[Path]:
     """``<key>.png`` and ``<key>.svg`` of every drawn figure in ``directory``, each written as
-    :func:`workbench.outputs.write_bytes` writes (never over ``inputs``, nor through a link planted
+    :func:`workbench.output.files.write_bytes` writes (never over ``inputs``, nor through a link planted
     there, nor into a directory reached through a link: the last ``made`` directories are the
     workbench's); returns the paths."""
-    from workbench.outputs import write_bytes
+    from workbench.output.files import write_bytes
 
     target = Path(directory)
     written = []  # no empty figures/ beside a report that has none: write_bytes makes it with the first
@@ -133,10 +133,10 @@ def write_static(images: StaticImages, directory: str | Path, *, inputs: Iterabl
 def write_interactive(figures: Mapping[str, go.Figure], path: str | Path, title: str, *,
                       inputs: Iterable[str | os.PathLike[str]] = (), force: bool = False, made: int = 0) -> Path:
     """Every figure in one HTML page, plotly.js inline once (opens offline), written as
-    :func:`workbench.outputs.write_text` writes."""
+    :func:`workbench.output.files.write_text` writes."""
     import html
 
-    from workbench.outputs import write_text
+    from workbench.output.files import write_text
 
     parts = [fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{key}")
              for i, (key, fig) in enumerate(figures.items())]

@@ -21,7 +21,7 @@ def ceiling_caveat(ledger: Ledger, name: str, environment: Mapping[str, Any] | N
     """One line when the ceiling ``name`` of ``host`` is older than ``max_age_days`` (default
     ``$WORKBENCH_CEILINGS_MAX_AGE_DAYS``, 30) or was measured under settings other than
     ``environment``'s; '' when it is fresh and measured under the same settings."""
-    from workbench import defaults
+    from workbench.settings import defaults
 
     frame = ledger.ceilings(host=host or defaults.host_id())
     rows = frame[frame["name"] == name]
@@ -67,7 +67,7 @@ def refresh_plan(ledger: Ledger, host: str | None = None) -> dict[str, Any]:
     """
     import os
 
-    from workbench import defaults
+    from workbench.settings import defaults
     from workbench.errors import ParamError
 
     who = host or defaults.host_id()

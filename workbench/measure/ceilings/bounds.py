@@ -20,7 +20,7 @@ def host_ceilings(ledger: Ledger, host: str | None = None, model: str | None = N
 
     With ``model`` (the path a model resolves to), a whole-model read (``*_read_file_*``) is kept only
     when it read that model — every file of it; another model's says nothing about this one's files."""
-    from workbench.defaults import host_id
+    from workbench.settings.defaults import host_id
 
     frame = ledger.ceilings(host=host or host_id())
     return {str(n): float(g) for n, g, detail in zip(frame["name"], frame["gbps"], frame["detail"])

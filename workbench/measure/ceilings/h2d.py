@@ -206,7 +206,7 @@ def record_h2d(results: Sequence[H2DResult], ledger: LedgerArg = None, *, campai
     against it (README "Measuring honestly"; unpaired: a path's repeats ran back to back, not in
     rounds with the heap's); a skipped path is recorded as failed with its reason.
     """
-    from workbench.defaults import host_id
+    from workbench.settings.defaults import host_id
     from workbench.measure.run.environment import collect_environment
     from workbench.measure.run.runner import open_ledger
 

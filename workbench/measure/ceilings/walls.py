@@ -81,7 +81,7 @@ def measure_ceilings(directory: str | os.PathLike[str] | None = None, *,
 
 def _measure(directory: str | os.PathLike[str] | None, devices: Sequence[str], size: int,
              threads: Sequence[int] | None, progress: Callable[[str], None] | None) -> CeilingsReport:
-    from workbench.defaults import host_id
+    from workbench.settings.defaults import host_id
 
     directory = os.path.abspath(directory or os.getcwd())
     size = max(CHUNK, size - size % CHUNK)

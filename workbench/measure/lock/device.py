@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import WorkbenchError, printable
 from workbench.measure.lock.lockfile import open_lock_dir, open_lock_file
 

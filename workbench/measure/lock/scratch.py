@@ -3,7 +3,7 @@ next run can remove what a killed one left.
 
 ``make_scratch(directory, kind)`` creates ``.wb-<kind>-<pid>-<start ticks>-<host>-<boot>-<hex>``
 (``O_EXCL``, ``O_NOFOLLOW``, mode 0600) after removing every ``.wb-<kind>-*`` regular file in
-``directory`` whose runner is gone — the one mechanism of :mod:`workbench.owned`, judged as the ledger
+``directory`` whose runner is gone — the one mechanism of :mod:`workbench.output.owned`, judged as the ledger
 judges an abandoned attempt. A run that ends deletes its file itself; a run killed with SIGKILL cannot,
 and the next one does. A file named otherwise is never touched.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from workbench import owned
+from workbench.output import owned
 
 
 def owned_name(kind: str) -> str:

@@ -23,7 +23,7 @@ def check_baseline(ledger: Ledger, baseline: str, configs: Sequence[RunConfig], 
                    models: Models, *, across: bool = False) -> str:
     """What the baseline measured differently from every config in every cache state of this
     measurement ('' when nothing); refused unless ``across``. ``baseline`` is a full id or a prefix."""
-    from workbench.defaults import host_id
+    from workbench.settings.defaults import host_id
 
     base = ledger.attempt(baseline)
     found: list[str] = []

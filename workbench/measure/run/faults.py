@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any, Callable, Mapping
 
-from workbench import defaults
+from workbench.settings import defaults
 from workbench.errors import WorkbenchError
 
 FAULTS = ("segfault", "abort", "sigkill", "hang", "silent", "garbage", "pause")

@@ -86,7 +86,7 @@ class Session:
         return give_up(self.ledger, self.lost, results, kept, campaign=self.campaign, hypothesis=self.hypothesis)
 
     def _start(self, i: int) -> None:
-        from workbench.defaults import host_id
+        from workbench.settings.defaults import host_id
 
         config = self.configs[i]
         # The worker reports the device it opened after its run (_describe); the parent never opens one

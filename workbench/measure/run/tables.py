@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from workbench.measure.run.attempt import AttemptResult
 from workbench.records import format_spread
-from workbench.untrusted import for_terminal
+from workbench.output.untrusted import for_terminal
 
 ATTEMPT_COLUMNS = ("attempt", "change", "cache", "median ms", "spread", "n", "GB/s", "fixed + stream ms",
                    "% ceiling", "vs baseline [95 % CI]", "verdict", "engaged")
@@ -119,7 +119,7 @@ def _detail(detail: Any) -> str:
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | None = None) -> str:
     """Columns padded to their widest cell, numbers right-aligned; every cell one printable line
-    (labels, notes and an engine's output are untrusted text: :func:`workbench.untrusted.for_terminal`).
+    (labels, notes and an engine's output are untrusted text: :func:`workbench.output.untrusted.for_terminal`).
     With ``width`` the last column (the engaged facts) wraps onto lines of its own under it so no line
     is wider (at least :data:`MIN_LAST` characters a line); JSON and CSV keep it whole."""
     header = [for_terminal(c) for c in header]

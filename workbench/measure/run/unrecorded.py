@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from workbench.errors import LedgerError, UnrecordedResults
 from workbench.measure.run.attempt import AttemptResult
-from workbench.owned import make_owned
+from workbench.output.owned import make_owned
 from workbench.records import AttemptStats
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def unrecorded_payload(ledger_path: Path, cause: str, results: Sequence[AttemptR
                        campaign: str | None = None, hypothesis: str = "") -> dict[str, Any]:
     """The dump's content: which ledger refused what, and every attempt with its runs (each run's whole
     report under ``result``, so that importing the dump records the run as the runner would have)."""
-    from workbench.defaults import host_id
+    from workbench.settings.defaults import host_id
 
     payload: dict[str, Any] = {
         "ledger": str(ledger_path), "error": cause, "host": host_id(), "pid": os.getpid(),
@@ -78,7 +78,7 @@ PARTIAL = ".workbench-unrecorded-"  # a dump being written: owner-named, reaped 
 def save_unrecorded(ledger_path: Path, payload: dict[str, Any]) -> Path | None:
     """Write ``payload`` to the first of the candidate directories that takes it; None if none does.
 
-    The dump is written under an owner-named partial name (:mod:`workbench.owned`), synced, then linked
+    The dump is written under an owner-named partial name (:mod:`workbench.output.owned`), synced, then linked
     to its final name (which never exists half-written: a run killed in the write leaves only the
     partial, which the next dump into that directory removes) and the partial name unlinked."""
     text = json.dumps(payload, indent=1, default=str) + "\n"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping
 
-from workbench.owned import make_owned
+from workbench.output.owned import make_owned
 from workbench.strategies.base import BaseParams, LoadContext, check_param
 from workbench.strategies.peers.common import (
     INSTALL_TORCH, PeerStrategy, adopt_tensor, model_paths, timed, torch_device,

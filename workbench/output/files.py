@@ -7,7 +7,7 @@ any: a path that is one of its inputs (the ledger it reads, that ledger's ``-wal
 compared by inode, so a hard or symbolic link is caught) is refused always; an existing SQLite database
 or model file (GGUF, safetensors, a set's index) is refused unless ``force``; and an implicit rewrite
 (``ours_only``: the demo re-making a broken model) replaces nothing but a file the workbench wrote
-itself (:mod:`workbench.origin`). The bytes are written by :class:`workbench.outdir.OutDir`: the
+itself (:mod:`workbench.output.origin`). The bytes are written by :class:`workbench.output.outdir.OutDir`: the
 directory reached without following a link below its anchor, a new exclusively created file in it,
 flushed and renamed over the target — a killed command or a full disk leaves the old file whole, and
 a link planted at the target is replaced, never followed.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable
 
 from workbench.errors import OutputError
-from workbench.outdir import OutDir
+from workbench.output.outdir import OutDir
 
 SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside a database
 SQLITE = "an SQLite database (a ledger?)"
@@ -91,7 +91,7 @@ def refuse_overwrite(path: str | os.PathLike[str], *, inputs: Iterable[str | os.
 
 
 def _refuse_unless_ours(target: Path) -> None:
-    from workbench.origin import written_by_workbench
+    from workbench.output.origin import written_by_workbench
 
     if not os.path.lexists(target):
         return

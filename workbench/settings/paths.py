@@ -1,5 +1,5 @@
 """Where data lives and which machine this is: the data root, the ledger, the host id, the lock and
-cache directories, each a getter and its ``set_*`` context manager. A part of :mod:`workbench.defaults`,
+cache directories, each a getter and its ``set_*`` context manager. A part of :mod:`workbench.settings.defaults`,
 which re-exports every name here: import them from there (its docstring lists every variable)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from workbench._defaults_env import _env, _setenv
+from workbench.settings.env import _env, _setenv
 
 DATA = "WORKBENCH_DATA"
 LEDGER = "WORKBENCH_LEDGER"

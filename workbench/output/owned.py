@@ -66,7 +66,7 @@ def _tag(text: str) -> str:
 
 def _tags() -> tuple[str, str]:
     """(host tag, boot tag) of this process; the host is ``$WORKBENCH_HOST`` or this machine's name."""
-    from workbench.defaults import host_id
+    from workbench.settings.defaults import host_id
 
     return _tag(f"{host_id()}\0{pid_ns('self')}"), _tag(boot_id())
 

@@ -28,8 +28,8 @@ WORKBENCH_CEILINGS_MAX_AGE_DAYS :func:`ceilings_max_age_days` 30: older ceilings
 is set (see ``workbench/measure/run/faults.py``); nothing the workbench ships sets it.
 
 This module is the one place to import them from. The first five variables (where data lives, this
-machine) are read in :mod:`workbench._defaults_paths` and re-exported here; both read and set the
-environment through :mod:`workbench._defaults_env`.
+machine) are read in :mod:`workbench.settings.paths` and re-exported here; both read and set the
+environment through :mod:`workbench.settings.env`.
 """
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ import os
 from contextlib import contextmanager
 from typing import Iterator, Mapping
 
-from workbench._defaults_env import _env, _setenv  # noqa: F401 - _setenv: tests set a variable through it
+from workbench.settings.env import _env, _setenv  # noqa: F401 - _setenv: tests set a variable through it
 # Where data lives and this machine (re-exported: users, tests and the package import them from here).
-from workbench._defaults_paths import (  # noqa: F401
+from workbench.settings.paths import (  # noqa: F401
     CACHE_DIR, DATA, DEFAULT_LOCK_DIR, HOST, LEDGER, LOCK_DIR, cache_dir, data_root, host_id, ledger_path,
     lock_dir, machine_host_id, models_dir, reports_dir, runs_dir, set_cache_dir, set_data_root, set_host,
     set_ledger_path, set_lock_dir,

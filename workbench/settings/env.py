@@ -1,5 +1,5 @@
-"""The two primitives every getter and ``set_*`` context manager of :mod:`workbench.defaults` is written
-over: read one variable, set one for a block. Import the settings from :mod:`workbench.defaults`."""
+"""The two primitives every getter and ``set_*`` context manager of :mod:`workbench.settings.defaults` is written
+over: read one variable, set one for a block. Import the settings from :mod:`workbench.settings.defaults`."""
 from __future__ import annotations
 
 import os
