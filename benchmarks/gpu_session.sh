@@ -57,7 +57,7 @@ shift
 declare -A LIMIT=([tests]=230 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
                   [load-cold]=440 [expert-path]=330 [expert-path-cold]=300 [session-ab]=540 [session-pressure]=540
                   [session-prefetch]=480 [session-miss]=540
-                  [sharded-warm]=340 [sharded-cold]=300 [evidence]=330 [evidence-corpus]=180)
+                  [sharded-warm]=340 [sharded-cold]=300 [evidence]=330 [evidence-corpus]=180 [stress-lanes-ring]=240)
 steps=()
 for s in "$@"; do  # STEP or STEP=SECONDS (a limit of its own for this call)
     name=${s%%=*}
@@ -188,6 +188,12 @@ for s in "$@"; do
     evidence-corpus)  # issue 33 §1: the corpus table (13 real loaders, 11 fakes, cold and warm; transformers CPU here) ≈ 60–90 s
         step evidence-corpus "${LIMIT[evidence-corpus]}" python3 benchmarks/evidence_corpus.py --out "$out/evidence-corpus.md"
         grep -E 'wrong|WRONG' "$out/evidence-corpus.md" ;;
+    stress-lanes-ring)  # issue 35 §6: a failure injected at every point of lanes and ring loads on cuda (real fences
+        # and async copies), 8 busy processes beside; fresh box ≈ 60–120 s (the CUDA context once, then ~0.2 s a load)
+        step stress-lanes-ring "${LIMIT[stress-lanes-ring]}" python3 benchmarks/stress_lanes_ring.py --device cuda \
+            --loads "${STRESS_LOADS:-300}" --busy 8 --hang-s 60 --json "$out/stress-lanes-ring.json"
+        grep -E '^ "(loads|injected|finished|hangs|slowest_load_s|seconds)"' "$out/stress-lanes-ring.log"
+        grep -A3 -E '"(other|left_threads)"' "$out/stress-lanes-ring.log" | head -8 ;;
     *)
         echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session," \
              "expert-path, expert-path-cold, session-ab, session-pressure, session-prefetch, sharded-warm, sharded-cold)" >&2

@@ -2,7 +2,7 @@
 beside busy processes: every load must finish or fail — never hang.
 
     PYTHONPATH=<checkout> python benchmarks/stress_lanes_ring.py [--loads 600] [--busy 2] [--hang-s 60]
-                              [--jitter 0.3] [--only lanes|ring] [--seed 0] [--device host|deferred] [--json OUT]
+                              [--jitter 0.3] [--only lanes|ring] [--seed 0] [--device host|deferred|cuda] [--json OUT]
 
 A dry run of each variant counts the calls each point gets (a lane's or reader's pread, the eviction
 policy's drops, a staging token or slot taken and handed back, a slot filled, a copier's hand-over, a
@@ -13,7 +13,8 @@ interpreter's switch interval is varied per load (0.01 ms to 50 ms), ``--busy`` 
 it, and with ``--jitter p`` a token or slot handed back keeps the GIL 60-120 ms after its put with
 chance p (at most 3 times a load), so waiters are woken late and robbed as on a loaded CI machine. After each load no thread
 of it may be left, and what it placed is freed. ``--device deferred`` runs the host backend with copies
-that land only when a fence or event after them is waited on (a GPU's ordering, tests/device_fakes.py).
+that land only when a fence or event after them is waited on (a GPU's ordering, tests/device_fakes.py);
+``--device cuda`` the real thing (benchmarks/gpu_session.sh, step ``stress-lanes-ring``).
 Prints one JSON object: loads, failures injected, loads finished, other errors (each named), hangs.
 """
 from __future__ import annotations
@@ -149,8 +150,8 @@ class Injector:
 def open_stress_device(kind: str) -> Any:
     from workbench.upload import open_device
 
-    if kind == "host":
-        return open_device("host")
+    if kind in ("host", "cuda"):
+        return open_device(kind)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from device_fakes import DeferredCopyDevice  # noqa: E402 - the tests' GPU stand-in
 
@@ -263,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--busy", type=int, default=2, help="processes spinning beside the loads")
     ap.add_argument("--hang-s", type=float, default=60.0, help="a load this long is a hang: stacks, exit 1")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", choices=("host", "deferred"), default="host")
+    ap.add_argument("--device", choices=("host", "deferred", "cuda"), default="host")
     ap.add_argument("--jitter", type=float, default=0.3,
                     help="chance that a hand-back keeps the GIL 60-120 ms after its put (robbed wake-ups)")
     ap.add_argument("--only", default="", help="only the variants of this strategy (lanes or ring)")
