@@ -47,6 +47,16 @@ def test_batched_misses_land_the_files_bytes_as_unbatched_does(moe, lanes, overl
     assert all(a < half for a in ats[0]) and all(half <= a < 2 * half for a in ats[1])
 
 
+@pytest.mark.parametrize("uploader, threads", [("pinned", 1), ("pinned", 2), ("pageable", 3)])
+def test_batched_uploads_through_staging_or_copy_threads_land_the_files_bytes(moe, uploader, threads):
+    """Copy threads copy a slice after its lane issued it: its view must live until the layer's drain."""
+    plain, plain_verified, _, _ = _run(moe, lanes=3, overlap=True)
+    batched, verified, _, _ = _run(moe, lanes=3, overlap=True, batch_misses=True, uploader=uploader,
+                                   upload_threads=threads)
+    assert verified == plain_verified > 0
+    assert [(r.hits, r.misses, r.landed_bytes) for r in batched] == [(r.hits, r.misses, r.landed_bytes) for r in plain]
+
+
 @pytest.mark.parametrize("kw, needle", [
     (dict(lanes=1, overlap=False), "needs reader lanes"),
     (dict(lanes=2, overlap=True, prefetch="previous"), "--prefetch route"),

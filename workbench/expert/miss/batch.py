@@ -85,20 +85,20 @@ class BatchedMisses:
 
     @staticmethod
     def _read_and_upload(d: Any, reader: Any, part: list[SliceKey], at: dict[SliceKey, int]) -> list[Any]:
-        """On a lane: each slice read into its slot, then uploaded from there (the decode thread waits)."""
-        outcomes = []
+        """On a lane: each slice read into its slot, then its upload issued from there; (outcome, view)
+        each — the views stay alive until the decode thread has drained the uploads (an uploader with copy
+        threads copies them later), then it releases them."""
+        done = []
         for key in part:
-            outcomes.append(d.cache.fill(key, reader))
+            outcome = d.cache.fill(key, reader)
             view = d.cache.view(key)
-            try:
-                d.uploader.put(d.arena, at[key], view)
-            finally:
-                view.release()
-        return outcomes
+            done.append((outcome, view))
+            d.uploader.put(d.arena, at[key], view)
+        return done
 
     def land(self, d: Any, plan: BatchPlan) -> list[tuple[SliceKey, int, int]]:
         missed = {key for _, part, _ in plan.batches for key in part}
-        views = []
+        views, waited = [], 0
         try:
             t0 = time.perf_counter()
             for key in plan.keys:
@@ -107,11 +107,13 @@ class BatchedMisses:
                     views.append(view)
                     d.uploader.put(d.arena, plan.at[key], view)
             d.timers.upload += time.perf_counter() - t0
-            for handle, part, kind in plan.batches:
+            for n, (handle, part, kind) in enumerate(plan.batches):
                 t0 = time.perf_counter()
-                outcomes = d.lanes.wait(handle)
+                done = d.lanes.wait(handle)
                 t1 = time.perf_counter()
-                for key, outcome in zip(part, outcomes):
+                views += [view for _, view in done]
+                waited = n + 1
+                for key, (outcome, _) in zip(part, done):
                     d.cache.complete(key, outcome, kind)
                 d.timers.read += t1 - t0
                 d.timers.bookkeeping += time.perf_counter() - t1
@@ -119,11 +121,15 @@ class BatchedMisses:
             d.uploader.drain()
             d.timers.upload += time.perf_counter() - t0
         except BaseException:
-            for handle, _, _ in plan.batches:  # no lane may still write a slot or the arena once unpinned
+            for handle, _, _ in plan.batches[waited:]:  # no lane may still write a slot or the arena once unpinned
                 try:
-                    d.lanes.wait(handle)
+                    views += [view for _, view in d.lanes.wait(handle)]
                 except BaseException:
                     pass
+            try:
+                d.uploader.drain()  # nor a copy thread read a view once released
+            except BaseException:
+                pass
             raise
         finally:
             d.let_go(views, plan.keys)
