@@ -253,3 +253,27 @@ def test_session_ab_over_miss_on_the_host(mixed, tmp_path):
         assert summary["fetch_ms_per_token"] is not None and summary["device_ms_per_token"] is not None
     assert share[0] == {0.0} and share[1] == {1.0} and all(0.0 <= v <= 1.0 for v in share[2])
     assert all(c["summary"]["miss_fetch_cost_ms"] is not None for c in doc["cells"] if c["arm"] == 2)
+
+
+def test_bf16_experts_written_by_safetensors_match_torchs_own_widening(tmp_path):
+    """A split-expert checkpoint written by the safetensors library from torch bf16 tensors: each host
+    product equals torch's bf16 → f32 conversion of the same tensor times x."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(4)
+    state = {f"model.layers.{layer}.mlp.experts.{e}.{part}_proj.weight":
+             torch.randn((24, 40) if part != "down" else (40, 24), generator=gen).to(torch.bfloat16)
+             for layer in range(2) for e in range(4) for part in ("gate", "up", "down")}
+    save_file(state, str(tmp_path / "model.safetensors"))
+    index = open_index(tmp_path / "model.safetensors")
+    host = HostExperts(index.path, index.blobs, {t.name: t for t in index.tensors})
+    try:
+        assert {m.dtype for m in host.matrices} == {"BF16"} and len(index.blobs) == 6
+        for b, blob in enumerate(index.blobs):
+            for e in range(4):
+                host.run([(b, e)])
+                w = state[blob.tensors[e]].float().numpy().astype(np.float64)
+                np.testing.assert_allclose(host.last[(b, e)], w @ rhs(w.shape[1], b), rtol=1e-5, atol=1e-6)
+    finally:
+        host.close()
