@@ -241,6 +241,7 @@ def test_the_shipped_sweep_lists_its_grid_and_a_two_point_sweep_runs_into_the_le
                                        "--out", str(tmp_path / "dry")])
     assert listed.exit_code == 0, listed.output
     assert "30 points" in listed.output and listed.output.count("07_traces-replay_experts=") == 30
+    assert listed.output.count("sessions of 3 turns × 40 tokens (not a load sweep") == 30
     listed = CliRunner().invoke(main, ["sweep", str(ROOT / "data" / "sweeps" / "traces-prefetch.yaml"), "--dry-run",
                                        "--out", str(tmp_path / "dry")])
     assert listed.exit_code == 0, listed.output

@@ -76,6 +76,9 @@ def describe_plan(point: SweepPoint, defaults: Mapping[str, Any], history: RunHi
     except WorkbenchError as exc:
         return f"cannot plan: {exc}"
     if plan is None:
+        values = {**defaults, **point.params}
+        if {"turns", "tokens"} <= set(values):  # a session notebook (04, 07): one process a session, no run estimate
+            return f"sessions of {values['turns']} turns × {values['tokens']} tokens (not a load sweep: no estimate)"
         return "runs: not a load sweep"
     estimate = history.estimate(plan) if history is not None else None
     if estimate is None:
