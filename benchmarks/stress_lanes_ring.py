@@ -196,7 +196,11 @@ def left_threads() -> list[str]:
 
 
 def spin_busy(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    """``n`` processes spinning on a core each; they die with this process, a hang's exit included."""
+    from workbench.measure.lock.reaper import die_with_me
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=die_with_me())
+            for _ in range(n)]
 
 
 def stress(loads: int, busy: int, hang_s: float, seed: int, device_kind: str, jitter: float = 0.0,
