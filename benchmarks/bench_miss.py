@@ -72,14 +72,15 @@ def ring_rate(args, model: Path, ledger: Path) -> tuple[float | None, list[float
     return (statistics.median(rates) if rates else None), rates, ""
 
 
-def rows(result, keys: list[tuple[str, str]]) -> list[str]:
-    head = "| cell | arm | round | " + " | ".join(name for name, _ in keys) + " |"
+def rows(result, keys: list[str]) -> list[str]:
+    head = "| cell | arm | round | " + " | ".join(keys) + " |"
     lines = ["", head, "|" + "---|" * (3 + len(keys))]
     for n, ((i, rnd, c), f) in enumerate(zip(result.cells, result.figures)):
         if f is None:
-            lines.append(f"| {n + 1} | {result.arms[i].label} | {rnd + 1} | failed: {c.error} |" + " |" * (len(keys) - 1))
+            lines.append(f"| {n + 1} | {result.arms[i].label} | {rnd + 1} | failed: {c.error} |"
+                         + " |" * (len(keys) - 1))
             continue
-        vals = " | ".join("—" if f[k] < 0 else f"{f[k]:.3f}" if k == "host share" else f"{f[k]:.2f}" for _, k in keys)
+        vals = " | ".join("—" if f[k] < 0 else f"{f[k]:.3f}" if k == "host share" else f"{f[k]:.2f}" for k in keys)
         lines.append(f"| {n + 1} `{c.attempt_id[:8]}` | {result.arms[i].label} | {rnd + 1} | {vals} |")
     return lines
 
@@ -92,7 +93,8 @@ def staged_of_ring(result, ring: float | None) -> list[str]:
         vals = [f["staged GB/s"] for (a, _, _), f in zip(result.cells, result.figures) if a == i and f]
         if vals:
             med = statistics.median(vals)
-            out.append(f"- {arm.label}: {med:.2f} GB/s = {med / ring:.2f} of the ring (cells {min(vals):.2f}–{max(vals):.2f})")
+            out.append(f"- {arm.label}: {med:.2f} GB/s = {med / ring:.2f} of the ring "
+                       f"(cells {min(vals):.2f}–{max(vals):.2f})")
     return out
 
 
@@ -123,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         failed |= bool(result.failed_checks)
         lines += ["## Batched warm misses against the ring", "",
                   f"Ring warm: {', '.join(f'{r:.2f}' for r in rates) or note} GB/s (n = {len(rates)} fresh processes). "
-                  f"Sessions: {args.turns} turns × {args.tokens} tokens, cache {args.cache_mib:g} MiB, {args.lanes} lanes, "
+                  f"Sessions: {args.turns} turns × {args.tokens} tokens, cache {args.cache_mib:g} MiB, "
+                  f"{args.lanes} lanes, "
                   f"overlap, compute none, reader pread, warm before each cell, {args.rounds} rounds (ABBA).",
-                  *rows(result, [("tok/s", "tok/s"), ("staged GB/s", "staged GB/s"), ("stall ms/token", "stall ms/token"),
-                                 ("fetch ms/token", "fetch ms/token")]),
+                  *rows(result, ["tok/s", "staged GB/s", "stall ms/token", "fetch ms/token"]),
                   *staged_of_ring(result, ring), *ab_section(result, EFFECTS), ""]
     if "miss" in groups:
         base = SessionConfig(turns=args.miss_turns, tokens=args.miss_tokens, cache_mib=args.cache_mib, lanes=args.lanes,
@@ -135,10 +137,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"bench-miss-auto-{args.device}")
         failed |= bool(result.failed_checks)
         lines += ["## --miss fetch, host, auto", "",
-                  f"Sessions: {args.miss_turns} turns × {args.miss_tokens} tokens, cache {args.cache_mib:g} MiB, {args.lanes} "
+                  f"Sessions: {args.miss_turns} turns × {args.miss_tokens} tokens, cache {args.cache_mib:g} MiB, "
+                  f"{args.lanes} "
                   f"lanes, overlap, compute device, reader pread, warm before each cell, {args.rounds} rounds (ABBA).",
-                  *rows(result, [("tok/s", "tok/s"), ("host share", "host share"), ("fetch ms/token", "fetch ms/token"),
-                                 ("host ms/token", "host ms/token"), ("device ms/token", "device ms/token")]),
+                  *rows(result, ["tok/s", "host share", "fetch ms/token", "host ms/token", "device ms/token"]),
                   *ab_section(result, ["tok/s", "token p50 ms", "token p99 ms"]), ""]
     lines.append(f"Wall time of the benchmark: {time.perf_counter() - t0:.0f} s.")
     _emit(args.out, lines)

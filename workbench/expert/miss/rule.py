@@ -13,7 +13,8 @@ way is tried on :attr:`AutoRule.warmup` layers first (fetch, then host: the serv
 layer there while it learns), then every miss goes the
 cheaper way except a probe of the dearer way, so its cost stays measured (a page cache gone cold, a
 busier device), spaced so probes cost at most :attr:`AutoRule.probe_share` of the misses' time: one
-miss in ``dearer / cheaper / probe_share`` (2 % and a 20× dearer way: one in 1,000; 1.1×: one in 55). The rule is myopic: a fetched miss also fills the cache for later
+miss in ``dearer / cheaper / probe_share`` (2 % and a 20× dearer way: one in 1,000; 1.1×: one in 55).
+The rule is myopic: a fetched miss also fills the cache for later
 tokens, which it does not price (on traffic with reuse, ``fetch`` can beat ``auto``; the A/B says).
 """
 from __future__ import annotations

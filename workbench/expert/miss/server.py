@@ -145,7 +145,8 @@ class MissServer:
         if self.mode == "host":
             return f"host (every miss computed where it lies: {host})"
         return (f"auto (per miss, the cheaper of fetch and host as measured in the session; each tried on "
-                f"{self.rule.warmup} layers first (the host on one miss a layer), the dearer probed within {self.rule.probe_share:.0%} of the "
+                f"{self.rule.warmup} layers first (the host on one miss a layer), the dearer probed within "
+                f"{self.rule.probe_share:.0%} of the "
                 f"misses' time: {host})")
 
 
