@@ -6,6 +6,7 @@
 #
 # STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session | expert-path | expert-path-cold |
 #       session-ab | session-pressure | session-prefetch | session-miss | sharded-warm | sharded-cold | evidence | evidence-corpus
+#       | ranks-smoke | ranks-70b-write | ranks-scaling (issue 36: loads across ranks, docs/multi-gpu.md)
 # Each step writes its report, log and ledger export under OUT and is cut by `timeout` at its limit, so a
 # slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
 # runai-model-streamer, instanttensor, plotly for python 3.12) are installed from ./.whl when it exists;
@@ -57,7 +58,8 @@ shift
 declare -A LIMIT=([tests]=230 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
                   [load-cold]=440 [expert-path]=330 [expert-path-cold]=300 [session-ab]=540 [session-pressure]=540
                   [session-prefetch]=480 [session-miss]=540
-                  [sharded-warm]=340 [sharded-cold]=300 [evidence]=330 [evidence-corpus]=180 [stress-lanes-ring]=240)
+                  [sharded-warm]=340 [sharded-cold]=300 [evidence]=330 [evidence-corpus]=180 [stress-lanes-ring]=240
+                  [ranks-smoke]=300 [ranks-70b-write]=600 [ranks-scaling]=600)
 steps=()
 for s in "$@"; do  # STEP or STEP=SECONDS (a limit of its own for this call)
     name=${s%%=*}
@@ -194,6 +196,22 @@ for s in "$@"; do
             --loads "${STRESS_LOADS:-300}" --busy 8 --hang-s 60 --json "$out/stress-lanes-ring.json"
         grep -E '^ "(loads|injected|finished|hangs|slowest_load_s|seconds)"' "$out/stress-lanes-ring.log"
         grep -A3 -E '"(other|left_threads)"' "$out/stress-lanes-ring.log" | head -8 ;;
+    ranks-smoke)  # issue 36: 1, 2 and 4 ranks sharing the one H200 (gloo between them: NCCL refuses two ranks
+        # on one device; each rank on the cuda backend), 1 GiB bf16 Llama-named set, warm, 4 strategies x 3 runs a
+        # rank count, every rank's bytes read back; fresh box ~150-250 s (every rank imports torch, ~2 s)
+        step ranks-smoke "${LIMIT[ranks-smoke]}" python3 benchmarks/bench_ranks.py --device cuda:0 --dir /tmp/bench \
+            --size 1GiB --ranks 1,2,4 --runs "${RANKS_RUNS:-3}" --out "$out/ranks-smoke.md"
+        cat "$out/ranks-smoke.md" ;;
+    ranks-70b-write)  # issue 36, a box of 8 H200s (nvidia-h200-x8): the Llama-3-70B-shaped bf16 set (143.8 GB,
+        # 5 GB shards as the Hub ships it) written to /tmp/bench once; ~1-2 GB/s: cut at 600 s, rerun to finish
+        step ranks-70b-write "${LIMIT[ranks-70b-write]}" python3 benchmarks/bench_ranks.py --device cuda --dir /tmp/bench \
+            --shape llama3-70b --ranks 2 --strategies ranges --runs 1 --out "$out/ranks-70b-first.md" ;;
+    ranks-scaling)  # issue 36, 8 H200s: warm, 2/4/8 ranks (one GPU each, NCCL), ranges, shm and scatter, 3 runs
+        # each (70B bf16 does not fit one H200: no 1-rank point); ~20-60 s a point: RANKS_LIST=2,4 to split calls
+        step ranks-scaling "${LIMIT[ranks-scaling]}" python3 benchmarks/bench_ranks.py --device cuda --dir /tmp/bench \
+            --shape llama3-70b --ranks "${RANKS_LIST:-8,4,2}" --strategies "${RANKS_STRATEGIES:-ranges,shm,scatter}" \
+            --runs "${RANKS_RUNS:-3}" --out "$out/ranks-scaling.md"
+        cat "$out/ranks-scaling.md" ;;
     *)
         echo "gpu_session.sh: unknown step '$s' (tests, experts-loads, engine-ab, load-warm, load-cold, experts-session," \
              "expert-path, expert-path-cold, session-ab, session-pressure, session-prefetch, sharded-warm, sharded-cold)" >&2

@@ -92,6 +92,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workbench ledger show ID": (RUN, ""),
     'workbench ledger verdict ID kept --note "…"': (RUN, ""),
     'workbench run FILE --strategy "pread evict=1" --cache asis --runs 5': (RUN, ""),
+    # docs/multi-gpu.md: a load across 2 ranks (gloo, host backend)
+    "workbench synth data/models/tp.safetensors --format safetensors --size 64MiB --dtype bf16": (RUN, ""),
+    "workbench compare data/models/tp.safetensors --ranks 2 --layout tp --strategy ranges --strategy shm "
+    "--cache warm --runs 6": (RUN, ""),
     "workbench session MODEL": (HELP, ""),
     "workbench trace stats TRACE": (HELP, "tests/test_traces_fit.py runs it on a trace in every format"),
     "workbench trace fit TRACE --out mixtral.model.json": (HELP, "tests/test_traces_fit.py runs trace fit"),

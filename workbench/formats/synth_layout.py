@@ -34,7 +34,9 @@ _DTYPES = {  # (format, dtype option) → dtype per kind of tensor
 }
 DTYPES = ("f16", "bf16")
 # Real models' dimensions, for files shaped like one: the layer count still fills the size.
-SHAPES = {"llama3-8b": {"hidden": 4096, "ff": 14336, "vocab": 128256, "layers": 32}}
+SHAPES = {"llama3-8b": {"hidden": 4096, "ff": 14336, "vocab": 128256, "layers": 32},
+          # k/v a quarter of the heads as every shape here (the real 70B: an eighth): 143.7 GB, not 141
+          "llama3-70b": {"hidden": 8192, "ff": 28672, "vocab": 128256, "layers": 80}}
 _ARCH = {"dense": "llama", "moe": "qwen2moe"}
 
 

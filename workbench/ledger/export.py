@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from workbench.errors import OutputError
+from workbench.ledger.ranks import ranks_frame
 from workbench.ledger.table import export_markdown, markdown_table, strategy_kind
 from workbench.output.files import ledger_files, refuse_overwrite, write_text
 from workbench.records import COST_FIELDS, ReadEvidence, format_effect
@@ -76,6 +77,12 @@ def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campai
     frames = [attempts_frame(ledger, campaign), runs_frame(ledger, campaign), turns_frame(ledger, campaign)]
     if frames[2].empty:  # no long session: the two files every campaign has
         frames, paths = frames[:2], paths[:2]
+    ranks = ranks_frame(ledger, campaign)
+    if not ranks.empty:  # loads across several ranks: one row per rank per run (docs/multi-gpu.md)
+        csv = target.suffix.lower() == ".csv"
+        paths = [*paths, target.with_name(f"{target.stem}_ranks.csv") if csv else target / "ranks.csv"]
+        frames = [*frames, ranks]
+        refuse_overwrite(paths[-1], inputs=sources, force=force)
     if made is None:
         made = 0 if target.suffix.lower() == ".csv" else 1
     for frame, path in zip(frames, paths):

@@ -34,6 +34,7 @@ class RankReport:
     transport: str = "gloo"
     notes: tuple[str, ...] = ()
     phases: Mapping[str, float] = field(default_factory=dict)
+    digest: str = ""  # sha256 of the rank's device bytes read back, slices in plan order ('' unverified)
 
     @property
     def load_s(self) -> float:
@@ -44,7 +45,7 @@ class RankReport:
                 "load_s": self.load_s, "bytes_read": self.bytes_read, "bytes_interconnect": self.bytes_interconnect,
                 "bytes_held": self.bytes_held, "n_slices": self.n_slices, "verified": self.verified,
                 "verify_detail": self.verify_detail, "device": self.device, "transport": self.transport,
-                "notes": list(self.notes), "phases": dict(self.phases)}
+                "notes": list(self.notes), "phases": dict(self.phases), "digest": self.digest}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RankReport:
@@ -56,7 +57,8 @@ class RankReport:
                    verified=None if verified is None else bool(verified),
                    verify_detail=str(data.get("verify_detail") or ""), device=str(data.get("device") or "host"),
                    transport=str(data.get("transport") or "gloo"), notes=tuple(map(str, data.get("notes") or ())),
-                   phases={str(k): float(v) for k, v in (data.get("phases") or {}).items()})
+                   phases={str(k): float(v) for k, v in (data.get("phases") or {}).items()},
+                   digest=str(data.get("digest") or ""))
 
 
 @dataclass(frozen=True)

@@ -100,9 +100,7 @@ def _wait(ranks: list[_Rank], deadline: float, timeout_s: float) -> None:
             code = r.proc.poll()
             if code is None:
                 running.append(r)
-            elif code != 0:
-                for other in ranks:
-                    _kill(other.proc)
+            elif code != 0:  # the run ends now: launch_ranks kills the rest on the way out
                 raise WorkerFailed(rank_command(), code, r.stderr_tail(),
                                    f"rank {r.rank} of {len(ranks)} {_describe(code)}: {r.last_line()} "
                                    f"(the other ranks were killed)", pid=r.proc.pid,
@@ -114,7 +112,8 @@ def _wait(ranks: list[_Rank], deadline: float, timeout_s: float) -> None:
                 _kill(r.proc)
             names = ", ".join(str(r.rank) for r in running)
             raise WorkerFailed(rank_command(), None, running[0].stderr_tail(),
-                               f"ranks timed out after {timeout_s:g} s (killed); still running: rank {names}",
+                               f"ranks timed out after {timeout_s:g} s (killed); still running: "
+                               f"rank{'s' if len(running) > 1 else ''} {names}",
                                pid=running[0].proc.pid, wall_s=timeout_s)
         time.sleep(POLL_S)
 

@@ -41,10 +41,9 @@ def resolve_transport(transport: str, device: str, world: int) -> str:
         return transport
     if device != "cuda":
         return "gloo"
-    from workbench.upload import DEVICES
+    import torch
 
-    count = getattr(DEVICES.get("cuda"), "device_count", None)
-    return "nccl" if callable(count) and count() >= world else "gloo"
+    return "nccl" if torch.cuda.device_count() >= world else "gloo"
 
 
 def preflight_ranks(configs: Sequence[RunConfig]) -> None:

@@ -52,11 +52,9 @@ def rank_device(spec: str, local_rank: int) -> str:
     """``cuda`` (no ordinal): one device per local rank, round robin; ``cuda:N`` or ``host``: as named."""
     if ":" in spec or spec.startswith("host"):
         return spec
-    from workbench.upload import DEVICES
+    import torch  # imported already by torch.distributed; its CUDA (or ROCm) device count
 
-    count = getattr(DEVICES.get(spec), "device_count", None)
-    n = count() if callable(count) else 1
-    return f"{spec}:{local_rank % max(n, 1)}"
+    return f"{spec}:{local_rank % max(torch.cuda.device_count(), 1)}"
 
 
 def run_rank(config: Mapping[str, Any], stdout: Any) -> RankReport:
@@ -88,7 +86,7 @@ def run_rank(config: Mapping[str, Any], stdout: Any) -> RankReport:
                               local_rank=local, token=str(config.get("token") or os.getpid()))
             strategy.load(ctx)
             end = now()
-            ok, detail = verify_rank(ctx) if config.get("verify", True) else (None, "")
+            ok, detail, digest = verify_rank(ctx) if config.get("verify", True) else (None, "", "")
             info = device.info()
             ctx.free()
     finally:
@@ -98,17 +96,20 @@ def run_rank(config: Mapping[str, Any], stdout: Any) -> RankReport:
                       bytes_read=ctx.counters["bytes_read"], bytes_interconnect=ctx.counters["bytes_interconnect"],
                       bytes_held=plan.nbytes, n_slices=len(plan.slices), verified=ok, verify_detail=detail,
                       device=f"{info.backend} {info.name}", transport=transport, notes=tuple(ctx.notes),
-                      phases=dict(ctx.phases))
+                      phases=dict(ctx.phases), digest=digest)
 
 
-def verify_rank(ctx: Any) -> tuple[bool, str]:
+def verify_rank(ctx: Any) -> tuple[bool, str, str]:
     """Each slice's device bytes against the file's (read afresh, independently of the strategy) and
-    its padding against zeros; (ok, the first difference)."""
+    its padding against zeros; (ok, the first difference, sha256 of every slice's device bytes in order)."""
+    import hashlib
+
     import numpy as np
 
     from workbench.strategies.toolkit import pread_into
 
     fds: dict[str, int] = {}
+    digest, detail = hashlib.sha256(), ""
     try:
         for s, buf in zip(ctx.plan.slices, ctx.buffers):
             want = np.zeros(s.nbytes, dtype=np.uint8)
@@ -119,13 +120,14 @@ def verify_rank(ctx: Any) -> tuple[bool, str]:
                 pread_into(fds[s.file], want[pos:pos + n], offset, s.file)
                 pos += n
             got = np.frombuffer(ctx.device.read_back(buf, 0, s.nbytes), dtype=np.uint8)
-            if not np.array_equal(got, want):
+            digest.update(got)
+            if not detail and not np.array_equal(got, want):
                 at = int(np.flatnonzero(got != want)[0])
-                return False, f"rank {ctx.rank}: {s.tensor} ({s.rule}) differs at byte {at} of {s.nbytes}"
+                detail = f"rank {ctx.rank}: {s.tensor} ({s.rule}) differs at byte {at} of {s.nbytes}"
     finally:
         for fd in fds.values():
             os.close(fd)
-    return True, ""
+    return not detail, detail, digest.hexdigest()
 
 
 def main() -> int:
