@@ -50,7 +50,8 @@ def num(value: Any) -> Any:
 def effect(a: dict[str, Any]) -> str:
     if a.get("auto_verdict") == "baseline":
         return "baseline"
-    return with_across(format_effect(num(a.get("speedup")), num(a.get("ci_low")), num(a.get("ci_high"))), a)
+    return with_across(format_effect(num(a.get("speedup")), num(a.get("ci_low")), num(a.get("ci_high"))), a,
+                       for_terminal)  # the hosts and models named in an ACROSS caveat come from the ledger
 
 
 def model_name(path: Any) -> str:
