@@ -289,10 +289,10 @@ def test_the_window_ends_when_the_marker_was_written_not_when_it_was_read(env: P
             "while os.read(fd, 1 << 20): pass\nprint('done', flush=True); import time; time.sleep(30)")
     sampler = TreeSampler.at_spawn(_model(env))  # before the spawn: the record follows what it starts
     began = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    proc, lines = _on_a_terminal(code)
     try:
         sampler.root = proc.pid
-        assert proc.stdout.readline() == "loaded\n" and proc.stdout.readline() == "done\n"
+        assert next(lines) == "loaded" and next(lines) == "done"
         late = time.monotonic()  # the marker "read" only now, after every read of the model
         evidence = sampler.finish(began, late, prior_s=began)
     finally:
@@ -312,13 +312,13 @@ def test_the_window_starts_when_the_start_marker_was_written_not_when_it_was_rea
             "while os.read(fd, 1 << 20): pass\ntime.sleep(1); print('loaded', flush=True); time.sleep(30)")
     sampler = TreeSampler.at_spawn(_model(env))
     began = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    proc, lines = _on_a_terminal(code)
     try:
         sampler.root = proc.pid
         time.sleep(0.5)  # the engine has read the model by now
-        assert proc.stdout.readline() == "start\n"
+        assert next(lines) == "start"
         late = time.monotonic()  # the start line "read" only now
-        assert proc.stdout.readline() == "loaded\n"
+        assert next(lines) == "loaded"
         evidence = sampler.finish(late, time.monotonic(), prior_s=late, start_prior_s=began)
     finally:
         proc.kill()
@@ -335,3 +335,35 @@ def test_a_marker_line_read_in_two_pieces_dates_the_window_by_its_first(env: Pat
             "while os.read(fd, 1 << 20): pass\nos.write(1, b'ded\\n'); time.sleep(30)")
     out = time_external(_py(code), "loaded", timeout_s=30, nbytes=1, model=_model(env))
     assert out.error is None and out.report.external.evidence.grade == "opened-only", out.engaged
+
+
+def _on_a_terminal(code: str):
+    """``code`` run with its output on a pseudo-terminal, as ``time_external`` runs an engine (its writes
+    to a terminal date its lines): the process and an iterator over its output lines."""
+    import os
+    import pty
+    import subprocess
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=slave, stderr=slave)
+    os.close(slave)
+
+    def lines():
+        with open(master, "rb", buffering=0) as fh:
+            buf = b""
+            while True:
+                while b"\n" not in buf:
+                    buf += fh.read(4096)
+                line, buf = buf.split(b"\n", 1)
+                yield line.decode().strip()
+
+    return proc, lines()
+
+
+def test_writes_to_a_pipe_before_the_load_do_not_end_the_window(env: Path) -> None:
+    # a launcher (pyenv's shim, a wrapper script) runs command substitutions — writes to pipes — before
+    # it starts the engine: only writes to the terminal date the engine's output lines
+    code = READ.format(path=str(env / "m.gguf"))
+    cmd = f"sh -c {shlex.quote('v=$(echo a); w=$(echo b 1>&2; echo c); exec ' + _py(code))}"
+    out = time_external(cmd, "loaded", timeout_s=30, nbytes=1, model=_model(env))
+    assert out.error is None and out.report.external.evidence.grade == "bytes-read", out.engaged

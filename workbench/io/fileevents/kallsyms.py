@@ -13,10 +13,11 @@ import functools
 
 SPLICE = ("filemap_splice_read",)
 POPULATE = ("populate_vma_page_range", "faultin_page_range", "__mm_populate", "madvise_populate")
+TERMINAL = ("flush_to_ldisc",)  # the work a write to a terminal queues
 
 
 @functools.lru_cache(maxsize=1)
-def ranges(names: tuple[str, ...] = SPLICE + POPULATE) -> dict[str, tuple[int, int]] | None:
+def ranges(names: tuple[str, ...] = SPLICE + POPULATE + TERMINAL) -> dict[str, tuple[int, int]] | None:
     """{name: [start, end)} of each of ``names`` this kernel has; None when addresses are hidden."""
     starts: list[int] = []
     found: dict[str, int] = {}

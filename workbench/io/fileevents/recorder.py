@@ -71,6 +71,7 @@ class FileEventRecorder:
     sizes: tuple[int, ...]
     points: dict[str, Tracepoint]
     splice: list[tuple[int, int]]
+    flush: int = 0  # flush_to_ldisc's address: the work a write to a terminal queues (0: unknown)
     fds: list[int] = field(default_factory=list)
     rings: list[perf.Ring] = field(default_factory=list)
     ids: dict[int, str] = field(default_factory=dict)  # event id -> "faults" or a tracepoint's short name
@@ -91,7 +92,8 @@ class FileEventRecorder:
         if chains is None or "filemap_splice_read" not in chains:
             raise EventsUnavailable("/proc/kallsyms hides the kernel's addresses (not root?): a read cannot be "
                                     "told from sendfile")
-        rec = cls(tuple(keys), tuple(sizes), points, [chains[n] for n in kallsyms.SPLICE if n in chains])
+        rec = cls(tuple(keys), tuple(sizes), points, [chains[n] for n in kallsyms.SPLICE if n in chains],
+                  chains.get("flush_to_ldisc", (0, 0))[0])
         try:
             rec._open_events()
         except OSError as exc:
@@ -112,8 +114,8 @@ class FileEventRecorder:
                 fd = perf.open_tracepoint(point.id, cpu, ring)
                 self.fds.append(fd)
                 self.ids[perf.event_id(fd)] = short
-                if short in ("write", "writev"):  # its output: standard output and error
-                    perf.set_filter(fd, "fd == 1 || fd == 2")
+                if short == "tty":  # its output: writes to a terminal
+                    perf.set_filter(fd, f"function == {self.flush:#x}")  # else: filtered here
                     continue
                 name = "ino" if short == "dio" else "i_ino"
                 perf.set_filter(fd, " || ".join(f"{name} == {i}" for i in inodes))  # else: filtered here
@@ -144,19 +146,19 @@ class FileEventRecorder:
     def _in_spans(self, addr: int) -> bool:
         return any(lo <= addr < hi for lo, hi in self.spans)
 
-    def writes_between(self, after_s: float, until_s: float) -> list[float]:
-        """When (``time.monotonic`` seconds, in order) the tree wrote to its standard output or error
-        after ``after_s`` and by ``until_s``."""
+    def terminal_writes(self, after_s: float, until_s: float) -> list[float]:
+        """When (``time.monotonic`` seconds, in order) the tree wrote to a terminal — its output, which the
+        workbench reads from the other end — after ``after_s`` and by ``until_s``. A write while the last
+        one's data still waits to be handed over queues nothing: the first write of a burst is there."""
         self.drain()
         lo, hi = int(after_s * 1e9), int(until_s * 1e9)
-        writes = {i for i, k in self.ids.items() if k in ("write", "writev")}
-        return sorted(s.time_ns / 1e9 for s in self.samples if s.id in writes and lo < s.time_ns <= hi and
-                      int.from_bytes(s.raw[self._fd_at:self._fd_at + 4], "little", signed=True) in (1, 2))
-
-    @property
-    def _fd_at(self) -> int:
-        point = self.points.get("write") or self.points.get("writev")
-        return point.fields["fd"][0] if point is not None else 0
+        point = self.points.get("tty")
+        if point is None or not self.flush:
+            return []
+        at, size = point.fields["function"]
+        ids = {i for i, k in self.ids.items() if k == "tty"}
+        return sorted(s.time_ns / 1e9 for s in self.samples if s.id in ids and lo < s.time_ns <= hi
+                      and int.from_bytes(s.raw[at:at + size], "little") == self.flush)
 
     def result(self, start_s: float, end_s: float) -> FileEvents:
         """What the window [start_s, end_s] (``time.monotonic`` seconds) recorded; the events stop
@@ -200,7 +202,7 @@ class FileEventRecorder:
         if short == "faults":
             return space.fault(s.pid, s.addr)
         point = self.points.get(short or "")
-        if point is None or short in ("write", "writev"):
+        if point is None or short == "tty":
             return None
         f = point.fields
         get = (lambda name: int.from_bytes(s.raw[f[name][0]:f[name][0] + f[name][1]], "little"))

@@ -3,9 +3,10 @@
 ``filemap/mm_filemap_get_pages`` (Linux 6.11+) says which pages of which file (device, inode) a read
 call asked for — ``read``, ``pread``, ``readv``, io_uring, and ``sendfile``/``splice`` too, which the
 call chain tells apart; ``iomap/iomap_dio_rw_begin`` says which range an O_DIRECT read asked for. (The
-filemap fault tracepoints are not used: a fault that maps a whole 2 MiB folio leaves none.) The
-``write``/``writev`` system calls to descriptors 1 and 2 date the engine's output lines, so the window
-ends when the marker was written, not when the workbench read it. Their ids are only published in tracefs: when tracefs is not
+filemap fault tracepoints are not used: a fault that maps a whole 2 MiB folio leaves none.) A write to a
+terminal queues ``flush_to_ldisc`` in the writer's own context (``workqueue/workqueue_queue_work``):
+that dates the engine's output lines, so the window ends when the marker was written, not when the
+workbench read it (a write to a pipe or a file queues nothing). Their ids are only published in tracefs: when tracefs is not
 mounted, it is mounted in a throwaway mount namespace of a child process (root only), so nothing on the
 machine changes. A kernel without them, or a user who may not, gets None: the caller says which grade
 then cannot be given.
@@ -20,7 +21,7 @@ import sys
 from dataclasses import dataclass
 
 EVENTS = {"get_pages": "filemap/mm_filemap_get_pages", "dio": "iomap/iomap_dio_rw_begin",
-          "write": "syscalls/sys_enter_write", "writev": "syscalls/sys_enter_writev"}
+          "tty": "workqueue/workqueue_queue_work"}
 REQUIRED = ("get_pages",)
 _MOUNTED = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 _PRIVATE_S = 10.0

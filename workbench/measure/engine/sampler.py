@@ -183,10 +183,10 @@ class TreeSampler:
                 self.watch.close()  # the workbench's own look at the residency is no open of the window
                 self.watch = None
             if self.events is not None:
-                ends = self.events.writes_between(start_s if prior_s is None else max(start_s, prior_s), end_s)
+                ends = self.events.terminal_writes(start_s if prior_s is None else max(start_s, prior_s), end_s)
                 end_s = min([end_s, *ends[:1]])
                 if start_prior_s is not None:
-                    starts = self.events.writes_between(start_prior_s, start_s)
+                    starts = self.events.terminal_writes(start_prior_s, start_s)
                     start_s = min(starts[-1], end_s) if starts else start_s
             record = self.events.result(start_s, end_s) if self.events is not None else None
             resident = self.model.resident()
