@@ -114,7 +114,7 @@ def test_an_ab_at_the_default_rounds_pairs_them_and_can_make_a_claim(moe64, tmp_
 
     assert DEFAULT_ROUNDS == MIN_PAIRED_ROUNDS  # the CLI spells it out; this holds them together
     text = CliRunner().invoke(main, ["session", "--help"]).output
-    assert f"[default: {DEFAULT_ROUNDS}; x>=1]" in " ".join(text.split())
+    assert f"[default: {DEFAULT_ROUNDS}; 1<=x<=1000]" in " ".join(text.split())  # bounded both ends (issue 35 §5)
 
 
 def test_an_abs_cells_show_the_figures_its_effects_compare(moe64, tmp_path, monkeypatch):
