@@ -155,11 +155,16 @@ def test_probes_of_the_dearer_way_cost_at_most_their_share():
     assert ways.count("host") * 20.0 / spent <= 0.02
 
 
-def test_the_running_cost_follows_the_newest_layers():
+def test_the_running_cost_is_the_median_of_the_newest_layers():
     c = ArmCost()
     c.add(1.0)
     c.add(2.0)
-    assert c.seconds == pytest.approx(1.2) and c.samples == 2
+    assert c.seconds == pytest.approx(1.5) and c.samples == 2
+    c.add(100.0)  # one preempted layer does not move it far
+    assert c.seconds == pytest.approx(2.0)
+    for _ in range(7):
+        c.add(3.0)
+    assert c.seconds == 3.0 and c.samples == 10  # the window has moved on
 
 
 class _Cache(set):
@@ -189,9 +194,10 @@ def test_the_server_splits_by_the_cache_and_the_rule_and_learns_from_each_layer(
     assert s.split(1, 0, [1, 4, 5]) == [1, 5]  # then one miss a layer on the host, until it is measured
     assert s.step_done(1, 0, 0.0, 0.0, 0.0) >= 0.0
     assert host.keys == [(0, 4), (1, 4)]
+    assert s.fetch_cost.seconds == pytest.approx(0.1)  # the median of 0.2 and step 1's fetched miss at 0
     s.host_cost = _cost(0.3)
-    assert s.split(2, 0, [4]) == [4]  # fetch (0.2) is cheaper now
-    s.host_cost = _cost(0.1)
+    assert s.split(2, 0, [4]) == [4]  # fetch is cheaper now
+    s.host_cost = _cost(0.05)
     assert s.split(3, 0, [4]) == []
     tally = s.take_turn()
     assert (tally.miss_fetched, tally.miss_host, tally.miss_host_bytes) == (3, 1, 200)  # steps 2, 3 never ran

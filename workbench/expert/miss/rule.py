@@ -1,7 +1,8 @@
 """``--miss auto``'s rule: serve a miss the cheaper way, by costs measured in the session itself.
 
-Two costs per expert, each a running mean (exponentially weighted, :data:`ALPHA`) learned as the
-session decodes (:class:`~workbench.expert.miss.server.MissServer` feeds them once a layer is done):
+Two costs per expert, each the median of its last :data:`WINDOW` measurements (one preempted layer on a
+loaded machine must not decide a session: a mean let one 1 ms outlier send every miss the dearer way)
+learned as the session decodes (:class:`~workbench.expert.miss.server.MissServer` feeds them once a layer is done):
 
 * ``fetch`` — what a fetched miss cost the decode thread: the layer's read wait and the cache's
   bookkeeping shared over its fetched misses, plus its upload and device compute shared over every
@@ -19,27 +20,31 @@ tokens, which it does not price (on traffic with reuse, ``fetch`` can beat ``aut
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
 
-ALPHA = 0.2  # weight of the newest layer in a running cost
+WINDOW = 7  # layers a running cost is the median of
 
 
 @dataclass
 class ArmCost:
-    """One way's running cost: seconds per expert (None until measured) over ``samples`` layers."""
+    """One way's running cost: seconds per expert (None until measured), the median of the last
+    :data:`WINDOW` of ``samples`` layers."""
 
     seconds: float | None = None
     samples: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
 
     def add(self, seconds_per_expert: float) -> None:
-        s = max(0.0, float(seconds_per_expert))
-        self.seconds = s if self.seconds is None else (1 - ALPHA) * self.seconds + ALPHA * s
+        self.recent.append(max(0.0, float(seconds_per_expert)))
+        self.seconds = statistics.median(self.recent)
         self.samples += 1
 
 
 @dataclass(frozen=True)
 class AutoRule:
-    warmup: int = 2  # layers measured each way before the costs decide
+    warmup: int = 3  # layers measured each way before the costs decide (a median of 3 outlasts one outlier)
     probe_share: float = 0.02  # the most of the misses' time probes of the dearer way may take (0: never probe)
 
 
