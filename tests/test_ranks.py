@@ -180,3 +180,36 @@ def test_a_hung_rank_is_killed_at_the_timeout(models, monkeypatch):
     with pytest.raises(WorkerFailed, match=r"^ranks timed out after 8 s \(killed\); still running: ranks? (0, )?1$"):
         run_ranks(RunConfig(file=str(path), strategy="scatter", params={"ranks": "2", "layout": "ep"}), timeout_s=8)
     assert time.monotonic() - t0 < 30 and not _our_ranks()
+
+
+def test_the_cli_records_every_rank_and_exports_them(models, tmp_path):
+    """`workbench run --ranks`: the attempt in the ledger, one row per rank in ranks.csv, the figure."""
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from one_line import one_error_line
+    from workbench.cli import main
+    from workbench.ledger import Ledger
+    from workbench.ledger.figures.ranks import rank_windows
+    from workbench.ledger.ranks import ranks_frame
+
+    path, _ = models["ep"]
+    ledger = tmp_path / "l.sqlite"
+    result = CliRunner().invoke(main, ["run", str(path), "--ranks", "2", "--layout", "ep", "--strategy", "ranges",
+                                       "--runs", "1", "--cache", "asis", "--ledger", str(ledger)])
+    assert result.exit_code == 0, result.output
+    assert "ranges layout=ep ranks=2" in result.output
+    refused = CliRunner().invoke(main, ["run", str(models["tp"][0]), "--ranks", "5", "--strategy", "whole",
+                                        "--ledger", str(ledger)])
+    one_error_line(refused, "does not divide by 5 ranks")
+    with Ledger(str(ledger)) as store:
+        assert len(store.attempts()) == 1  # the refusal recorded nothing
+        frame = ranks_frame(store)
+        out = CliRunner().invoke(main, ["ledger", "export", "--csv", str(tmp_path / "a.csv"),
+                                        "--ledger", str(ledger)])
+    assert out.exit_code == 0, out.output
+    assert list(frame["rank"]) == [0, 1] and frame["verified"].all() and frame["slowest"].sum() == 1
+    assert (frame["bytes_read"] < os.path.getsize(path)).all()
+    csv = pd.read_csv(tmp_path / "a_ranks.csv")
+    assert list(csv["rank"]) == [0, 1] and set(csv["layout"]) == {"ep"}
+    assert len(rank_windows(frame, {}).data) == 2
