@@ -33,7 +33,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--size", default="64MiB", help="model size (ignored with --shape and no --layers-size)")
     p.add_argument("--shape", default=None, help="llama3-8b | llama3-70b: a real model's full dimensions")
     p.add_argument("--ranks", default="1,2")
-    p.add_argument("--strategies", default="whole,ranges,shm,scatter")
+    p.add_argument("--strategies", default="whole,ranges,shm,scatter",
+                   help="comma-separated; a strategy's own params after its name: 'ranges upload=pinned threads=8'")
     p.add_argument("--layout", default="tp", choices=("tp", "ep"))
     p.add_argument("--transport", default="auto", choices=("auto", "gloo", "nccl"))
     p.add_argument("--cache", default="warm", choices=("warm", "cold"))
@@ -69,13 +70,19 @@ def _machine() -> str:
     return f"{platform.node()} ({os.cpu_count()} CPUs{', ' + gpu if gpu else ''})"
 
 
+def _name(config) -> str:
+    """The strategy with its own params (not the run's: ranks, layout, transport)."""
+    own = " ".join(f"{k}={v}" for k, v in sorted(config.params.items()) if k not in ("ranks", "layout", "transport"))
+    return f"{config.strategy} {own}".strip()
+
+
 def _rows(results: list, world: int) -> list[str]:
     rows = []
     for r in results:
         ok = [run for run in r.runs if run.ok and run.report.ranks is not None]
         if not ok:
             why = next((run.error for run in r.runs if run.error), "no run finished")
-            rows.append(f"| {world} | {r.config.strategy} | failed: {str(why)[:120]} | | | | | | 0/{len(r.runs)} |")
+            rows.append(f"| {world} | {_name(r.config)} | failed: {str(why)[:120]} | | | | | | 0/{len(r.runs)} |")
             continue
         windows = [run.load_s for run in ok]
         held = ok[0].report.ranks.bytes_held
@@ -84,7 +91,7 @@ def _rows(results: list, world: int) -> list[str]:
         per_rank_net = statistics.median(rk.bytes_interconnect for run in ok for rk in run.report.ranks.ranks)
         verified = sum(1 for run in ok if run.verified)
         med = statistics.median(windows)
-        rows.append(f"| {world} | {r.config.strategy} | {med * 1e3:.1f} [{min(windows) * 1e3:.1f}–"
+        rows.append(f"| {world} | {_name(r.config)} | {med * 1e3:.1f} [{min(windows) * 1e3:.1f}–"
                     f"{max(windows) * 1e3:.1f}] | {held / med / 1e9:.2f} | {statistics.median(stragglers):.2f} "
                     f"(max {max(stragglers):.2f}) | {per_rank_read / 1e9:.3f} | {per_rank_net / 1e9:.3f} | "
                     f"{held / 1e9:.3f} | {verified}/{len(r.runs)} |")
@@ -108,8 +115,9 @@ def main() -> int:
              "| GB interconnect a rank | GB held (all ranks) | verified |",
              "|---|---|---|---|---|---|---|---|---|"]
     for world in [int(x) for x in a.ranks.split(",")]:
-        configs = [RunConfig(file=model, strategy=s, device=a.device,
-                             params={"ranks": str(world), "layout": a.layout, "transport": a.transport})
+        configs = [RunConfig(file=model, strategy=s.split()[0], device=a.device,
+                             params={**dict(w.split("=", 1) for w in s.split()[1:]), "ranks": str(world),
+                                     "layout": a.layout, "transport": a.transport})
                    for s in a.strategies.split(",")]
         try:
             results = measure_ranks(configs, runs=a.runs, cache=a.cache, ledger=ledger, campaign="ranks",

@@ -197,10 +197,11 @@ for s in "$@"; do
         grep -E '^ "(loads|injected|finished|hangs|slowest_load_s|seconds)"' "$out/stress-lanes-ring.log"
         grep -A3 -E '"(other|left_threads)"' "$out/stress-lanes-ring.log" | head -8 ;;
     ranks-smoke)  # issue 36: 1, 2 and 4 ranks sharing the one H200 (gloo between them: NCCL refuses two ranks
-        # on one device; each rank on the cuda backend), 1 GiB bf16 Llama-named set, warm, 4 strategies x 3 runs a
+        # on one device; each rank on the cuda backend), 1 GiB bf16 Llama-named set, warm, 5 strategies x 3 runs a
         # rank count, every rank's bytes read back; fresh box ~150-250 s (every rank imports torch, ~2 s)
         step ranks-smoke "${LIMIT[ranks-smoke]}" python3 benchmarks/bench_ranks.py --device cuda:0 --dir /tmp/bench \
-            --size 1GiB --ranks 1,2,4 --runs "${RANKS_RUNS:-3}" --out "$out/ranks-smoke.md"
+            --size 1GiB --ranks 1,2,4 --strategies "whole,ranges,ranges upload=pinned threads=4,shm,scatter" \
+            --runs "${RANKS_RUNS:-3}" --out "$out/ranks-smoke.md"
         cat "$out/ranks-smoke.md" ;;
     ranks-70b-write)  # issue 36, a box of 8 H200s (nvidia-h200-x8): the Llama-3-70B-shaped bf16 set (143.8 GB,
         # 5 GB shards as the Hub ships it) written to /tmp/bench once; ~1-2 GB/s: cut at 600 s, rerun to finish
@@ -209,7 +210,7 @@ for s in "$@"; do
     ranks-scaling)  # issue 36, 8 H200s: warm, 2/4/8 ranks (one GPU each, NCCL), ranges, shm and scatter, 3 runs
         # each (70B bf16 does not fit one H200: no 1-rank point); ~20-60 s a point: RANKS_LIST=2,4 to split calls
         step ranks-scaling "${LIMIT[ranks-scaling]}" python3 benchmarks/bench_ranks.py --device cuda --dir /tmp/bench \
-            --shape llama3-70b --ranks "${RANKS_LIST:-8,4,2}" --strategies "${RANKS_STRATEGIES:-ranges,shm,scatter}" \
+            --shape llama3-70b --ranks "${RANKS_LIST:-8,4,2}" --strategies "${RANKS_STRATEGIES:-ranges upload=pinned threads=8,shm,scatter}" \
             --runs "${RANKS_RUNS:-3}" --out "$out/ranks-scaling.md"
         cat "$out/ranks-scaling.md" ;;
     *)

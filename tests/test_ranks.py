@@ -102,8 +102,8 @@ def models(tmp_path_factory):
 
 
 # every strategy under both layouts; each of them at 3 ranks once (an uneven split: vocab padding, 2/2/1 experts)
-CASES = [("whole", "tp", 2), ("ranges", "tp", 3), ("shm", "tp", 2), ("scatter", "tp", 3),
-         ("whole", "ep", 3), ("ranges", "ep", 2), ("shm", "ep", 3), ("scatter", "ep", 2)]
+CASES = [("whole", "tp", 2), ("ranges upload=pinned threads=2 staging_mib=1", "tp", 3), ("shm", "tp", 2),
+         ("scatter", "tp", 3), ("whole", "ep", 3), ("ranges", "ep", 2), ("shm", "ep", 3), ("scatter", "ep", 2)]
 
 
 @pytest.mark.parametrize("strategy,layout,world", CASES)
@@ -111,8 +111,9 @@ def test_every_rank_holds_its_slices_byte_for_byte(models, strategy, layout, wor
     from workbench.measure.ranks.runner import run_ranks
 
     path, tensors = models[layout]
-    out = run_ranks(RunConfig(file=str(path), strategy=strategy, params={"ranks": str(world), "layout": layout}),
-                    timeout_s=120)
+    strategy, *words = strategy.split()
+    params = {"ranks": str(world), "layout": layout, **dict(w.split("=") for w in words)}
+    out = run_ranks(RunConfig(file=str(path), strategy=strategy, params=params), timeout_s=120)
     ranks = out.report.ranks
     assert [r.rank for r in ranks.ranks] == list(range(world)) and out.verified is True
     for r in ranks.ranks:
@@ -213,3 +214,14 @@ def test_the_cli_records_every_rank_and_exports_them(models, tmp_path):
     csv = pd.read_csv(tmp_path / "a_ranks.csv")
     assert list(csv["rank"]) == [0, 1] and set(csv["layout"]) == {"ep"}
     assert len(rank_windows(frame, {}).data) == 2
+
+
+def test_pinned_ranges_pieces_cover_a_slice_in_order():
+    from workbench.strategies.ranked.ranges import _chunks
+
+    ranges = ((0, 5), (10, 7), (100, 3), (200, 4))
+    pieces = _chunks(3, "f", ranges, 4)
+    assert all(i == 3 and path == "f" and sum(n for _, n in parts) <= 4 for i, _, path, parts in pieces)
+    assert [dst for _, dst, _, _ in pieces] == list(range(0, 19, 4))  # the buffer filled back to back
+    flat = [b for _, _, _, parts in pieces for off, n in parts for b in range(off, off + n)]
+    assert flat == [b for off, n in ranges for b in range(off, off + n)]
