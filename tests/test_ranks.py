@@ -199,7 +199,7 @@ def test_the_cli_records_every_rank_and_exports_them(models, tmp_path):
     result = CliRunner().invoke(main, ["run", str(path), "--ranks", "2", "--layout", "ep", "--strategy", "ranges",
                                        "--runs", "1", "--cache", "asis", "--ledger", str(ledger)])
     assert result.exit_code == 0, result.output
-    assert "ranges layout=ep ranks=2" in result.output
+    assert "ranges layout=ep ranks=2" in result.output and "2 ranks (ep): slowest rank" in result.output
     refused = CliRunner().invoke(main, ["run", str(models["tp"][0]), "--ranks", "5", "--strategy", "whole",
                                         "--ledger", str(ledger)])
     one_error_line(refused, "does not divide by 5 ranks")

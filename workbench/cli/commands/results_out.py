@@ -51,6 +51,7 @@ def unrecorded_printed(ledger: Any, as_json: bool, single: bool, earlier: list[A
 
 
 def report_results(results: list[Any], ledger: Any, as_json: bool, single: bool, recorded: bool = True) -> None:
+    from workbench.measure.ranks.runner import spread_line
     from workbench.measure.run.model import describe_sets, recheck_note
     from workbench.measure.run.tables import attempts_table, phases_table
     from workbench.output.untrusted import for_terminal
@@ -64,6 +65,9 @@ def report_results(results: list[Any], ledger: Any, as_json: bool, single: bool,
         decayed = recheck_note(r.runs)
         if decayed:  # the worker put the state back (or the run says it could not): reclaim was at work
             click.secho(for_terminal(f"{r.label}: note: {decayed}"), fg="yellow", err=True)
+        ranks = spread_line(r.runs)
+        if ranks:  # a load across several ranks: the slowest against the median (docs/multi-gpu.md)
+            click.echo(for_terminal(f"{r.label}: {ranks}"), err=True)
     reported = sum(r.report.host_memory_reported_mib or 0 for a in results for r in a.runs)
     if reported > 0:
         click.secho(f"note: this machine handed {reported:,.0f} MiB of freed memory back to its hypervisor "

@@ -117,3 +117,25 @@ def measure_ranks(configs: Sequence[RunConfig], *, verify: bool = True, timeout_
     run_fn = functools.partial(run_ranks, verify=verify, timeout_s=timeout_s)
     return measure_with(run_fn, configs, models=Models(), **kwargs)
 
+
+
+def spread_line(runs: Sequence[Any]) -> str:
+    """One line on the ranks of an attempt's runs ('' for single-process runs): the slowest rank against
+    the median rank (median and worst over the runs), how far apart they started, and a rank's bytes."""
+    import statistics
+
+    summaries = [r.report.ranks for r in runs if r.ok and r.report.ranks is not None]
+    if not summaries:
+        return ""
+    ratios = [s.straggler_ratio for s in summaries]
+    mib = 1 << 20
+
+    def total(field: str) -> str:  # over every rank of a run, the median run; and the most one rank did
+        per_run = statistics.median(sum(getattr(r, field) for r in s.ranks) for s in summaries)
+        most = max(getattr(r, field) for s in summaries for r in s.ranks)
+        return f"{per_run / mib:.1f} MiB (one rank at most {most / mib:.1f})"
+
+    return (f"{summaries[0].world} ranks ({summaries[0].layout}): slowest rank {statistics.median(ratios):.2f}x the "
+            f"median rank (worst {max(ratios):.2f}x over {len(summaries)} runs), start skew up to "
+            f"{max(s.start_skew_s for s in summaries) * 1e3:.1f} ms; a run read {total('bytes_read')}, moved "
+            f"{total('bytes_interconnect')} over the process group, holds {total('bytes_held')}")
