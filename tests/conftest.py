@@ -247,13 +247,16 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 @pytest.fixture(scope="module")
 def bench_module() -> Iterator[Callable[[str], ModuleType]]:
-    """``bench_module("probe_staging")``: a script of benchmarks/ imported as a module, with benchmarks/ on
-    the path for the test module's life (the scripts import their siblings), taken off after."""
-    sys.path.insert(0, str(BENCHMARKS))
+    """``bench_module("probe_staging")``: a script of benchmarks/ imported as a module, with every room of
+    benchmarks/ (bench/, probe/, fuzz/ …) on the path for the test module's life (the scripts import their
+    siblings), taken off after."""
+    rooms = [str(p) for p in sorted(BENCHMARKS.iterdir()) if p.is_dir() and p.name[0] not in "._"]
+    sys.path[:0] = rooms
     try:
         yield importlib.import_module
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        for room in rooms:
+            sys.path.remove(room)
 
 
 @pytest.fixture()

@@ -9,7 +9,7 @@ import sys
 from argparse import Namespace
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_engine_ab.py"
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench" / "bench_engine_ab.py"
 
 
 def _bench():

@@ -1,4 +1,4 @@
-"""benchmarks/bench_load.py runs on the H200 only in full; its plan, its budget and one small end-to-end
+"""benchmarks/bench/bench_load.py runs on the H200 only in full; its plan, its budget and one small end-to-end
 run (host backend, a few MiB, a budget that cuts most of the plan) are checked here."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""benchmarks/bench_miss.py end to end at a tiny size on the host: the ring's rate, the batched A/B with
+"""benchmarks/bench/bench_miss.py end to end at a tiny size on the host: the ring's rate, the batched A/B with
 staged GB/s over the ring, the --miss A/B with the host's share and the per-token times, the checks."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench"))
 
 import bench_miss  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""benchmarks/bench_prefetch.py end to end at a tiny size on the host: the predictors' table, the
+"""benchmarks/bench/bench_prefetch.py end to end at a tiny size on the host: the predictors' table, the
 effects with the p99's caveat, the checks."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench"))
 
 import bench_prefetch  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""benchmarks/bench_session.py end to end at a tiny size: both A/Bs, their tables and verdicts."""
+"""benchmarks/bench/bench_session.py end to end at a tiny size: both A/Bs, their tables and verdicts."""
 from __future__ import annotations
 
 import sys
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench"))
 
 import bench_session  # noqa: E402
 from bench_session_report import pressure_verdict  # noqa: E402

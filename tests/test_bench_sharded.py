@@ -1,4 +1,4 @@
-"""benchmarks/bench_sharded.py picks the peers' rows as asked: warm, an O_DIRECT default reads the disk
+"""benchmarks/bench/bench_sharded.py picks the peers' rows as asked: warm, an O_DIRECT default reads the disk
 whatever the cache holds, so ``buffered-only`` keeps each peer's direct=0 row and drops its default."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_sharded", ROOT / "benchmarks" / "bench_sharded.py")
+    spec = importlib.util.spec_from_file_location("bench_sharded", ROOT / "benchmarks" / "bench" / "bench_sharded.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""benchmarks/bench_sizes.py (issue 25) end to end on the host backend at a tiny size: every row verified,
+"""benchmarks/bench/bench_sizes.py (issue 25) end to end on the host backend at a tiny size: every row verified,
 its fixed parts and streaming part, the walls of the run, and a config that cannot run said and left out."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench"
 
 
 @pytest.fixture()

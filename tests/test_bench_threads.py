@@ -1,4 +1,4 @@
-"""benchmarks/bench_threads.py against the code it measures: its GIL calibration drives the ring's own
+"""benchmarks/bench/bench_threads.py against the code it measures: its GIL calibration drives the ring's own
 reader loop (strategies/ring_readers.py) over a real index, and a tiny run writes its table. The
 calibration once imported a reader class that had moved, and the script failed only when run."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench"
 
 
 @pytest.fixture()

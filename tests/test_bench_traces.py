@@ -1,4 +1,4 @@
-"""benchmarks/bench_traces.py end to end at a tiny size: every format read, stats and fit timed, the
+"""benchmarks/bench/bench_traces.py end to end at a tiny size: every format read, stats and fit timed, the
 fit's gaps against the tolerances, the machine and date recorded."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench"))
 
 import bench_traces  # noqa: E402
 

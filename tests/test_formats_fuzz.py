@@ -1,10 +1,10 @@
 """CI-sized parser fuzzing: a few hundred derandomized hypothesis cases over both formats.
 
-The same cases as benchmarks/fuzz_formats.py (whose recorded 10,000+-case run is in
+The same cases as benchmarks/fuzz/fuzz_formats.py (whose recorded 10,000+-case run is in
 docs/hardening/fuzz.md, and fuzz-sets.md for sharded models): mutated headers of the synthetic models,
 truncations, random bytes, and sets with mutated index files, split keys and layouts. Each must
 give a valid index or one FormatError line, within 1 s, allocating no more than its header's size
-allows (see benchmarks/fuzz_harness.py). Derandomized, so a failure here reproduces on every run.
+allows (see benchmarks/fuzz/fuzz_harness.py). Derandomized, so a failure here reproduces on every run.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("hypothesis")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz"))
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -89,7 +89,7 @@ def test_the_harness_catches_what_it_must(fuzz_env, monkeypatch):
     assert "slow" in fh.run_case(fh.Case("x", "-", b"", 10), scratch, 0.05).problems
 
 
-# --- sharded models: index files, split keys, layouts (benchmarks/fuzz_set_cases.py) ------------
+# --- sharded models: index files, split keys, layouts (benchmarks/fuzz/fuzz_set_cases.py) ------------
 
 SET_CASES = 40
 

@@ -163,7 +163,7 @@ def test_what_the_fuzzer_makes_and_the_walk_accepts(tmp_path_factory):
     """Mutated headers of the fuzzer's bases (synthetic and gguf-py-written): each one the index
     accepts, gguf-py's reader must accept and read the same way."""
     hypothesis = pytest.importorskip("hypothesis")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz"))
     import fuzz_harness as fh
 
     root = tmp_path_factory.mktemp("oracle-fuzz")

@@ -1,4 +1,4 @@
-"""Hostile model files found by the parser fuzzer (benchmarks/fuzz_formats.py), one test per bug.
+"""Hostile model files found by the parser fuzzer (benchmarks/fuzz/fuzz_formats.py), one test per bug.
 
 Each of these raised something other than FormatError, printed a multi-line or unprintable error,
 took seconds to minutes, or allocated hundreds of MiB for a size the file only claimed.

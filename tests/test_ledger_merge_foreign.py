@@ -2,7 +2,7 @@
 
 The schema of a ledger from elsewhere is checked against every version's before SQLite evaluates
 anything in it; what runs over it runs under SQLite's limits, a deadline and a heap cap; a ``-wal``
-without its ``-shm`` is read from a private copy (``benchmarks/hostile_merge.py`` measures the same)."""
+without its ``-shm`` is read from a private copy (``benchmarks/hardening/hostile_merge.py`` measures the same)."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""benchmarks/probe_contention.py runs on the host backend, counts the readers' bytes, and gives back
+"""benchmarks/probe/probe_contention.py runs on the host backend, counts the readers' bytes, and gives back
 what it takes (the H200 call runs it once, with no room for a retry)."""
 from __future__ import annotations
 

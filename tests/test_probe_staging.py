@@ -1,4 +1,4 @@
-"""benchmarks/probe_staging.py's cases run on the host backend and give back what they take (the H200
+"""benchmarks/probe/probe_staging.py's cases run on the host backend and give back what they take (the H200
 call runs them once, with no room for a retry)."""
 from __future__ import annotations
 

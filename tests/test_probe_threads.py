@@ -1,4 +1,4 @@
-"""benchmarks/probe_threads.py: every case starts all N threads, counts each birth once, and leaves no
+"""benchmarks/probe/probe_threads.py: every case starts all N threads, counts each birth once, and leaves no
 thread behind, and the interpreter's switch interval is put back however a case ends (the H200 call runs
 it once, with no room for a retry)."""
 from __future__ import annotations

@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'workbench external --file qwen3.5-9b.mq4 --device cuda --cache warm --runs 5 --cmd "./build-old/hipfire-daemon '
     '-m qwen3.5-9b.mq4" --label old --cmd "./build-new/hipfire-daemon -m qwen3.5-9b.mq4" --label new --marker '
     "'\"type\":\"loaded\"' --phase '(?P<name>weight sweep): (?P<ms>[0-9]+) ms'":
-        (GPU, "an engine's two builds loading onto a GPU (--device cuda); benchmarks/bench_engine_ab.py is one"),
+        (GPU, "an engine's two builds loading onto a GPU (--device cuda); benchmarks/bench/bench_engine_ab.py is one"),
     "workbench synth data/models/moe.gguf --format gguf --layout moe --size 256MiB --alignment 64 --experts 64":
         (RUN, ""),
     "workbench synth data/models/a3b.gguf --format gguf --layout moe --size 2GiB --experts 64 --expert-remainder 1152":
@@ -75,7 +75,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workbench compare ~/.cache/huggingface/hub/models--Qwen--Qwen2.5-7B-Instruct/snapshots/*/ --strategy mmap "
     "--strategy ring --cache cold --runs 5": (RUN, ""),
     "pip install -e '.[cuda]'": (INSTALL, "the cuda extra, on a CUDA box"),
-    "python benchmarks/gpu_smoke.py --dir /tmp": (GPU, "every copy path of the cuda backend"),
+    "python benchmarks/gpu/gpu_smoke.py --dir /tmp": (GPU, "every copy path of the cuda backend"),
     "WORKBENCH_TEST_DEVICE=cuda python -m pytest tests/test_strategies_suite.py tests/test_upload_devices.py":
         (GPU, "the suite on the cuda backend"),
     "workbench compare m.gguf --device cuda --strategy pread --strategy mmap --strategy lanes --cache warm":

@@ -143,7 +143,7 @@ def test_notebook_checkpoints_are_ignored():
 
 
 def test_gpu_session_limits_hold_the_engine_ab_and_say_their_total(tmp_path):
-    script = (ROOT / "benchmarks" / "gpu_session.sh").read_text()
+    script = (ROOT / "benchmarks" / "gpu" / "gpu_session.sh").read_text()
     limits = {k: int(v) for k, v in re.findall(r"\[([a-z-]+)\]=(\d+)", script)}
     # 10 fresh processes importing torch + transformers took 20 s each on a fresh H200 box: 1.5× margin
     assert limits["engine-ab"] >= 10 * 20 * 1.5
@@ -151,7 +151,7 @@ def test_gpu_session_limits_hold_the_engine_ab_and_say_their_total(tmp_path):
     assert set(limits) == steps and "sharded-warm" in steps  # each step has its limit in LIMIT
     assert all(limit <= 600 for limit in limits.values())  # one device command's most
     steps = ["bogus", *limits]  # the unknown step first: the script stops there, having run nothing
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), str(tmp_path / "out"), *steps],
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "gpu_session.sh"), str(tmp_path / "out"), *steps],
                           capture_output=True, text=True, timeout=60)
     total = sum(limits.values())
     assert done.returncode == 2 and f"— {total} s of limits in all" in done.stdout

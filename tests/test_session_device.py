@@ -1,6 +1,6 @@
 """A decode session with ``--compute device`` on the test device: ``host`` everywhere (numpy), and
 ``WORKBENCH_TEST_DEVICE=cuda`` on a GPU box (torch or cupy over the backend's own buffers), where the
-lead's ``benchmarks/gpu_session.sh tests`` runs it. Every upload is read back and compared."""
+lead's ``benchmarks/gpu/gpu_session.sh tests`` runs it. Every upload is read back and compared."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""The soak (benchmarks/soak_ledger.py) at CI size: two runners into one ledger, a few attempts each."""
+"""The soak (benchmarks/hardening/soak_ledger.py) at CI size: two runners into one ledger, a few attempts each."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent.parent / "benchmarks" / "soak_ledger.py"
+SCRIPT = Path(__file__).parent.parent / "benchmarks" / "hardening" / "soak_ledger.py"
 
 
 @pytest.fixture(scope="module")

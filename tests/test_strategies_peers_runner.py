@@ -74,10 +74,10 @@ def test_a_gpu_only_peer_is_refused_on_host_before_anything_is_recorded(dtype_mo
     assert ledger.attempts().empty
 
 
-def _script(name: str):
+def _script(room: str, name: str):
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / room / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -89,7 +89,7 @@ def test_peers_report_says_what_each_run_did(dtype_model, ledger, tmp_path):
     path = dtype_model("bf16").path
     measure([RunConfig(path, "pread"), RunConfig(path, "peer-safetensors", {"framework": "numpy"})], runs=1,
             cache="warm", ledger=ledger, lock_dir=tmp_path / "locks")
-    strategy_line, peer_line = _script("peers_report").attempt_lines(ledger)
+    strategy_line, peer_line = _script("figures", "peers_report").attempt_lines(ledger)
     assert strategy_line.startswith("strategy pread") and peer_line.startswith("peer     peer-safetensors")
     assert "verified 1/1" in peer_line and "window imports none" in peer_line
     assert "safe_open(framework=numpy" in peer_line
@@ -98,7 +98,7 @@ def test_peers_report_says_what_each_run_did(dtype_model, ledger, tmp_path):
 def test_bench_load_measures_every_peer_both_ways_where_it_can_run(dtype_model, monkeypatch):
     import importlib
 
-    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench")
     monkeypatch.syspath_prepend(benchmarks)
     bench = importlib.import_module("bench_load")
     for name in ("peer-safetensors", "peer-fastsafetensors", "peer-runai", "peer-instanttensor"):

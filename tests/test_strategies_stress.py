@@ -1,6 +1,6 @@
 """Issue 35 §6: a ``lanes`` or ``ring`` load can fail; it can never hang.
 
-The long stress is ``benchmarks/stress_lanes_ring.py`` (docs/hardening/README.md, "Hardening IV"); here
+The long stress is ``benchmarks/hardening/stress_lanes_ring.py`` (docs/hardening/README.md, "Hardening IV"); here
 a short run of it (a failure injected at a random call of a random point of every variant, beside a busy
 process, hand-backs that keep the GIL so waiters are woken late and robbed), and the bound on every join:
 a thread that ignores its stop fails the load in one line, naming where it is, instead of hanging it.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STRESS = ROOT / "benchmarks" / "stress_lanes_ring.py"
+STRESS = ROOT / "benchmarks" / "hardening" / "stress_lanes_ring.py"
 
 
 def test_failures_injected_at_every_point_of_lanes_and_ring_loads_never_hang(tmp_path):

@@ -17,7 +17,7 @@ from workbench.expert.routing import load_trace, moe_shape
 from workbench.expert.traces import (TOLERANCES, StickyModel, as_trace, fit_trace, load_model, save_model,
                                      trace_bytes)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench"))
 
 import bench_traces  # noqa: E402
 

@@ -563,10 +563,10 @@ def test_the_real_cuda_binding_has_every_name_we_call() -> None:
 
 @pytest.mark.parametrize("prefix", ["cuda", "hip"])
 def test_gpu_smoke_paths_verify_on_the_shared_backend(prefix: str, tmp_path: Any) -> None:
-    """benchmarks/gpu_smoke.py runs on the H200 only; its every path is checked here on the fakes."""
+    """benchmarks/gpu/gpu_smoke.py runs on the H200 only; its every path is checked here on the fakes."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(
-        "gpu_smoke", os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_smoke.py"))
+        "gpu_smoke", os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu", "gpu_smoke.py"))
     smoke = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(smoke)
     dev, fake = open_fake(prefix)

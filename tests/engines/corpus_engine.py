@@ -4,7 +4,7 @@
 GGUF file, or a set's directory for the ``*_set`` patterns) and prints ``loaded``, then idles until it is
 killed (a real engine serves after loading). :data:`REAL` must be credited (``bytes-read`` or
 ``mapping-touched``, a GB/s), :data:`FAKE` never; ``tests/test_evidence_corpus.py`` runs each warm and
-cold, and ``benchmarks/evidence_corpus.py`` prints the table docs/engines.md shows."""
+cold, and ``benchmarks/figures/evidence_corpus.py`` prints the table docs/engines.md shows."""
 import ctypes
 import mmap
 import os

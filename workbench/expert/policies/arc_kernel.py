@@ -3,7 +3,7 @@
 ARC adapts between a token's misses (its target ``p`` moves on every ghost hit), so it cannot take a
 token as one vectorized step the way the score policies do (:mod:`.kernels`); a loop over plain dicts
 (insertion-ordered: the first key is the least recent) runs at about a million lookups a second on
-one core of a small VM — ``benchmarks/bench_simulate.py`` says how fast on yours."""
+one core of a small VM — ``benchmarks/bench/bench_simulate.py`` says how fast on yours."""
 from __future__ import annotations
 
 import numpy as np
