@@ -21,11 +21,9 @@ import json
 import os
 import sys
 import time
-import traceback
 from datetime import timedelta
 from typing import Any, Mapping
 
-from workbench.errors import WorkbenchError
 from workbench.records import RankReport
 
 CLOCK = time.CLOCK_MONOTONIC
@@ -131,21 +129,11 @@ def verify_rank(ctx: Any) -> tuple[bool, str, str]:
 
 
 def main() -> int:
-    out = sys.stdout
+    from workbench.measure.run.worker import answer
+
     faulthandler.enable(all_threads=True)
-    try:
-        config = json.loads(sys.stdin.read())
-        with contextlib.redirect_stdout(sys.stderr):
-            report = run_rank(config, out)
-    except WorkbenchError as exc:
-        print(f"rank {os.environ.get('RANK', '?')}: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception:  # noqa: BLE001 - a bug, or a peer rank gone: keep the traceback for the tail
-        traceback.print_exc()
-        return 1
-    out.write(json.dumps(report.to_json()) + "\n")
-    out.flush()
-    return 0
+    out = sys.stdout
+    return answer(lambda: run_rank(json.loads(sys.stdin.read()), out), out, f"rank {os.environ.get('RANK', '?')}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
-from typing import Any, Mapping  # noqa: E402
+from typing import Any, Callable, Mapping  # noqa: E402
 
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.records import Timings, VerifySummary, WorkerReport  # noqa: E402
@@ -164,12 +164,19 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout
     faulthandler.enable(all_threads=True)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    return answer(lambda: run_load(read_config(sys.argv[1:] if argv is None else argv), out), out,
+                  "workbench.measure.run.worker")
+
+
+def answer(produce: Callable[[], Any], out: Any, who: str) -> int:
+    """A worker process's ending (the rank workers' too): ``produce()``'s report as one JSON line on
+    ``out``, exit 0; a :class:`WorkbenchError` one line on stderr, exit 2; anything else its traceback, exit 1.
+    Whatever ``produce`` prints goes to stderr: a chatty strategy must not corrupt the JSON."""
     try:
-        config = read_config(sys.argv[1:] if argv is None else argv)
-        with contextlib.redirect_stdout(sys.stderr):  # a chatty strategy must not corrupt the JSON
-            report = run_load(config, out)
+        with contextlib.redirect_stdout(sys.stderr):
+            report = produce()
     except WorkbenchError as exc:
-        print(f"workbench.measure.run.worker: error: {exc}", file=sys.stderr)
+        print(f"{who}: error: {exc}", file=sys.stderr)
         return 2
     except Exception:  # noqa: BLE001 - a bug: keep the traceback for the run's stderr tail
         traceback.print_exc()
