@@ -204,6 +204,25 @@ def test_the_server_splits_by_the_cache_and_the_rule_and_learns_from_each_layer(
     assert tally.host_entries == 2 and "host_entries" not in tally.to_json()
 
 
+def test_auto_computes_a_hit_on_the_host_where_landing_it_is_dearer():
+    cache = _Cache({(0, 1), (1, 1)})
+    s = MissServer("auto", cache, {7: [0, 1]}, [7], _Host(), AutoRule(warmup=1, probe_share=0.0))
+    assert s.split(0, 0, [1]) == [1]  # the landing cost is not measured yet: a hit lands
+    s.step_done(0, 0, 0.0, upload_s=0.2, device_s=0.1)
+    assert s.land_cost.seconds == pytest.approx(0.3)
+    s.host_cost = _cost(0.5)
+    assert s.split(1, 0, [1]) == [1]  # the host's product is dearer than landing it
+    s.step_done(1, 0, 0.0, 0.0, 0.0)
+    s.host_cost, s.land_cost = _cost(0.1), _cost(0.3)
+    assert s.split(2, 0, [1]) == []  # cheaper on the host: computed there, a hit all the same
+    s.step_done(2, 0, 0.0, 0.0, 0.0)
+    tally = s.take_turn()
+    assert (tally.miss_host, tally.miss_host_hits, tally.host_hit_entries, tally.host_entries) == (0, 1, 2, 0)
+    fixed = MissServer("host", cache, {7: [0, 1]}, [7], _Host())
+    fixed.host_cost, fixed.land_cost = _cost(0.1), _cost(0.3)
+    assert fixed.split(0, 0, [1]) == [1]  # host serves misses only: a hit always lands
+
+
 # --- sessions ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("lanes, overlap", [(1, False), (2, True)])
 def test_a_host_session_computes_every_miss_from_the_file_and_fetches_nothing(mixed, lanes, overlap):

@@ -162,7 +162,8 @@ class ExpertSession:
         # entries read ahead for a layer that did not route them were admitted, not looked up: not misses
         misses = c.misses - (self.prefetch.unused_entries if self.prefetch is not None else 0)
         served = self.miss.take_turn()  # misses computed on the host were never looked up: they count here
-        misses += served.host_entries
+        misses += served.host_entries  # and hits computed there were never looked up either
+        hits = c.hits + served.host_hit_entries
         reads = self.lanes.meter.snapshot().minus(meter0)
         disk = io1.read_bytes - io0.read_bytes
         page_cache = max(0, (io1.rchar - io0.rchar) - disk)
@@ -170,11 +171,11 @@ class ExpertSession:
         self.miss.reset()  # nothing planned is left across a turn's end
         status, cg = read_status(), self._cgroup_delta()
         record = TurnRecord(
-            turn=len(self._records), tokens=n, bytes_read=c.bytes_read, hits=c.hits, misses=misses,
+            turn=len(self._records), tokens=n, bytes_read=c.bytes_read, hits=hits, misses=misses,
             evictions=c.evictions, minflt=ru1.ru_minflt - ru0.ru_minflt, majflt=ru1.ru_majflt - ru0.ru_majflt,
             accounted_bytes=mem.accounted_bytes, actual_anon_bytes=process_memory().anon_bytes,
             unreleased_pages=mem.unreleased_pages, seconds=seconds, tokens_per_s=n / max(seconds, 1e-12),
-            hit_rate=c.hits / max(1, c.hits + misses), compute_s=timers.compute, stall_read_s=timers.read,
+            hit_rate=hits / max(1, hits + misses), compute_s=timers.compute, stall_read_s=timers.read,
             stall_upload_s=timers.upload, stall_route_s=timers.route, bookkeeping_s=book,
             other_s=max(0.0, seconds - timers.compute - timers.host_compute - stalls - book),
             residual_s_per_token=max(0.0, seconds - stalls - book) / n,

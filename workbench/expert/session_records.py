@@ -53,7 +53,8 @@ WALL_KEYS = ("wall_name", "wall_gbps", "staged_of_wall", "wall_note")  # the mis
 TOKEN_KEYS = ("token_s", "token_stall_s")
 PREFETCH_KEYS = ("prefetch_named", "prefetch_right", "prefetch_routed", "prefetch_bytes", "prefetch_unused_bytes",
                  "prefetch_never_used_bytes", "prefetch_late_bytes", "prefetch_idle_bytes", "prefetch_dropped")
-MISS_KEYS = ("miss_fetched", "miss_host", "miss_host_bytes", "host_compute_s", "miss_fetch_cost_s", "miss_host_cost_s")
+MISS_KEYS = ("miss_fetched", "miss_host", "miss_host_bytes", "host_compute_s", "miss_fetch_cost_s", "miss_host_cost_s",
+             "miss_host_hits")
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,7 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     host_compute_s: float = 0.0  # their seconds on the decode thread (in the residual, not in compute_s)
     miss_fetch_cost_s: float = -1.0  # auto's learned seconds per fetched miss as the turn ended (-1: none yet)
     miss_host_cost_s: float = -1.0  # and per miss computed on the host
+    miss_host_hits: int = -1  # hits auto computed on the host too, where landing them was the dearer way
 
     @property
     def held_anon_bytes(self) -> int:

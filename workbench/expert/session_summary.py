@@ -107,6 +107,7 @@ class SessionSummary:
     # how misses were served (--miss; workbench.expert.miss.server.miss_fields): experts; -1/None recorded before
     miss_fetched: int = -1
     miss_host: int = -1
+    miss_host_hits: int = -1  # hits auto computed on the host too
     miss_host_bytes: int = -1
     fetch_ms_per_token: float | None = None  # read + upload waits
     host_ms_per_token: float | None = None  # misses computed on the host

@@ -46,11 +46,13 @@ class MissTally:
     host_compute_s: float = 0.0
     miss_fetch_cost_s: float = -1.0  # learned seconds per fetched expert (-1: not measured yet)
     miss_host_cost_s: float = -1.0  # learned seconds per expert computed on the host
+    miss_host_hits: int = 0  # hits auto computed on the host too (not in miss_host; in miss_host_bytes)
     host_entries: int = 0  # cache entries (expert x blob) of the host misses: the turn's misses count them
+    host_hit_entries: int = 0  # and of those hits: the turn's hits count them
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        del out["host_entries"]
+        del out["host_entries"], out["host_hit_entries"]
         return out
 
 
@@ -59,6 +61,7 @@ class _Step:
     host: list[int]
     fetched: int
     device: int  # experts landed on the device (hits and fetched misses)
+    host_hits: int = 0  # of ``host``, hits auto computed there too (their landing dearer than the host's product)
 
 
 class MissServer:
@@ -72,6 +75,7 @@ class MissServer:
         self.mode, self.cache, self.by_layer, self.layers = mode, cache, by_layer, list(layers)
         self.host, self.rule = host, rule
         self.fetch_cost, self.host_cost = ArmCost(), ArmCost()
+        self.land_cost = ArmCost()  # a landed expert's upload and device compute: what a hit costs on the device
         self.tally = MissTally()
         self._steps: dict[tuple[int, int], _Step] = {}
         self._since_probe = 0  # misses the cheaper way since auto last probed the dearer one
@@ -80,10 +84,14 @@ class MissServer:
         """The experts of token ``t``, layer position ``i`` to land on the device; the rest are kept
         for :meth:`step_done` to compute on the host."""
         blobs = self.by_layer[self.layers[i]]
-        device, host, fetched = [], [], 0
+        device, host, fetched, host_hits = [], [], 0, 0
         for e in experts:
             if all((b, e) in self.cache for b in blobs):
-                device.append(e)
+                if self._hit_on_host():
+                    host.append(e)
+                    host_hits += 1
+                else:
+                    device.append(e)
                 continue
             way = self.mode if self.mode != "auto" else self._choose()
             if way == "host" and self.mode == "auto" and host and self.host_cost.samples < self.rule.warmup:
@@ -93,8 +101,16 @@ class MissServer:
             else:
                 device.append(e)
                 fetched += 1
-        self._steps[(t, i)] = _Step(host, fetched, len(device))
+        self._steps[(t, i)] = _Step(host, fetched, len(device), host_hits)
         return device
+
+    def _hit_on_host(self) -> bool:
+        """auto: a hit is computed on the host too where that is cheaper than landing it (an upload and a
+        device product per layer, every time it is routed); both measured first. Never under fetch or host."""
+        land, host = self.land_cost, self.host_cost
+        if self.mode != "auto" or land.seconds is None or host.seconds is None:
+            return False
+        return land.samples >= self.rule.warmup and host.samples >= self.rule.warmup and host.seconds < land.seconds
 
     def _choose(self) -> str:
         way = choose(self.fetch_cost, self.host_cost, self._since_probe, self.rule)
@@ -118,10 +134,14 @@ class MissServer:
             touched = self.host.run([(b, e) for e in step.host for b in blobs])
             host_s = time.perf_counter() - t0
             self.host_cost.add(host_s / len(step.host))
-            self.tally.miss_host += len(step.host)
-            self.tally.host_entries += len(step.host) * len(blobs)
+            self.tally.miss_host += len(step.host) - step.host_hits
+            self.tally.miss_host_hits += step.host_hits
+            self.tally.host_entries += (len(step.host) - step.host_hits) * len(blobs)
+            self.tally.host_hit_entries += step.host_hits * len(blobs)
             self.tally.miss_host_bytes += touched
             self.tally.host_compute_s += host_s
+        if step.device:
+            self.land_cost.add((upload_s + device_s) / step.device)
         if step.fetched:
             self.fetch_cost.add(fetch_s / step.fetched + (upload_s + device_s) / max(1, step.device))
             self.tally.miss_fetched += step.fetched
@@ -164,19 +184,25 @@ def miss_fields(turns: Sequence[Any]) -> dict[str, Any]:
     ran = [t for t in turns if getattr(t, "miss_fetched", -1) >= 0]
     tokens = sum(t.tokens for t in turns) or 1
     if not ran:
-        return {"miss_fetched": -1, "miss_host": -1, "miss_host_bytes": -1, "host_ms_per_token": None,
+        return {"miss_fetched": -1, "miss_host": -1, "miss_host_hits": -1, "miss_host_bytes": -1,
+                "host_ms_per_token": None,
                 "fetch_ms_per_token": None, "device_ms_per_token": None, "miss_fetch_cost_ms": None,
                 "miss_host_cost_ms": None}
     last = ran[-1]
     cost = lambda s: None if s < 0 else s * 1e3  # noqa: E731
     return {
         "miss_fetched": sum(t.miss_fetched for t in ran), "miss_host": sum(t.miss_host for t in ran),
+        "miss_host_hits": sum(max(0, t.miss_host_hits) for t in ran),
         "miss_host_bytes": sum(t.miss_host_bytes for t in ran),
         "host_ms_per_token": sum(t.host_compute_s for t in ran) / tokens * 1e3,
         "fetch_ms_per_token": sum(t.stall_read_s + t.stall_upload_s for t in turns) / tokens * 1e3,
         "device_ms_per_token": sum(t.compute_s for t in turns) / tokens * 1e3,
         "miss_fetch_cost_ms": cost(last.miss_fetch_cost_s), "miss_host_cost_ms": cost(last.miss_host_cost_s),
     }
+
+
+def _hits_too(n: int | None) -> str:
+    return f"and {n:,} hits " if n else ""
 
 
 def miss_line(fields: Any, mode: str) -> str:
@@ -188,6 +214,6 @@ def miss_line(fields: Any, mode: str) -> str:
     learned = (f"; learned per expert: fetch {ms(get('miss_fetch_cost_ms'))} ms, host {ms(get('miss_host_cost_ms'))} ms"
                if mode == "auto" else "")
     return (f"misses ({mode}) {get('miss_fetched'):,} fetched, {get('miss_host'):,} computed on the host "
-            f"({get('miss_host_bytes') / 2**20:,.1f} MiB read there); per token: fetch {ms(get('fetch_ms_per_token'))} "
-            f"ms (read + upload waits), host compute {ms(get('host_ms_per_token'))} ms, device compute "
+            f"{_hits_too(get('miss_host_hits'))}({get('miss_host_bytes') / 2**20:,.1f} MiB read there); per token: "
+            f"fetch {ms(get('fetch_ms_per_token'))} ms (read + upload waits), host compute {ms(get('host_ms_per_token'))} ms, device compute "
             f"{ms(get('device_ms_per_token'))} ms{learned}")
