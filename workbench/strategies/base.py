@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from workbench.errors import StrategyUnavailable
 from workbench.formats.index import TensorIndex
 from workbench.registry import Availability
 from workbench.strategies.context import LoadContext, _distinct_buffers
-from workbench.strategies.params import BaseParams, check_param, parse_params
+from workbench.strategies.params import BaseParams, Parameterized, check_param, parse_params
 from workbench.strategies.result import (
     PHASES, Engaged, LoadResult, PhaseClock, Placement, page_faults,
 )
@@ -26,25 +26,15 @@ __all__ = ["PHASES", "BaseParams", "Engaged", "LoadContext", "LoadResult", "Phas
            "Strategy", "check_param", "free_placements", "page_faults", "parse_params"]
 
 
-class Strategy:
+class Strategy(Parameterized):
     """Base of every load strategy. Subclasses: ``name``, ``Params``, ``summary``, ``_load``.
 
     ``kind`` is ``"strategy"`` for the workbench's own techniques and ``"peer"`` for reference
     strategies that run a stock library's loader (``strategies/peers/``).
     """
 
-    name: ClassVar[str]
     summary: ClassVar[str] = ""
-    Params: ClassVar[type] = BaseParams
     kind: ClassVar[str] = "strategy"
-
-    def __init__(self, params: Any = None, **overrides: Any):
-        base = params if params is not None else self.Params()
-        self.params = dataclasses.replace(base, **overrides) if overrides else base
-
-    @classmethod
-    def from_strings(cls, raw: Mapping[str, Any]) -> "Strategy":
-        return cls(parse_params(cls.name, cls.Params, raw))
 
     @classmethod
     def available(cls) -> Availability:
@@ -71,10 +61,6 @@ class Strategy:
         """Start-up work the worker does during device init, before the load window opens: importing a
         library, creating its view of the device (a framework's CUDA context). Default: nothing.
         A load must still work without it (it then pays that cost inside its window)."""
-
-    @classmethod
-    def param_defaults(cls) -> dict[str, Any]:
-        return {f.name: f.default for f in dataclasses.fields(cls.Params)}
 
     def resolve_evict(self, device: Device) -> tuple[bool, str]:
         """The eviction policy for this load: the param, else WORKBENCH_PAGE_EVICTION, else the device."""

@@ -68,3 +68,24 @@ def check_param(owner: str, name: str, ok: bool, detail: str) -> None:
     """Raise ParamError(owner, name, detail) unless ``ok`` (for Params.__post_init__)."""
     if not ok:
         raise ParamError(owner, name, detail)
+
+
+class Parameterized:
+    """What every kind of strategy shares (single-process and ranked): a ``name`` and typed ``Params``,
+    made from strings (the CLI's ``K=V``), with their defaults listed."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type] = BaseParams
+
+    def __init__(self, params: Any = None, **overrides: Any):
+        base = params if params is not None else self.Params()
+        self.params = dataclasses.replace(base, **overrides) if overrides else base
+
+    @classmethod
+    def from_strings(cls, raw: Mapping[str, Any]) -> Any:
+        return cls(parse_params(cls.name, cls.Params, raw))
+
+    @classmethod
+    def param_defaults(cls) -> dict[str, Any]:
+        return {f.name: f.default for f in dataclasses.fields(cls.Params)}
+

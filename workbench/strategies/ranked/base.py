@@ -8,18 +8,17 @@ on CPUs) — the bytes they carry are counted in ``bytes_interconnect``.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
 from workbench.formats.index import TensorIndex
 from workbench.registry import Availability
-from workbench.strategies.params import BaseParams, parse_params
+from workbench.strategies.params import Parameterized
 from workbench.strategies.ranked.layout import RankPlan, RankSlice
 from workbench.strategies.toolkit import pread_into
 from workbench.upload.base import Device, DeviceBuffer
@@ -96,27 +95,14 @@ class RankContext:
         self.buffers = []
 
 
-class RankedStrategy:
+class RankedStrategy(Parameterized):
     """Base of every ranked strategy: ``name``, ``summary``, ``Params`` and ``_load(ctx)``."""
 
-    name: ClassVar[str]
     summary: ClassVar[str] = ""
-    Params: ClassVar[type] = BaseParams
-
-    def __init__(self, params: Any = None):
-        self.params = params if params is not None else self.Params()
-
-    @classmethod
-    def from_strings(cls, raw: Mapping[str, Any]) -> "RankedStrategy":
-        return cls(parse_params(cls.name, cls.Params, raw))
 
     @classmethod
     def available(cls) -> Availability:
         return Availability(True)
-
-    @classmethod
-    def param_defaults(cls) -> dict[str, Any]:
-        return {f.name: f.default for f in dataclasses.fields(cls.Params)}
 
     def load(self, ctx: RankContext) -> None:
         """Every slice of ``ctx.plan`` onto ``ctx.device``, synchronized; the buffers stay in ``ctx.buffers``
