@@ -204,7 +204,8 @@ for s in "$@"; do
             --runs "${RANKS_RUNS:-3}" --out "$out/ranks-smoke.md"
         cat "$out/ranks-smoke.md" ;;
     ranks-70b-write)  # issue 36, a box of 8 H200s (nvidia-h200-x8): the Llama-3-70B-shaped bf16 set (143.8 GB,
-        # 5 GB shards as the Hub ships it) written to /tmp/bench once; ~1-2 GB/s: cut at 600 s, rerun to finish
+        # 5 GB shards as the Hub ships it) written to /tmp/bench once (~1-2 GB/s: 75-150 s; a write cut by the
+        # limit leaves only .partial files, so give it more rather than less), then one 2-rank run of ranges
         step ranks-70b-write "${LIMIT[ranks-70b-write]}" python3 benchmarks/bench/bench_ranks.py --device cuda --dir /tmp/bench \
             --shape llama3-70b --ranks 2 --strategies ranges --runs 1 --out "$out/ranks-70b-first.md" ;;
     ranks-scaling)  # issue 36, 8 H200s: warm, 2/4/8 ranks (one GPU each, NCCL), ranges, shm and scatter, 3 runs

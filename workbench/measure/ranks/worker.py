@@ -43,6 +43,13 @@ def join_group(transport: str, timeout_s: float) -> tuple[Any, Any]:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     dist.init_process_group(transport, init_method="env://", timeout=timedelta(seconds=timeout_s))
     cpu = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)) if transport == "nccl" else None
+    import torch
+
+    # NCCL makes its communicator at the first collective (~1 s): start-up, not load, so one here
+    warm = torch.zeros(1, device="cuda" if transport == "nccl" else "cpu")
+    dist.all_reduce(warm)
+    if transport == "nccl":
+        torch.cuda.synchronize()
     return None, cpu
 
 
