@@ -193,6 +193,7 @@ def test_the_cli_records_every_rank_and_exports_them(models, tmp_path):
     from workbench.ledger import Ledger
     from workbench.ledger.figures.ranks import rank_windows
     from workbench.ledger.ranks import ranks_frame
+    from workbench.ledger.report import all_figures
 
     path, _ = models["ep"]
     ledger = tmp_path / "l.sqlite"
@@ -214,6 +215,8 @@ def test_the_cli_records_every_rank_and_exports_them(models, tmp_path):
     csv = pd.read_csv(tmp_path / "a_ranks.csv")
     assert list(csv["rank"]) == [0, 1] and set(csv["layout"]) == {"ep"}
     assert len(rank_windows(frame, {}).data) == 2
+    with Ledger(str(ledger)) as store:
+        assert "rank_windows" in all_figures(store, "default")
 
 
 def test_pinned_ranges_pieces_cover_a_slice_in_order():

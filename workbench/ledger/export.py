@@ -55,7 +55,8 @@ _JSON_COLUMNS = ("params", "device_info", "environment", "engaged", "phases", "r
 def export_csv(ledger: Ledger, directory_or_path: str | os.PathLike[str], campaign: str | None = None,
                force: bool = False, made: int | None = None) -> list[Path]:
     """Write attempts and runs as CSV; returns ``[attempts, runs]`` paths, then ``turns`` when the
-    campaign has long sessions (one row per turn).
+    campaign has long sessions (one row per turn), then ``ranks`` when it has loads across several ranks
+    (one row per rank per run, docs/multi-gpu.md).
 
     A directory gets ``attempts.csv``, ``runs.csv`` (and ``turns.csv``); a ``*.csv`` path gets the
     attempts and siblings ``<stem>_runs.csv`` (and ``<stem>_turns.csv``). None of them is ever written

@@ -116,17 +116,26 @@ def write_report(ledger: Ledger, campaign: str, out_dir: str | os.PathLike[str] 
     md = write_text(directory / "report.md", _markdown(campaign, table, history, figures, static.images,
                                                       static.unavailable), inputs=sources, made=1)
     page = write_text(directory / "report.html", _html(campaign, table, history, figures), inputs=sources, made=1)
-    return ReportPaths(directory, csvs[0], csvs[1], md, page, tuple(figures), csvs[2] if len(csvs) > 2 else None,
+    turns_csv = next((p for p in csvs[2:] if p.name.endswith("turns.csv")), None)  # ranks.csv may follow it
+    return ReportPaths(directory, csvs[0], csvs[1], md, page, tuple(figures), turns_csv,
                        tuple(images), static.unavailable)
 
 
 def all_figures(ledger: Ledger, campaign: str, frames: tuple[pd.DataFrame, ...] | None = None) -> dict[str, Any]:
-    """Every figure of the campaign by key: the campaign's and, when it has long sessions, per turn."""
+    """Every figure of the campaign by key: the campaign's and, when it has long sessions, per turn; when
+    it has loads across several ranks, each rank's window."""
     from workbench.ledger.figures.experts import session_figures
     from workbench.ledger.figures.campaign import campaign_figures
 
+    from workbench.ledger.figures.ranks import rank_windows
+    from workbench.ledger.ranks import ranks_frame
+
     attempts, runs, ceilings = frames or campaign_frames(ledger, campaign)
-    return {**campaign_figures(attempts, runs, ceilings), **session_figures(ledger.turns(campaign=campaign), attempts)}
+    figures = {**campaign_figures(attempts, runs, ceilings), **session_figures(ledger.turns(campaign=campaign), attempts)}
+    ranks = ranks_frame(ledger, campaign)
+    if not ranks.empty:  # loads across several ranks: each rank's window, run by run
+        figures["rank_windows"] = rank_windows(ranks, dict(zip(attempts["id"], attempts["label"])))
+    return figures
 
 
 @dataclass(frozen=True)
