@@ -189,7 +189,7 @@ def test_the_server_splits_by_the_cache_and_the_rule_and_learns_from_each_layer(
     host = _Host()
     s = MissServer("auto", cache, {7: [0, 1]}, [7], host, AutoRule(warmup=1, probe_share=0.0))
     assert s.split(0, 0, [1, 2, 3]) == [1, 2, 3]  # a hit lands; misses are fetched until fetch is measured
-    s.step_done(0, 0, fetch_s=0.2, upload_s=0.3, device_s=0.0)  # 2 fetched: 0.1 + 0.3 / 3 landed
+    s.step_done(0, 0, fetch_s=0.2, land_s=0.3, device_s=0.0)  # 2 fetched: 0.1 + 0.3 / 3 landed
     assert s.fetch_cost.seconds == pytest.approx(0.2)
     assert s.split(1, 0, [1, 4, 5]) == [1, 5]  # then one miss a layer on the host, until it is measured
     assert s.step_done(1, 0, 0.0, 0.0, 0.0) >= 0.0
@@ -208,7 +208,7 @@ def test_auto_computes_a_hit_on_the_host_where_landing_it_is_dearer():
     cache = _Cache({(0, 1), (1, 1)})
     s = MissServer("auto", cache, {7: [0, 1]}, [7], _Host(), AutoRule(warmup=1, probe_share=0.0))
     assert s.split(0, 0, [1]) == [1]  # the landing cost is not measured yet: a hit lands
-    s.step_done(0, 0, 0.0, upload_s=0.2, device_s=0.1)
+    s.step_done(0, 0, 0.0, land_s=0.2, device_s=0.1)
     assert s.land_cost.seconds == pytest.approx(0.3)
     s.host_cost = _cost(0.5)
     assert s.split(1, 0, [1]) == [1]  # the host's product is dearer than landing it

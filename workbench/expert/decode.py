@@ -123,7 +123,8 @@ class Decoder:
             self.compute.run(self.arena, [(k.blob, at, size) for k, at, size in landed])
             self.timers.compute += (device_s := time.perf_counter() - t0)
             if self.miss is not None:  # the layer's misses served on the host, and what auto learns
-                self.timers.host_compute += self.miss.step_done(t, i, *self._fetch_since(before), device_s)
+                waits, rest = self._fetch_since(before)
+                self.timers.host_compute += self.miss.step_done(t, i, waits, rest - device_s, device_s)
             self.last_landed = landed
         if stage is not None:
             stage.finish(self)
@@ -173,12 +174,13 @@ class Decoder:
         return [SliceKey(blob, e) for e in experts for blob in self.by_layer[self.trace.layers[i]]]
 
     def _fetch_mark(self) -> tuple[float, float]:
-        return self.timers.read + self.timers.bookkeeping, self.timers.upload
+        return self.timers.read + self.timers.bookkeeping, time.perf_counter()
 
     def _fetch_since(self, mark: tuple[float, float]) -> tuple[float, float]:
-        """(read + bookkeeping, upload) seconds since ``mark`` (a layer's landing, overlap's planning ahead too)."""
-        now = self._fetch_mark()
-        return now[0] - mark[0], now[1] - mark[1]
+        """Since ``mark`` (a layer's landing began; overlap's planning ahead too): (read wait + bookkeeping,
+        the rest of the wall: uploads, the loop, the device compute)."""
+        waits = self.timers.read + self.timers.bookkeeping - mark[0]
+        return waits, time.perf_counter() - mark[1] - waits
 
     def _land_serial(self, t: int, i: int) -> list[tuple[SliceKey, int, int]]:
         """One slice at a time on this thread: look up or read it, copy it, drain, let it go."""

@@ -119,9 +119,10 @@ class MissServer:
         self._since_probe = self._since_probe + 1 if way == cheaper else 0
         return way
 
-    def step_done(self, t: int, i: int, fetch_s: float, upload_s: float, device_s: float) -> float:
+    def step_done(self, t: int, i: int, fetch_s: float, land_s: float, device_s: float) -> float:
         """After the layer's device compute: its host misses computed; the costs learned from
-        ``fetch_s`` (read wait and bookkeeping since the layer began landing), ``upload_s`` and
+        ``fetch_s`` (read wait and bookkeeping since the layer began landing), ``land_s`` (the rest of the
+        layer's wall before its compute: uploads and the loop's own steps, which a per-copy timer misses),
         ``device_s`` (its device compute) and the host's own time. Returns the host compute's seconds."""
         step = self._steps.pop((t, i), None)
         if step is None:
@@ -141,9 +142,9 @@ class MissServer:
             self.tally.miss_host_bytes += touched
             self.tally.host_compute_s += host_s
         if step.device:
-            self.land_cost.add((upload_s + device_s) / step.device)
+            self.land_cost.add((land_s + device_s) / step.device)
         if step.fetched:
-            self.fetch_cost.add(fetch_s / step.fetched + (upload_s + device_s) / max(1, step.device))
+            self.fetch_cost.add(fetch_s / step.fetched + (land_s + device_s) / max(1, step.device))
             self.tally.miss_fetched += step.fetched
         return host_s
 
