@@ -83,7 +83,7 @@ def plotly_titles(nb: dict) -> list[str]:
 
 @pytest.mark.parametrize("name", ["01_load_sweep.ipynb", "02_h2d_microbench.ipynb", "03_expert_slices.ipynb",
                                   "04_long_session.ipynb", "05_ledger_report.ipynb", "06_engine_ab.ipynb",
-                                  "07_traces.ipynb"])
+                                  "07_traces.ipynb", "08_ranks.ipynb"])
 def test_notebook_has_one_parameters_cell_and_a_known_kernel(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]

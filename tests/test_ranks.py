@@ -228,3 +228,24 @@ def test_pinned_ranges_pieces_cover_a_slice_in_order():
     assert [dst for _, dst, _, _ in pieces] == list(range(0, 19, 4))  # the buffer filled back to back
     flat = [b for _, _, _, parts in pieces for off, n in parts for b in range(off, off + n)]
     assert flat == [b for off, n in ranges for b in range(off, off + n)]
+
+
+def test_the_notebook_measures_ranks_with_the_clis_table(tmp_path, monkeypatch):
+    """notebooks/08_ranks.ipynb under papermill: the CLI's attempts table and spread line, each rank's window."""
+    import papermill
+
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "data"))
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "notebooks", "08_ranks.ipynb")
+    out = tmp_path / "08.ipynb"
+    papermill.execute_notebook(root, str(out), parameters={"ranks": "2", "strategies": "ranges", "runs": 1,
+                                                           "size": "2MiB", "cache": "asis",
+                                                           "ledger_path": str(tmp_path / "l.sqlite")},
+                               kernel_name="python3", progress_bar=False)
+    nb = json.loads(out.read_text())
+    got = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    html = "".join("".join(o.get("data", {}).get("text/html", "")) for o in got)
+    assert "ranges layout=tp ranks=2" in html and "2 ranks (tp): slowest rank" in html
+    titles = [o["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"] for o in got
+              if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert any(t.startswith("Each rank's load") for t in titles)
