@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench"))
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path[:0] = [str(BENCHMARKS / "bench"), str(BENCHMARKS / "figures")]  # bench_session; session_pressure_table
 
 import bench_session  # noqa: E402
 from bench_session_report import pressure_verdict  # noqa: E402
