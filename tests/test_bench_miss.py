@@ -2,19 +2,9 @@
 staged GB/s over the ring, the --miss A/B with the host's share and the per-token times, the checks."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench"))
+from test_bench_prefetch import locks  # noqa: F401 - its autouse lock directory; it puts benchmarks/bench on the path
 
 import bench_miss  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def locks(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
 
 
 def test_bench_miss_writes_both_groups(tmp_path):
