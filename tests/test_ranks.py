@@ -101,9 +101,9 @@ def models(tmp_path_factory):
     return {"tp": (llama, _write_llama(llama)), "ep": (moe, _write_moe(moe))}
 
 
-# every strategy under both layouts; each of them at 3 ranks once (an uneven split: vocab padding, 2/2/1 experts)
+# every strategy under both layouts; uneven splits at 3 ranks (vocab padding: ranges and scatter; 2/2/1 experts: shm)
 CASES = [("whole", "tp", 2), ("ranges upload=pinned threads=2 staging_mib=1", "tp", 3), ("shm", "tp", 2),
-         ("scatter", "tp", 3), ("whole", "ep", 3), ("ranges", "ep", 2), ("shm", "ep", 3), ("scatter", "ep", 2)]
+         ("scatter", "tp", 3), ("whole", "ep", 2), ("ranges", "ep", 2), ("shm", "ep", 3), ("scatter", "ep", 2)]
 
 
 @pytest.mark.parametrize("strategy,layout,world", CASES)
@@ -178,8 +178,8 @@ def test_a_hung_rank_is_killed_at_the_timeout(models, monkeypatch):
     path, _ = models["ep"]
     t0 = time.monotonic()
     # (under load the timeout may come before rank 0 is done too: then both are named)
-    with pytest.raises(WorkerFailed, match=r"^ranks timed out after 8 s \(killed\); still running: ranks? (0, )?1$"):
-        run_ranks(RunConfig(file=str(path), strategy="scatter", params={"ranks": "2", "layout": "ep"}), timeout_s=8)
+    with pytest.raises(WorkerFailed, match=r"^ranks timed out after 5 s \(killed\); still running: ranks? (0, )?1$"):
+        run_ranks(RunConfig(file=str(path), strategy="scatter", params={"ranks": "2", "layout": "ep"}), timeout_s=5)
     assert time.monotonic() - t0 < 30 and not _our_ranks()
 
 
