@@ -130,5 +130,7 @@ def test_a_long_session_summary_finds_the_steady_state_and_the_leak_drift(moe64)
     if s.leak_of_bound < 0.99 and len(report.turns) - start >= 4:
         assert "unreleased_pages" in s.drift and s.drift["unreleased_pages"] > 0
     long_records = [len(str(t.to_json())) for t in report.turns]
-    assert max(long_records) < 2000  # a turn stays small: 10,000 tokens in 100 turns is ~100 such rows
+    # a turn stays small: 10,000 tokens in 100 turns is ~100 such rows. Since issue 34 a turn also carries
+    # its prefetch and miss-path counters and its tokens' times (two floats a token: 6 tokens here)
+    assert max(long_records) < 3000
     assert not math.isnan(s.tokens_per_s)
