@@ -106,6 +106,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workbench trace simulate data/traces/mixtral.jsonl --cache-experts 4 --policy lru --policy lfu:64 --layers --json":
         (HELP, "tests/test_trace_simulate_cli.py runs --layers and --json"),
     "workbench trace simulate": (HELP, ""),
+    "workbench session data/models/moe.gguf --lanes 4 --overlap --compute device --ab miss=fetch --ab miss=host "
+    "--ab miss=auto": (HELP, "tests/test_expert_miss.py runs the A/B over --miss on the host backend"),
     "workbench session MODEL --trace TRACE --cache-experts N --policy P": (USAGE, ""),
     "workbench ceilings": (RUN, ""),
     "workbench ceilings --refresh": (RUN, ""),
