@@ -63,3 +63,18 @@ def test_strategies_human_output_aligns_long_names():
     assert {_detail_column(line) for line in lines} == {len("peer-safetensors") + 1}
     out = CliRunner().invoke(main, ["strategies"]).output.splitlines()
     assert len({_detail_column(line) for line in out}) == 1
+
+
+def test_strategies_ranked_lists_every_ranked_strategy():
+    """`--ranks N` strategies are found from their names in one hop too: `strategies --ranked`."""
+    from workbench.strategies.ranked import RANKED
+
+    infos = json.loads(CliRunner().invoke(main, ["strategies", "--ranked", "--json"]).output)
+    assert [i["name"] for i in infos] == RANKED.names() and {"whole", "ranges", "shm", "scatter"} <= set(RANKED)
+    for info in infos:
+        cls = RANKED.get(info["name"])
+        assert info["kind"] == "ranked" and info["summary"] == cls.summary and info["summary"]
+        assert {p["name"]: p["default"] for p in info["params"]} == cls.param_defaults()
+    text = CliRunner().invoke(main, ["strategies", "--ranked"]).output.splitlines()
+    assert all(any(line.startswith(name) for line in text) for name in RANKED.names())
+    assert not any(line.startswith("pread") for line in text)

@@ -53,14 +53,39 @@ def _human(info: dict[str, Any], width: int) -> list[str]:
     return lines
 
 
+def describe_ranked() -> list[dict[str, Any]]:
+    """Every ranked strategy (how a checkpoint's bytes reach several ranks: ``run``/``compare --ranks N``),
+    described as :func:`describe_strategy` describes a single-process one, kind ``ranked``."""
+    from workbench.strategies.ranked import RANKED
+
+    out = []
+    for name in RANKED:
+        entry = RANKED.entries[name]
+        try:
+            cls = RANKED.get(name)
+        except ImportError as exc:
+            out.append({"name": name, "kind": "ranked", "summary": "", "params": [], "available": False,
+                        "reason": f"module missing: {exc}", "hint": entry.hint, "target": entry.target})
+            continue
+        avail = cls.available()
+        params = [{"name": f.name, "type": str(f.type), "default": f.default}
+                  for f in dataclasses.fields(cls.Params)]
+        out.append({"name": name, "kind": "ranked", "summary": cls.summary, "params": params,
+                    "available": bool(avail), "reason": avail.reason, "hint": entry.hint, "target": entry.target})
+    return out
+
+
 @click.command("strategies")
 @click.option("--device", default="host", show_default=True,
               help="The backend availability is for (a GPU-only peer is unavailable on host).")
+@click.option("--ranked", is_flag=True,
+              help="List the ranked strategies instead: how the bytes reach several ranks (run/compare --ranks N).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-def strategies(device: str, as_json: bool) -> None:
+def strategies(device: str, ranked: bool, as_json: bool) -> None:
     """List load strategies (kind: strategy, or peer for a reference library's loader), their
-    parameters with defaults, and availability on a backend (from the installed packages)."""
-    infos = describe_strategies(device.partition(":")[0])
+    parameters with defaults, and availability on a backend (from the installed packages); with
+    --ranked, the strategies of a load across ranks (kind: ranked)."""
+    infos = describe_ranked() if ranked else describe_strategies(device.partition(":")[0])
     if as_json:
         click.echo(json.dumps(infos, indent=2))
         return
