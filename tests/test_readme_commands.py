@@ -84,6 +84,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workbench demo --size 256MiB --runs 6": (ELSEWHERE, 'tests/test_demo.py: "demo", "--size", "4MiB", "--runs", "2"'),
     "workbench env": (RUN, ""),
     "workbench strategies": (RUN, ""),
+    "workbench strategies --ranked": (RUN, ""),
     "workbench external": (HELP, ""),
     "workbench ledger export --csv out.csv --markdown out.md --campaign demo": (RUN, ""),
     "workbench ledger import-unrecorded workbench-unrecorded-….json": (RUN, ""),
