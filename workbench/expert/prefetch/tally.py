@@ -16,12 +16,8 @@ budget held by entries in use).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Sequence
-
-TALLY_KEYS = ("prefetch_named", "prefetch_right", "prefetch_routed", "prefetch_bytes", "prefetch_unused_bytes",
-              "prefetch_never_used_bytes", "prefetch_late_bytes", "prefetch_idle_bytes", "prefetch_dropped")
-
 
 @dataclass
 class PrefetchTally:
@@ -46,6 +42,9 @@ class PrefetchTally:
 
     def to_json(self) -> dict[str, int]:
         return asdict(self)
+
+
+TALLY_KEYS = tuple(f.name for f in fields(PrefetchTally))  # the turn record's prefetch_* keys
 
 
 def precision_recall(named: int, right: int, routed: int) -> tuple[float | None, float | None]:
