@@ -3,6 +3,7 @@ byte for byte the file's, the same hits, misses and bytes as the unbatched sessi
 used, and the settings it cannot run with refused in one line."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from workbench.errors import ParamError
@@ -47,19 +48,11 @@ def test_batched_misses_land_the_files_bytes_as_unbatched_does(moe, lanes, overl
     assert all(a < half for a in ats[0]) and all(half <= a < 2 * half for a in ats[1])
 
 
-@pytest.mark.parametrize("uploader, threads", [("pinned", 1), ("pinned", 2), ("pageable", 3)])
-def test_batched_uploads_through_staging_or_copy_threads_land_the_files_bytes(moe, uploader, threads):
-    """Copy threads copy a slice after its lane issued it: its view must live until the layer's drain."""
-    plain, plain_verified, _, _ = _run(moe, lanes=3, overlap=True)
-    batched, verified, _, _ = _run(moe, lanes=3, overlap=True, batch_misses=True, uploader=uploader,
-                                   upload_threads=threads)
-    assert verified == plain_verified > 0
-    assert [(r.hits, r.misses, r.landed_bytes) for r in batched] == [(r.hits, r.misses, r.landed_bytes) for r in plain]
-
-
 @pytest.mark.parametrize("kw, needle", [
     (dict(lanes=1, overlap=False), "needs reader lanes"),
     (dict(lanes=2, overlap=True, prefetch="previous"), "--prefetch route"),
+    (dict(lanes=3, overlap=True, uploader="pinned"), "own page-locked slots"),
+    (dict(lanes=3, overlap=True, upload_threads=2), "own page-locked slots"),
 ])
 def test_settings_batching_cannot_run_with_are_one_line(moe, kw, needle):
     from workbench.expert.session_config import check_config
@@ -68,3 +61,135 @@ def test_settings_batching_cannot_run_with_are_one_line(moe, kw, needle):
         check_config(SessionConfig(turns=1, tokens=1, batch_misses=True, **kw))
     assert needle in str(err.value) and "\n" not in str(err.value)
 
+
+
+# --- the lanes' page-locked slots (workbench.expert.miss.lane_stage) ------------------------------------
+
+def _tiny_gguf(path):
+    """Experts of 288 B (Q4_0), 1,024 B (F16) and 2,048 B (F32) by gguf-py's writer: tiny, none a page."""
+    import numpy as np
+    from gguf import GGMLQuantizationType as Q
+    from gguf.quants import quantize
+
+    from foreign_writers import write_gguf_moe
+
+    def add(writer):
+        rng = np.random.default_rng(5)
+        for layer in range(3):
+            w = rng.standard_normal((8, 8, 64)).astype(np.float32)
+            writer.add_tensor(f"blk.{layer}.ffn_gate_exps.weight", quantize(w, Q.Q4_0), raw_dtype=Q.Q4_0)
+            writer.add_tensor(f"blk.{layer}.ffn_up_exps.weight", w.astype(np.float16))
+            writer.add_tensor(f"blk.{layer}.ffn_down_exps.weight", w)
+
+    return open_index(write_gguf_moe(path, add, blocks=3, experts=8, used=2))
+
+
+@pytest.fixture(scope="module")
+def odd_models(tmp_path_factory, moe):
+    d = tmp_path_factory.mktemp("odd")
+    odd = open_index(write_synthetic(d / "odd.gguf", format="gguf", layout="moe", size=4 << 20, experts=16,
+                                     alignment=32, expert_stride="odd", seed=4).path)
+    return {"page": moe, "odd": odd, "gguf-py": _tiny_gguf(d / "tiny.gguf")}
+
+
+def _staged(index, slot_bytes, **kw):
+    """A batched session whose lanes stage through slots of ``slot_bytes``: records, slices verified."""
+    from workbench.expert.miss.lane_stage import LaneStaging
+
+    cfg = SessionConfig(turns=3, tokens=3, experts_per_token=2, cache_mib=kw.pop("cache_mib", 0.01), verify=True,
+                        verify_end=True, distribution="zipf", **kw)
+    device = HostDevice()
+    with ExpertSession(index, device, cfg) as s:
+        if slot_bytes and s.decoder.batch is not None:
+            s.decoder.batch.staging.close()
+            s.decoder.batch.staging = LaneStaging(device, cfg.lanes, slot_bytes=slot_bytes)
+        records = list(s.turns())
+        s.finish_checks()
+        tally = s.decoder.batch.tally if s.decoder.batch is not None else None
+        return records, s.verified_slices, tally
+
+
+@pytest.mark.parametrize("model", ["page", "odd", "gguf-py"])
+@pytest.mark.parametrize("slot_bytes", [300, 5000, None])  # slices split across slots; several a slot; 4 MiB
+def test_slots_of_any_size_land_every_slice_byte_for_byte(odd_models, model, slot_bytes):
+    index = odd_models[model]
+    kw = dict(lanes=3, overlap=True, cache_mib=0.04 if model == "gguf-py" else 1.5)
+    plain, plain_verified, _ = _staged(index, None, **kw)
+    batched, verified, tally = _staged(index, slot_bytes, batch_misses=True, **kw)
+    assert verified == plain_verified > 0
+    assert [(r.hits, r.misses, r.bytes_read, r.landed_bytes) for r in batched] == \
+        [(r.hits, r.misses, r.bytes_read, r.landed_bytes) for r in plain]
+    assert sum(r.misses for r in batched) > 0 and sum(r.hits for r in batched) > 0
+    assert tally.slices == sum(r.hits + r.misses for r in batched)
+    assert tally.nbytes == sum(r.landed_bytes for r in batched)
+    if slot_bytes == 300:  # the 1,024 and 2,048 B slices went in pieces
+        assert tally.copies > tally.slices
+
+
+class _Slices:
+    """A stand-in cache: slice ``k`` is ``sizes[k]`` bytes of value ``k + 1``."""
+
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    def view(self, key):
+        return memoryview(bytes([key + 1]) * self.sizes[key])
+
+    def fill(self, key, reader):
+        return ("filled", key)
+
+
+def test_a_gap_wider_than_the_padding_is_never_written_and_a_slot_carries_several_slices():
+    from workbench.expert.miss.lane_stage import LaneStaging
+
+    device = HostDevice()
+    arena = device.alloc(20000)
+    device.copy_h2d(arena, 0, bytes([0xEE]) * 20000)
+    sizes = {0: 1000, 1: 1000, 2: 1000, 3: 700}
+    at = {0: 0, 1: 1024, 2: 2048, 3: 5000}  # 0-2 back to back at 256 B; 3 after a gap the slot could hold
+    stage = LaneStaging(device, 1, slot_bytes=16384)
+    try:
+        outcomes, tally = stage.send(_Slices(sizes), "reader", [0, 1, 2, 3], at, arena)
+    finally:
+        stage.close()
+    got = device.read_back(arena, 0, 20000)
+    for k, n in sizes.items():
+        assert got[at[k]:at[k] + n] == bytes([k + 1]) * n
+    assert got[3048:5000] == bytes([0xEE]) * 1952  # past slice 2, the padding and the gap: untouched
+    assert got[5700:] == bytes([0xEE]) * (20000 - 5700)
+    assert outcomes == [("filled", k) for k in range(4)]
+    assert (tally.slices, tally.copies, tally.nbytes) == (4, 2, 3700)  # 0-2 in one slot, 3 in its own
+
+
+class _Recording(HostDevice):
+    """The host device, noting each copy into device memory: asynchronous or not, from where."""
+
+    def __init__(self):
+        super().__init__()
+        self.copies = []
+
+    def copy_h2d(self, dst, dst_offset, src, *, asynchronous=False):
+        import numpy as np
+
+        self.copies.append((asynchronous, np.frombuffer(src, dtype=np.uint8).ctypes.data, len(src)))
+        super().copy_h2d(dst, dst_offset, src, asynchronous=asynchronous)
+
+
+def test_batched_layers_reach_the_device_from_page_locked_slots_one_copy_a_slot(moe):
+    """The cause the H200 showed (a synchronous pageable copy per slice, queued in the driver) is gone:
+    every copy a batched layer makes is asynchronous, from the staging ring, and there are fewer copies
+    than slices."""
+    cfg = SessionConfig(turns=2, tokens=3, experts_per_token=4, cache_mib=3, lanes=3, overlap=True,
+                        batch_misses=True, distribution="zipf")
+    device = _Recording()
+    with ExpertSession(moe, device, cfg) as s:
+        device.copies.clear()
+        records = list(s.turns())
+        ring = getattr(getattr(s.decoder.batch, "staging", None), "ring", None)
+        slots = [(int(np.frombuffer(slot.view, dtype=np.uint8).ctypes.data), len(slot.view))
+                 for slot in (ring.slots if ring is not None else [])]
+        copies = list(device.copies)
+    slices = sum(r.hits + r.misses for r in records)
+    assert copies and all(a for a, _, _ in copies)
+    assert all(any(lo <= addr and addr + n <= lo + size for lo, size in slots) for _, addr, n in copies)
+    assert len(copies) < slices

@@ -104,6 +104,17 @@ class LanePool:
             return (job, kind, file)
         return self._pool.submit(self._run, job, kind, file)
 
+    def submit_plain(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Start ``fn()`` on a lane outside the read meter (a copy, not a read); inline: run it now."""
+        if self._pool is not None:
+            return self._pool.submit(fn)
+        done: Future[Any] = Future()
+        try:
+            done.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to wait(), as a lane's would be
+            done.set_exception(exc)
+        return done
+
     def wait(self, handle: Any) -> ReadOutcome:
         """The job's outcome, once it is done (its exception, if it raised)."""
         if isinstance(handle, Future):

@@ -80,7 +80,9 @@ class ExpertSession:
                 gate=config.gate, gate_scope=config.gate_scope))
             arena_bytes = max(arena_slots([max(n for _, n in b.slices) for _ in range(k) for b in bs])[1]
                               for bs in layer_blobs.values())
-            batch = BatchedMisses(arena_bytes) if config.batch_misses else None
+            batch = BatchedMisses(arena_bytes, device, config.lanes) if config.batch_misses else None
+            if batch is not None:
+                self._stack.callback(batch.close)  # after the last layer landed: its slots' fences
             self._arena = device.alloc(arena_bytes * (batch.halves if batch else 1))  # batched: two layers at once
             self._stack.callback(device.free, self._arena)
             inline = config.lanes == 1 and not config.overlap

@@ -81,7 +81,7 @@ def check_config(c: SessionConfig) -> None:
     check_session_policy(c)
     check_prefetch(c.prefetch, c.overlap)
     check_miss(c.miss)
-    check_batch(c.batch_misses, c.lanes, c.overlap, c.prefetch)
+    check_batch(c.batch_misses, c.lanes, c.overlap, c.prefetch, c.uploader, c.upload_threads)
     release_advice_flag(c.release_advice, "session")  # unknown, or MADV_FREE where this platform has none
     for name, known in (("placement", PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
                         ("reader", ("auto", *READERS)), ("distribution", DISTRIBUTIONS),

@@ -57,8 +57,9 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
                    "predictor) | none | previous (the previous token's experts) | popularity[:n=N,from=seen|trace] "
                    "| oracle[:precision=P,recall=R,seed=S] (the routing degraded).")
 @click.option("--batch-misses/--no-batch-misses", default=False, show_default=True,
-              help="Read and upload a layer's misses together: one job per lane reads its share and uploads each "
-                   "slice from the lane (needs --lanes > 1 or --overlap; with --overlap, --prefetch route).")
+              help="Read and upload a layer together on the lanes: each lane reads a run of its misses (another "
+                   "run of its hits) and sends it through page-locked slots, one copy a slot (needs --lanes > 1 or "
+                   "--overlap; with --overlap, --prefetch route; not with --uploader pinned or --upload-threads).")
 @click.option("--miss", type=click.Choice(["fetch", "host", "auto"]), default="fetch", show_default=True,
               help="How a miss is served: fetch (read, upload, compute on the device) | host (computed on the host "
                    "where it lies: the file's mapping) | auto (per miss, the cheaper as measured in the session).")
