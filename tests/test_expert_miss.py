@@ -2,8 +2,8 @@
 
 The host's products are checked against a reference decoded by hand from the file's own bytes (found
 through gguf-py's reader, not our index) on a GGUF written by gguf-py's writer with F16, BF16, F32,
-Q4_0 and Q8_0 experts; auto's rule on hand-made costs; a session's host misses read exactly their
-experts' bytes; a type nothing here can compute is one line; the session A/B over --miss."""
+Q4_0 and Q8_0 experts; a session's host misses read exactly their experts' bytes; a type nothing here can
+compute is one line; the session A/B over --miss. Auto's rule (whole tokens each way): test_expert_miss_auto.py."""
 from __future__ import annotations
 
 import json
@@ -16,9 +16,8 @@ from click.testing import CliRunner
 from foreign_writers import write_gguf_moe
 from one_line import one_error_line
 from workbench.cli import main
-from workbench.expert.miss import ArmCost, AutoRule, HostExperts, MissServer, choose
+from workbench.expert.miss import ArmCost, HostExperts, MissServer
 from workbench.expert.miss.host import rhs
-from workbench.expert.miss.rule import probe_gap
 from workbench.expert.session import ExpertSession
 from workbench.expert.session_config import SessionConfig
 from workbench.formats import open_index
@@ -127,40 +126,13 @@ def test_a_type_nothing_here_computes_is_one_line_before_anything_is_recorded(tm
     assert fetched.exit_code == 0, fetched.output  # fetching does not need numbers
 
 
-# --- auto's rule on hand-made costs --------------------------------------------------------------------
-def _cost(seconds, samples=5):
-    return ArmCost(seconds, samples)
-
-
-def test_each_way_is_tried_first_then_the_cheaper_wins():
-    rule = AutoRule(warmup=2, probe_share=0.0)
-    assert choose(ArmCost(), ArmCost(), 0, rule) == "fetch"
-    assert choose(_cost(1.0, 1), ArmCost(), 0, rule) == "fetch"  # one layer is not two
-    assert choose(_cost(1.0, 2), ArmCost(), 0, rule) == "host"
-    assert choose(_cost(1.0), _cost(0.5), 10**6, rule) == "host"
-    assert choose(_cost(0.5), _cost(1.0), 10**6, rule) == "fetch"
-
-
-def test_probes_of_the_dearer_way_cost_at_most_their_share():
-    rule = AutoRule(warmup=1, probe_share=0.02)
-    assert probe_gap(1.0, 20.0, rule) == pytest.approx(1000) and probe_gap(1.1, 1.0, rule) == pytest.approx(55)
-    fetch, host = _cost(1.0), _cost(20.0)
-    since, ways = 0, []
-    for _ in range(3000):
-        way = choose(fetch, host, since, rule)
-        ways.append(way)
-        since = since + 1 if way == "fetch" else 0
-    assert ways.count("host") == 2 and ways[1000] == "host"  # one in 1,001: 20 s of 1,020 s, 2 %
-    spent = ways.count("fetch") * 1.0 + ways.count("host") * 20.0
-    assert ways.count("host") * 20.0 / spent <= 0.02
-
-
-def test_the_running_cost_is_the_median_of_the_newest_layers():
+# --- auto's running cost --------------------------------------------------------------------------
+def test_the_running_cost_is_the_median_of_the_newest_tokens():
     c = ArmCost()
     c.add(1.0)
     c.add(2.0)
     assert c.seconds == pytest.approx(1.5) and c.samples == 2
-    c.add(100.0)  # one preempted layer does not move it far
+    c.add(100.0)  # one preempted token does not move it far
     assert c.seconds == pytest.approx(2.0)
     for _ in range(7):
         c.add(3.0)
@@ -183,44 +155,19 @@ class _Host:
         return "fake"
 
 
-def test_the_server_splits_by_the_cache_and_the_rule_and_learns_from_each_layer():
-    cache = _Cache({(0, 1), (1, 1)})  # expert 1 of layer 0 cached in both blobs; expert 2 in one
-    cache.add((0, 2))
+def test_fixed_ways_split_by_the_cache_and_count_what_they_served():
+    cache = _Cache({(0, 1), (1, 1), (0, 2)})  # expert 1 cached in both blobs (a hit); expert 2 in one (a miss)
     host = _Host()
-    s = MissServer("auto", cache, {7: [0, 1]}, [7], host, AutoRule(warmup=1, probe_share=0.0))
-    assert s.split(0, 0, [1, 2, 3]) == [1, 2, 3]  # a hit lands; misses are fetched until fetch is measured
-    s.step_done(0, 0, fetch_s=0.2, land_s=0.3, device_s=0.0)  # 2 fetched: 0.1 + 0.3 / 3 landed
-    assert s.fetch_cost.seconds == pytest.approx(0.2)
-    assert s.split(1, 0, [1, 4, 5]) == [1, 5]  # then one miss a layer on the host, until it is measured
-    assert s.step_done(1, 0, 0.0, 0.0, 0.0) >= 0.0
-    assert host.keys == [(0, 4), (1, 4)]
-    assert s.fetch_cost.seconds == pytest.approx(0.1)  # the median of 0.2 and step 1's fetched miss at 0
-    s.host_cost = _cost(0.3)
-    assert s.split(2, 0, [4]) == [4]  # fetch is cheaper now
-    s.host_cost = _cost(0.05)
-    assert s.split(3, 0, [4]) == []
-    tally = s.take_turn()
-    assert (tally.miss_fetched, tally.miss_host, tally.miss_host_bytes) == (3, 1, 200)  # steps 2, 3 never ran
-    assert tally.host_entries == 2 and "host_entries" not in tally.to_json()
-
-
-def test_auto_computes_a_hit_on_the_host_where_landing_it_is_dearer():
-    cache = _Cache({(0, 1), (1, 1)})
-    s = MissServer("auto", cache, {7: [0, 1]}, [7], _Host(), AutoRule(warmup=1, probe_share=0.0))
-    assert s.split(0, 0, [1]) == [1]  # the landing cost is not measured yet: a hit lands
-    s.step_done(0, 0, 0.0, land_s=0.2, device_s=0.1)
-    assert s.land_cost.seconds == pytest.approx(0.3)
-    s.host_cost = _cost(0.5)
-    assert s.split(1, 0, [1]) == [1]  # the host's product is dearer than landing it
-    s.step_done(1, 0, 0.0, 0.0, 0.0)
-    s.host_cost, s.land_cost = _cost(0.1), _cost(0.3)
-    assert s.split(2, 0, [1]) == []  # cheaper on the host: computed there, a hit all the same
-    s.step_done(2, 0, 0.0, 0.0, 0.0)
-    tally = s.take_turn()
-    assert (tally.miss_host, tally.miss_host_hits, tally.host_hit_entries, tally.host_entries) == (0, 1, 2, 0)
-    fixed = MissServer("host", cache, {7: [0, 1]}, [7], _Host())
-    fixed.host_cost, fixed.land_cost = _cost(0.1), _cost(0.3)
-    assert fixed.split(0, 0, [1]) == [1]  # host serves misses only: a hit always lands
+    s = MissServer("host", cache, {7: [0, 1]}, [7], host)
+    assert s.split(0, 0, [1, 2, 3]) == [1]  # a hit lands; the misses are computed where they lie
+    s.step_done(0, 0, 0.0, 0.0, 0.0)
+    assert host.keys == [(0, 2), (1, 2), (0, 3), (1, 3)]
+    f = MissServer("fetch", cache, {7: [0, 1]}, [7])
+    assert f.split(0, 0, [1, 2, 3]) == [1, 2, 3]
+    f.step_done(0, 0, 0.1, 0.0, 0.0)
+    done, fetched = s.take_turn(), f.take_turn()
+    assert (done.miss_fetched, done.miss_host, done.miss_host_bytes, done.host_entries) == (0, 2, 400, 4)
+    assert (fetched.miss_fetched, fetched.miss_host) == (2, 0) and "host_entries" not in done.to_json()
 
 
 # --- sessions ------------------------------------------------------------------------------------------
@@ -277,7 +224,8 @@ def test_session_ab_over_miss_on_the_host(mixed, tmp_path):
         summary = c["summary"]
         assert summary["fetch_ms_per_token"] is not None and summary["device_ms_per_token"] is not None
     assert share[0] == {0.0} and share[1] == {1.0} and all(0.0 <= v <= 1.0 for v in share[2])
-    assert all(c["summary"]["miss_fetch_cost_ms"] is not None for c in doc["cells"] if c["arm"] == 2)
+    auto = [c["summary"] for c in doc["cells"] if c["arm"] == 2]
+    assert all(a["miss_fetch_token_ms"] is not None and a["miss_probe_tokens"] >= 0 for a in auto)
 
 
 def test_bf16_experts_written_by_safetensors_match_torchs_own_widening(tmp_path):

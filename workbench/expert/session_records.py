@@ -53,8 +53,8 @@ WALL_KEYS = ("wall_name", "wall_gbps", "staged_of_wall", "wall_note")  # the mis
 TOKEN_KEYS = ("token_s", "token_stall_s")
 PREFETCH_KEYS = ("prefetch_named", "prefetch_right", "prefetch_routed", "prefetch_bytes", "prefetch_unused_bytes",
                  "prefetch_never_used_bytes", "prefetch_late_bytes", "prefetch_idle_bytes", "prefetch_dropped")
-MISS_KEYS = ("miss_fetched", "miss_host", "miss_host_bytes", "host_compute_s", "miss_fetch_cost_s", "miss_host_cost_s",
-             "miss_host_hits")
+MISS_KEYS = ("miss_fetched", "miss_host", "miss_host_bytes", "host_compute_s", "miss_host_hits", "miss_fetch_token_s",
+             "miss_host_token_s", "miss_probe_tokens", "miss_probe_s")
 
 
 @dataclass(frozen=True)
@@ -163,9 +163,11 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     miss_host: int = -1  # misses computed on the host from the file's mapping (never admitted to the cache)
     miss_host_bytes: int = -1  # expert bytes those products read from the mapping
     host_compute_s: float = 0.0  # their seconds on the decode thread (in the residual, not in compute_s)
-    miss_fetch_cost_s: float = -1.0  # auto's learned seconds per fetched miss as the turn ended (-1: none yet)
-    miss_host_cost_s: float = -1.0  # and per miss computed on the host
-    miss_host_hits: int = -1  # hits auto computed on the host too, where landing them was the dearer way
+    miss_host_hits: int = -1  # hits auto's host tokens computed on the host too
+    miss_fetch_token_s: float = -1.0  # auto: a fetch token's seconds, the median as the turn ended (-1: none yet)
+    miss_host_token_s: float = -1.0  # and a host token's (every routed expert computed on the host)
+    miss_probe_tokens: int = -1  # auto: tokens begun as probes of the way not in use (-1: not auto)
+    miss_probe_s: float = -1.0  # their layers' seconds run the probed way
 
     @property
     def held_anon_bytes(self) -> int:

@@ -107,13 +107,15 @@ class SessionSummary:
     # how misses were served (--miss; workbench.expert.miss.server.miss_fields): experts; -1/None recorded before
     miss_fetched: int = -1
     miss_host: int = -1
-    miss_host_hits: int = -1  # hits auto computed on the host too
+    miss_host_hits: int = -1  # hits auto's host tokens computed on the host too
     miss_host_bytes: int = -1
     fetch_ms_per_token: float | None = None  # read + upload waits
     host_ms_per_token: float | None = None  # misses computed on the host
     device_ms_per_token: float | None = None  # the device compute
-    miss_fetch_cost_ms: float | None = None  # auto's learned cost per fetched miss, the last turn's
-    miss_host_cost_ms: float | None = None
+    miss_fetch_token_ms: float | None = None  # auto: a fetch token's median, the last turn's
+    miss_host_token_ms: float | None = None  # and a host token's
+    miss_probe_tokens: int = -1  # auto: tokens begun as probes (-1: not auto)
+    miss_probe_ms: float | None = None  # their layers' seconds run the probed way
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

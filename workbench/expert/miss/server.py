@@ -6,11 +6,12 @@ The loop calls two hooks per (token, layer):
   with overlap): an expert whose every blob is in the cache is a hit and lands on the device; any other
   is a miss, fetched (read, landed, computed on the device: today's path) or computed on the host from
   the file's mapping (:class:`~workbench.expert.miss.host.HostExperts`), by the mode — ``fetch``,
-  ``host``, or per miss by :func:`~workbench.expert.miss.rule.choose` (``auto``). A miss computed on the
-  host is never admitted to the cache: the cache holds what fetched misses put there.
+  ``host``, or under ``auto`` the way its token runs (:class:`~workbench.expert.miss.chooser.TokenChooser`:
+  a ``host`` token computes its hits on the host too). A miss computed on the host is never admitted to
+  the cache: the cache holds what fetched misses put there.
 * :meth:`MissServer.step_done` once the layer's device compute has run: the host computes the layer's
-  host misses (timed: ``host_compute``), and the seconds the layer's fetch and host work took teach
-  ``auto`` its two costs (:mod:`workbench.expert.miss.rule`).
+  host experts (timed: ``host_compute``), and under ``auto`` the layer's whole wall goes to its token's
+  cost (:mod:`workbench.expert.miss.rule`).
 
 Counts are an expert (every blob of the layer) a miss, not a cache entry; they are the turn's
 (:meth:`take_turn`) and go into the turn record's ``miss_*`` fields (:data:`MISS_KEYS`).
@@ -22,8 +23,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from workbench.errors import ParamError
+from workbench.expert.miss.chooser import TokenChooser
 from workbench.expert.miss.host import HostExperts
-from workbench.expert.miss.rule import ArmCost, AutoRule, choose
+from workbench.expert.miss.rule import AutoRule
 from workbench.expert.session_records import MISS_KEYS
 
 __all__ = ["MISS_KEYS", "MISS_MODES", "MissServer", "MissTally", "check_miss", "miss_fields", "miss_line", "open_miss"]
@@ -44,9 +46,11 @@ class MissTally:
     miss_host: int = 0
     miss_host_bytes: int = 0  # expert bytes the host products read from the file's mapping
     host_compute_s: float = 0.0
-    miss_fetch_cost_s: float = -1.0  # learned seconds per fetched expert (-1: not measured yet)
-    miss_host_cost_s: float = -1.0  # learned seconds per expert computed on the host
-    miss_host_hits: int = 0  # hits auto computed on the host too (not in miss_host; in miss_host_bytes)
+    miss_host_hits: int = 0  # hits auto's host tokens computed on the host (not in miss_host; in miss_host_bytes)
+    miss_fetch_token_s: float = -1.0  # auto: a fetch token's seconds, the median as the turn ended (-1: not yet)
+    miss_host_token_s: float = -1.0  # auto: a host token's
+    miss_probe_tokens: int = 0  # auto: tokens begun as probes of the way not in use (-1: not auto)
+    miss_probe_s: float = 0.0  # auto: their layers' seconds run the probed way
     host_entries: int = 0  # cache entries (expert x blob) of the host misses: the turn's misses count them
     host_hit_entries: int = 0  # and of those hits: the turn's hits count them
 
@@ -61,7 +65,8 @@ class _Step:
     host: list[int]
     fetched: int
     device: int  # experts landed on the device (hits and fetched misses)
-    host_hits: int = 0  # of ``host``, hits auto computed there too (their landing dearer than the host's product)
+    host_hits: int = 0  # of ``host``, hits an auto host token computed there too
+    way: str = ""  # auto: the way the layer ran
 
 
 class MissServer:
@@ -73,57 +78,37 @@ class MissServer:
         if mode != "fetch" and host is None:
             raise ValueError(f"--miss {mode} needs the host's experts")
         self.mode, self.cache, self.by_layer, self.layers = mode, cache, by_layer, list(layers)
-        self.host, self.rule = host, rule
-        self.fetch_cost, self.host_cost = ArmCost(), ArmCost()
-        self.land_cost = ArmCost()  # a landed expert's upload and device compute: what a hit costs on the device
+        self.host = host
+        self.auto = TokenChooser(len(self.layers), rule) if mode == "auto" else None
         self.tally = MissTally()
         self._steps: dict[tuple[int, int], _Step] = {}
-        self._since_probe = 0  # misses the cheaper way since auto last probed the dearer one
 
     def split(self, t: int, i: int, experts: Sequence[int]) -> list[int]:
         """The experts of token ``t``, layer position ``i`` to land on the device; the rest are kept
         for :meth:`step_done` to compute on the host."""
         blobs = self.by_layer[self.layers[i]]
+        way = self.mode if self.auto is None else self.auto.way(t)
         device, host, fetched, host_hits = [], [], 0, 0
         for e in experts:
             if all((b, e) in self.cache for b in blobs):
-                if self._hit_on_host():
+                if self.auto is not None and way == "host":  # a host token: every expert where it lies
                     host.append(e)
                     host_hits += 1
                 else:
                     device.append(e)
-                continue
-            way = self.mode if self.mode != "auto" else self._choose()
-            if way == "host" and self.mode == "auto" and host and self.host_cost.samples < self.rule.warmup:
-                way = "fetch"  # learning the host's cost: one expert a layer is enough, the rest fetched
-            if way == "host":
+            elif way == "host":
                 host.append(e)
             else:
                 device.append(e)
                 fetched += 1
-        self._steps[(t, i)] = _Step(host, fetched, len(device), host_hits)
+        self._steps[(t, i)] = _Step(host, fetched, len(device), host_hits, way)
         return device
 
-    def _hit_on_host(self) -> bool:
-        """auto: a hit is computed on the host too where that is cheaper than landing it (an upload and a
-        device product per layer, every time it is routed); both measured first. Never under fetch or host."""
-        land, host = self.land_cost, self.host_cost
-        if self.mode != "auto" or land.seconds is None or host.seconds is None:
-            return False
-        return land.samples >= self.rule.warmup and host.samples >= self.rule.warmup and host.seconds < land.seconds
-
-    def _choose(self) -> str:
-        way = choose(self.fetch_cost, self.host_cost, self._since_probe, self.rule)
-        f, h = self.fetch_cost.seconds, self.host_cost.seconds
-        cheaper = "fetch" if f is None or h is None or f <= h else "host"
-        self._since_probe = self._since_probe + 1 if way == cheaper else 0
-        return way
-
     def step_done(self, t: int, i: int, fetch_s: float, land_s: float, device_s: float) -> float:
-        """After the layer's device compute: its host misses computed; the costs learned from
-        ``fetch_s`` (read wait and bookkeeping since the layer began landing), ``land_s`` (the rest of the
-        layer's wall before its compute: uploads and the loop's own steps, which a per-copy timer misses),
-        ``device_s`` (its device compute) and the host's own time. Returns the host compute's seconds."""
+        """After the layer's device compute: its host experts computed. ``fetch_s`` (read wait and
+        bookkeeping since the layer began landing), ``land_s`` (the rest of the layer's wall before its
+        compute: uploads, the loop's own steps) and ``device_s`` (its device compute), with the host's own
+        time, are the layer's wall: auto's token cost. Returns the host compute's seconds."""
         step = self._steps.pop((t, i), None)
         if step is None:
             return 0.0
@@ -134,41 +119,42 @@ class MissServer:
             t0 = time.perf_counter()
             touched = self.host.run([(b, e) for e in step.host for b in blobs])
             host_s = time.perf_counter() - t0
-            self.host_cost.add(host_s / len(step.host))
             self.tally.miss_host += len(step.host) - step.host_hits
             self.tally.miss_host_hits += step.host_hits
             self.tally.host_entries += (len(step.host) - step.host_hits) * len(blobs)
             self.tally.host_hit_entries += step.host_hits * len(blobs)
             self.tally.miss_host_bytes += touched
             self.tally.host_compute_s += host_s
-        if step.device:
-            self.land_cost.add((land_s + device_s) / step.device)
-        if step.fetched:
-            self.fetch_cost.add(fetch_s / step.fetched + (land_s + device_s) / max(1, step.device))
-            self.tally.miss_fetched += step.fetched
+        self.tally.miss_fetched += step.fetched
+        if self.auto is not None:
+            self.auto.layer_done(t, step.way, fetch_s + land_s + device_s + host_s, i == len(self.layers) - 1)
         return host_s
 
     def take_turn(self) -> MissTally:
         """This turn's tally (with the costs as they stand); the next turn starts from zero."""
         done, self.tally = self.tally, MissTally()
-        done.miss_fetch_cost_s = -1.0 if self.fetch_cost.seconds is None else self.fetch_cost.seconds
-        done.miss_host_cost_s = -1.0 if self.host_cost.seconds is None else self.host_cost.seconds
+        if self.auto is None:
+            done.miss_probe_tokens, done.miss_probe_s = -1, -1.0
+            return done
+        fetch, host = self.auto.costs["fetch"].seconds, self.auto.costs["host"].seconds
+        done.miss_fetch_token_s = -1.0 if fetch is None else fetch
+        done.miss_host_token_s = -1.0 if host is None else host
+        done.miss_probe_tokens, done.miss_probe_s = self.auto.take_probes()
         return done
 
     def reset(self) -> None:
         """Drop the steps planned and not run (a turn that failed midway)."""
         self._steps.clear()
+        if self.auto is not None:
+            self.auto.reset()
 
     def describe(self) -> str:
         if self.mode == "fetch":
             return "fetch (every miss read, landed and computed on the device)"
         host = self.host.describe() if self.host is not None else ""
-        if self.mode == "host":
+        if self.mode == "host" or self.auto is None:
             return f"host (every miss computed where it lies: {host})"
-        return (f"auto (per miss, the cheaper of fetch and host as measured in the session; each tried on "
-                f"{self.rule.warmup} layers first (the host on one miss a layer), the dearer probed within "
-                f"{self.rule.probe_share:.0%} of the "
-                f"misses' time: {host})")
+        return f"{self.auto.describe()}: {host})"
 
 
 def open_miss(mode: str, cache: Any, path: str, blobs: Sequence[Any], tensors: Any, by_layer: dict[int, list[int]],
@@ -187,10 +173,11 @@ def miss_fields(turns: Sequence[Any]) -> dict[str, Any]:
     if not ran:
         return {"miss_fetched": -1, "miss_host": -1, "miss_host_hits": -1, "miss_host_bytes": -1,
                 "host_ms_per_token": None,
-                "fetch_ms_per_token": None, "device_ms_per_token": None, "miss_fetch_cost_ms": None,
-                "miss_host_cost_ms": None}
+                "fetch_ms_per_token": None, "device_ms_per_token": None, "miss_fetch_token_ms": None,
+                "miss_host_token_ms": None, "miss_probe_tokens": -1, "miss_probe_ms": None}
     last = ran[-1]
     cost = lambda s: None if s < 0 else s * 1e3  # noqa: E731
+    probed = [t for t in ran if t.miss_probe_tokens >= 0]
     return {
         "miss_fetched": sum(t.miss_fetched for t in ran), "miss_host": sum(t.miss_host for t in ran),
         "miss_host_hits": sum(max(0, t.miss_host_hits) for t in ran),
@@ -198,7 +185,9 @@ def miss_fields(turns: Sequence[Any]) -> dict[str, Any]:
         "host_ms_per_token": sum(t.host_compute_s for t in ran) / tokens * 1e3,
         "fetch_ms_per_token": sum(t.stall_read_s + t.stall_upload_s for t in turns) / tokens * 1e3,
         "device_ms_per_token": sum(t.compute_s for t in turns) / tokens * 1e3,
-        "miss_fetch_cost_ms": cost(last.miss_fetch_cost_s), "miss_host_cost_ms": cost(last.miss_host_cost_s),
+        "miss_fetch_token_ms": cost(last.miss_fetch_token_s), "miss_host_token_ms": cost(last.miss_host_token_s),
+        "miss_probe_tokens": sum(t.miss_probe_tokens for t in probed) if probed else -1,
+        "miss_probe_ms": sum(t.miss_probe_s for t in probed) * 1e3 if probed else None,
     }
 
 
@@ -212,8 +201,9 @@ def miss_line(fields: Any, mode: str) -> str:
     if get("miss_fetched") is None or get("miss_fetched") < 0:
         return ""
     ms = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
-    learned = (f"; learned per expert: fetch {ms(get('miss_fetch_cost_ms'))} ms, host {ms(get('miss_host_cost_ms'))} ms"
-               if mode == "auto" else "")
+    learned = (f"; a token each way (median): fetch {ms(get('miss_fetch_token_ms'))} ms, host "
+               f"{ms(get('miss_host_token_ms'))} ms; probes {max(0, get('miss_probe_tokens') or 0):,} tokens "
+               f"({ms(get('miss_probe_ms'))} ms run the probed way)" if mode == "auto" else "")
     return (f"misses ({mode}) {get('miss_fetched'):,} fetched, {get('miss_host'):,} computed on the host "
             f"{_hits_too(get('miss_host_hits'))}({get('miss_host_bytes') / 2**20:,.1f} MiB read there); per token: "
             f"fetch {ms(get('fetch_ms_per_token'))} ms (read + upload waits), host compute {ms(get('host_ms_per_token'))} ms, device compute "

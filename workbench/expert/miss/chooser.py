@@ -1,0 +1,97 @@
+"""``--miss auto`` token by token: which way each token runs, its layers' seconds summed, the probes counted.
+
+:class:`TokenChooser` holds what :func:`~workbench.expert.miss.rule.next_way` decides from: each way's
+running cost per token and the way in use. The miss server asks :meth:`TokenChooser.way` as each
+(token, layer) is planned — the token's way is picked when its first layer is (never a probe while
+another is unpriced: with overlap a token begins before the one before it ends), and a probe token goes
+back to the other way for the rest of its layers once the layers it ran cost
+:attr:`~workbench.expert.miss.rule.AutoRule.cutoff` times the way in use's token — and reports each
+layer's wall (landing, device compute, host compute) with :meth:`layer_done`. A token's cost is the sum
+of the layers it ran its way; a probe cut short is priced by its layers so far scaled to the whole token
+(as many layers again cost as much again), which the cut already showed to be the dearer way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.expert.miss.rule import ArmCost, AutoRule, next_way, settle
+
+
+def _other(way: str) -> str:
+    return "host" if way == "fetch" else "fetch"
+
+
+@dataclass
+class _Token:
+    way: str
+    probe: bool  # not the way in use as it began
+    yardstick: float | None  # the way in use's seconds a token then: a probe goes back past cutoff x this
+    wall: float = 0.0  # seconds of the layers run ``way``
+    layers: int = 0
+    cut: bool = False
+
+
+class TokenChooser:
+    """The ways of ``layers``-layer tokens by ``rule`` (see the module docstring)."""
+
+    def __init__(self, layers: int, rule: AutoRule = AutoRule()):
+        self.layers, self.rule = max(1, layers), rule
+        self.costs = {"fetch": ArmCost(), "host": ArmCost()}
+        self.current = "fetch"  # the way in use
+        self.since_probe = 0  # tokens the way in use ran since the last probe
+        self.probe_tokens = 0  # tokens begun as probes (the turn's: take_probes)
+        self.probe_s = 0.0  # seconds of their layers run the probed way
+        self._tokens: dict[int, _Token] = {}
+
+    def way(self, t: int) -> str:
+        """The way token ``t``'s next layer runs."""
+        tok = self._tokens.get(t) or self._begin(t)
+        if tok.probe and not tok.cut and tok.yardstick is not None and tok.wall > self.rule.cutoff * tok.yardstick:
+            tok.cut = True  # it cannot be the cheaper way any more: the rest of the token goes back
+        return _other(tok.way) if tok.cut else tok.way
+
+    def _begin(self, t: int) -> _Token:
+        f, h = self.costs["fetch"], self.costs["host"]
+        way = next_way(f, h, self.current, self.since_probe, self.layers, self.rule)
+        if any(tok.probe for tok in self._tokens.values()):
+            way = self.current  # a probe not yet priced (with overlap a token begins before the last one ends)
+        probe = way != self.current
+        self.since_probe = 0 if probe else self.since_probe + 1
+        tok = self._tokens[t] = _Token(way, probe, self.costs[_other(way)].seconds if probe else None)
+        return tok
+
+    def layer_done(self, t: int, way: str, wall_s: float, last: bool) -> None:
+        """A layer of token ``t`` ran ``way`` in ``wall_s``; ``last``: the token's last layer (it is priced)."""
+        tok = self._tokens.get(t)
+        if tok is None:
+            return
+        if way == tok.way:
+            tok.wall += wall_s
+            tok.layers += 1
+        if not last:
+            return
+        del self._tokens[t]
+        if tok.layers:
+            self.costs[tok.way].add(tok.wall * self.layers / tok.layers)
+        if tok.probe:
+            self.probe_tokens += 1
+            self.probe_s += tok.wall
+        self.current = settle(self.costs["fetch"], self.costs["host"], self.current, self.rule)
+
+    def take_probes(self) -> tuple[int, float]:
+        """The probes' tokens and seconds since the last call."""
+        done = self.probe_tokens, self.probe_s
+        self.probe_tokens, self.probe_s = 0, 0.0
+        return done
+
+    def reset(self) -> None:
+        """Forget tokens begun and not finished (a turn that failed midway)."""
+        self._tokens.clear()
+
+    def describe(self) -> str:
+        r = self.rule
+        return (f"auto (whole tokens one way or the other, by the median of each way's tokens timed in the "
+                f"session: each tried first ({r.warmup} tokens, or one where one way is {r.decisive:g}x the "
+                f"other), then the cheaper, changed only for one {r.hysteresis:.0%} cheaper; the other probed, "
+                f"a probe going back past {r.cutoff:g}x a token, spaced within {r.probe_share:.0%} of the "
+                f"tokens' time")
