@@ -9,6 +9,7 @@ seconds, a 20 MB one to time out).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -79,30 +80,24 @@ def read_until_marker(fd: int, watch: Any, deadline: float, sampler: Any = None)
 
     Each read is timestamped as it returns, before its bytes are looked at, and looking at them costs
     time linear in the new bytes (:class:`LineSplitter`), so neither a long line nor the reader's own
-    work moves the end of the measured window. ``sampler`` (``due(now)``, ``wait_s(now)``, ``sample()``,
-    ``mark_start()``, ``wake_fd`` and ``woken()``: :class:`~workbench.measure.engine.sampler.TreeSampler`)
-    samples the engine's process tree when it is due while output is awaited, at once when its wake
-    descriptor is readable (one of the model's files was opened), and at the start marker."""
+    work moves the end of the measured window. ``sampler`` (``running()``, ``mark_start()``:
+    :class:`~workbench.measure.engine.sampler.TreeSampler`) samples the engine's process tree on a
+    thread of its own meanwhile, and at the start marker."""
+    with sampler.running() if sampler is not None else contextlib.nullcontext():
+        return _read_lines(fd, watch, deadline, sampler)
+
+
+def _read_lines(fd: int, watch: Any, deadline: float, sampler: Any) -> bool:
     lines = LineSplitter()
     os.set_blocking(fd, False)  # read while there is output; wait in select only when there is none
-    wake = sampler.wake_fd if sampler is not None else None
-    watched = [fd] if wake is None else [fd, wake]
     prior = None
     try:
         while True:
-            if sampler is not None and sampler.due(time.perf_counter()):
-                sampler.sample()
             try:
                 chunk = os.read(fd, READ_BYTES)
             except BlockingIOError:
                 left = deadline - time.monotonic()
-                wait = min(left, sampler.wait_s(time.perf_counter())) if sampler is not None else left
-                if left <= 0:
-                    return False
-                ready = select.select(watched, [], [], wait)[0]
-                if wake is not None and wake in ready:
-                    sampler.woken()
-                elif not ready and sampler is None:
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
                     return False
                 continue
             except OSError:  # EIO: the terminal's last writer closed it

@@ -18,8 +18,13 @@ turns what it kept into the run's evidence.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import select
+import threading
 import time
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from workbench.io.fileevents import EventsUnavailable, FileEventRecorder
 from workbench.measure.engine.proc import io_counters, model_fds, model_mappings, tree_of
@@ -71,6 +76,7 @@ class TreeSampler:
     _now: list[int] = field(default_factory=list)
     _last: tuple[float, float] = (0.0, 0.0)  # the last sample's start and duration
     _proc_at: float = 0.0  # with an event record: when /proc is next read
+    _lock: threading.RLock = field(default_factory=threading.RLock)  # the sampling thread vs the reader's
 
     def __post_init__(self) -> None:
         n = len(self.model.paths)
@@ -107,8 +113,51 @@ class TreeSampler:
             self.opens += self.watch.drain()
         self.next_at = min(self.next_at, self._last[0] + max(FAST_S, self._last[1] / DUTY))
 
+    @contextlib.contextmanager
+    def running(self) -> Iterator[TreeSampler]:
+        """Sample on a thread of its own while the body reads the engine's output: a walk of ``/proc``
+        takes ~1 ms on an idle machine and tens of ms on a loaded one (it waits on the engine's own
+        memory-map lock), and a reader that sampled in between reads would date the lines that arrived
+        meanwhile late — two markers 40 ms apart once came in one read (CI, 2026-12-04). The reader now
+        only reads: it waits for the sampler's lock only at the start marker (:meth:`mark_start`)."""
+        stop_r, stop_w = os.pipe()
+        failed: list[BaseException] = []
+        thread = threading.Thread(target=self._run, args=(stop_r, failed), name="engine-sampler", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            os.write(stop_w, b"x")
+            thread.join()
+            os.close(stop_r)
+            os.close(stop_w)
+        if failed:
+            raise failed[0]
+
+    def _run(self, stop_fd: int, failed: list[BaseException]) -> None:
+        """The sampling thread: a sample when one is due, at once when inotify reports an open."""
+        try:
+            while True:
+                with self._lock:
+                    if self.due(time.perf_counter()):
+                        self.sample()
+                    wait, wake = self.wait_s(time.perf_counter()), self.wake_fd
+                ready = select.select([stop_fd] if wake is None else [stop_fd, wake], [], [],
+                                      None if self.final is not None else wait)[0]
+                if stop_fd in ready:
+                    return
+                if wake is not None and wake in ready:
+                    with self._lock:
+                        self.woken()
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader's thread, raised there
+            failed.append(exc)
+
     def sample(self) -> None:
         """Read every process of the tree once."""
+        with self._lock:
+            self._sample()
+
+    def _sample(self) -> None:
         if self.final is not None:
             return
         t0 = time.perf_counter()
@@ -155,8 +204,12 @@ class TreeSampler:
 
     def mark_start(self) -> None:
         """The start marker: what was read or mapped before it is not the window's."""
+        with self._lock:
+            self._mark_start()
+
+    def _mark_start(self) -> None:
         self._proc_at = 0.0
-        self.sample()
+        self._sample()
         for table in (self.rchar, self.read_bytes):
             for values in table.values():
                 values[0] = values[1]
