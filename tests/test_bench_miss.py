@@ -18,3 +18,22 @@ def test_bench_miss_writes_both_groups(tmp_path):
     assert "| cell | arm | round | tok/s | host share | fetch ms/token | host ms/token | device ms/token |" in text
     assert "| miss=host | 1 | " in text and "ok: every cell read the same bytes per token" in text  # the batch A/B
     assert "n/a: bytes read per token differ" in text  # the miss A/B: by design
+
+
+def test_miss_breakdown_splits_each_path_by_phase(tmp_path):
+    """benchmarks/bench/miss_breakdown.py at a tiny size: every phase row of the three paths, the decode
+    thread's table, and the batched lanes' phases summing to slices actually sent."""
+    import miss_breakdown
+    from workbench.formats.synth import write_synthetic
+
+    model = write_synthetic(tmp_path / "m.gguf", format="gguf", layout="moe", size=16 << 20, experts=16,
+                            alignment=64, seed=3).path
+    out = tmp_path / "b.md"
+    assert miss_breakdown.main(["--model", str(model), "--cache-mib", "4", "--turns", "3", "--tokens", "2",
+                                "--lanes", "2", "--rounds", "1", "--out", str(out)]) == 0
+    text = out.read_text()
+    for row in ("| unbatched | lane: fill (read into the cache) |", "| unbatched | decode: put (every landed slice) |",
+                "| batched | lane: copy into slots |", "| batched | lane: issue a slot's copy |",
+                "| batched, MADV_FREE | lane: fill (read into the cache) |", "| batched | lane: copies issued a slice |"):
+        assert row in text
+    assert text.count("\n| unbatched | ") == 3 and "turn 0 left out" in text

@@ -49,6 +49,8 @@ OPTIONS: dict[str, tuple[object, str]] = {
     "--tokens": (4, "decode tokens per turn"), "--rounds": (6, "A/B rounds: cells per arm (6: paired, and a claim)"),
     "--lanes": (4, "reader lanes"), "--groups": ("batch,miss", "batch | miss, comma-separated"),
     "--ring-runs": (6, "fresh-process ring loads for the ring's warm rate"),
+    "--batch-arms": ("batch_misses=off;batch_misses=on", "the batch group's arms, ';'-separated (the first the "
+                     "baseline), e.g. add 'batch_misses=on release_advice=free'"),
     "--miss-tokens": (4, "decode tokens per turn in the miss A/B (the host arm is slow: gguf-py dequantizes Q4_0)"),
     "--miss-turns": (4, "turns per cell in the miss A/B"),
     "--cell-timeout": (300.0, "seconds a cell"), "--ledger": (None, "default: a fresh ledger next to the model"),
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         ledger = Ledger(ledger_path)
         base = SessionConfig(turns=args.turns, tokens=args.tokens, cache_mib=args.cache_mib, lanes=args.lanes,
                              overlap=True, compute="none", reader="pread")  # warm: O_DIRECT would go to the disk
-        result = _ab(args, model, ledger, base, ["batch_misses=off", "batch_misses=on"], "warm",
+        result = _ab(args, model, ledger, base, [a.strip() for a in args.batch_arms.split(";") if a.strip()], "warm",
                      f"bench-miss-batch-{args.device}")
         failed |= bool(result.failed_checks)
         lines += ["## Batched warm misses against the ring", "",

@@ -5,7 +5,7 @@
 #     bash benchmarks/gpu/gpu_session.sh OUT STEP [STEP ...]
 #
 # STEP: tests | experts-loads | engine-ab | load-warm | load-cold | experts-session | expert-path | expert-path-cold |
-#       session-ab | session-pressure | session-prefetch | session-miss | sharded-warm | sharded-cold | evidence | evidence-corpus
+#       session-ab | session-pressure | session-prefetch | session-miss | miss-breakdown | sharded-warm | sharded-cold | evidence | evidence-corpus
 #       | ranks-smoke | ranks-70b-write | ranks-scaling (issue 36: loads across ranks, docs/multi-gpu.md)
 # Each step writes its report, log and ledger export under OUT and is cut by `timeout` at its limit, so a
 # slow step cannot take the next ones with it. Wheels the image lacks (gguf, fastsafetensors,
@@ -57,7 +57,7 @@ out=${1:?usage: gpu_session.sh OUT STEP [STEP ...]}
 shift
 declare -A LIMIT=([tests]=230 [experts-loads]=240 [experts-session]=220 [engine-ab]=330 [load-warm]=560
                   [load-cold]=440 [expert-path]=330 [expert-path-cold]=300 [session-ab]=540 [session-pressure]=540
-                  [session-prefetch]=480 [session-miss]=540
+                  [session-prefetch]=480 [session-miss]=540 [miss-breakdown]=60
                   [sharded-warm]=340 [sharded-cold]=300 [evidence]=330 [evidence-corpus]=180 [stress-lanes-ring]=240
                   [ranks-smoke]=300 [ranks-70b-write]=600 [ranks-scaling]=600)
 steps=()
@@ -162,9 +162,18 @@ for s in "$@"; do
         step session-miss "${LIMIT[session-miss]}" python3 benchmarks/bench/bench_miss.py --device cuda --dir /tmp/bench \
             --size "${MISS_SIZE:-2GiB}" --experts 64 --cache-mib "${MISS_CACHE_MIB:-1000}" --turns 6 --tokens 4 \
             --miss-turns 4 --miss-tokens 2 --rounds "${MISS_ROUNDS:-6}" --groups "${MISS_GROUPS:-batch,miss}" --cell-timeout 60 \
+            --ring-runs "${MISS_RING_RUNS:-6}" --batch-arms "${MISS_BATCH_ARMS:-batch_misses=off;batch_misses=on}" \
             --ledger /tmp/bench/miss.sqlite --out "$out/session-miss.md"
         python3 -m workbench.cli ledger --ledger /tmp/bench/miss.sqlite export --csv "$out/session-miss" \
             --markdown "$out/session-miss/attempts.md" > /dev/null ;;
+    miss-breakdown)  # issue 34 §5: where a warm miss's time goes on cuda, unbatched / batched / batched with
+        # MADV_FREE, in one process (no worker starts), 2 sessions a path of 4 × 4 tokens, ABC CBA; reuses session-miss's
+        # 2 GiB model (else writes it, ≤ 20 s). ≈ 6 sessions × (warm 2 GiB ≈ 1 s, 4 × 4 tokens ≈ 1-2 s) + CUDA ≈ 15-25 s
+        [[ -f /tmp/bench/bench-session-a64-e64-2048MiB.gguf ]] || python3 -c "import sys; sys.path.insert(0, 'benchmarks/bench')
+from pathlib import Path; from bench_session import _model; _model(Path('/tmp/bench'), 2 << 30, 64, 64)"
+        step miss-breakdown "${LIMIT[miss-breakdown]}" python3 benchmarks/bench/miss_breakdown.py --device cuda \
+            --model /tmp/bench/bench-session-a64-e64-2048MiB.gguf --cache-mib "${MISS_CACHE_MIB:-1000}" --lanes 4 \
+            --turns 4 --tokens 4 --rounds 2 --out "$out/miss-breakdown.md" ;;
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;
