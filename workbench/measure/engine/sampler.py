@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ SAMPLE_S = 0.1  # the period while the tree holds none of the model's files
 FAST_S = 0.002  # the period while it holds one
 DUTY = 0.1  # the most of the wall time sampling may take
 DRAIN_S = 0.02  # the longest the event rings go undrained
+_START, _STOP = b"s", b"x"  # what the reader tells the sampling thread
+SWITCH_S = 0.0005  # while sampling runs beside the reader: Python's thread switch interval (else 5 ms)
 
 
 @dataclass
@@ -77,6 +80,7 @@ class TreeSampler:
     _last: tuple[float, float] = (0.0, 0.0)  # the last sample's start and duration
     _proc_at: float = 0.0  # with an event record: when /proc is next read
     _lock: threading.RLock = field(default_factory=threading.RLock)  # the sampling thread vs the reader's
+    _tell: int | None = None  # while sampling runs on its thread: the pipe the reader tells it through
 
     def __post_init__(self) -> None:
         n = len(self.model.paths)
@@ -119,36 +123,46 @@ class TreeSampler:
         takes ~1 ms on an idle machine and tens of ms on a loaded one (it waits on the engine's own
         memory-map lock), and a reader that sampled in between reads would date the lines that arrived
         meanwhile late — two markers 40 ms apart once came in one read (CI, 2026-12-04). The reader now
-        only reads: it waits for the sampler's lock only at the start marker (:meth:`mark_start`)."""
-        stop_r, stop_w = os.pipe()
+        only reads; even the start marker's sample (:meth:`mark_start`) is the thread's."""
+        told_r, told_w = os.pipe()
         failed: list[BaseException] = []
-        thread = threading.Thread(target=self._run, args=(stop_r, failed), name="engine-sampler", daemon=True)
+        thread = threading.Thread(target=self._run, args=(told_r, failed), name="engine-sampler", daemon=True)
+        self._tell = told_w
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_S)  # the reader waits for the interpreter's lock at most this long
         thread.start()
         try:
             yield self
         finally:
-            os.write(stop_w, b"x")
+            sys.setswitchinterval(switch)
+            self._tell = None
+            os.write(told_w, _STOP)
             thread.join()
-            os.close(stop_r)
-            os.close(stop_w)
+            os.close(told_r)
+            os.close(told_w)
         if failed:
             raise failed[0]
 
-    def _run(self, stop_fd: int, failed: list[BaseException]) -> None:
-        """The sampling thread: a sample when one is due, at once when inotify reports an open."""
+    def _run(self, told: int, failed: list[BaseException]) -> None:
+        """The sampling thread: a sample when one is due, at once when inotify reports an open, the
+        start marker's when the reader tells it (in the order told), until told to stop."""
         try:
             while True:
                 with self._lock:
                     if self.due(time.perf_counter()):
-                        self.sample()
+                        self._sample()
                     wait, wake = self.wait_s(time.perf_counter()), self.wake_fd
-                ready = select.select([stop_fd] if wake is None else [stop_fd, wake], [], [],
+                ready = select.select([told] if wake is None else [told, wake], [], [],
                                       None if self.final is not None else wait)[0]
-                if stop_fd in ready:
-                    return
                 if wake is not None and wake in ready:
                     with self._lock:
                         self.woken()
+                if told in ready:
+                    for what in os.read(told, 64):
+                        if what == _STOP[0]:
+                            return
+                        with self._lock:
+                            self._mark_start()
         except BaseException as exc:  # noqa: BLE001 - handed to the reader's thread, raised there
             failed.append(exc)
 
@@ -203,7 +217,11 @@ class TreeSampler:
             table.setdefault(pid, [0, value])[1] = value  # a process first seen: born in the window
 
     def mark_start(self) -> None:
-        """The start marker: what was read or mapped before it is not the window's."""
+        """The start marker: what was read or mapped before it is not the window's. While sampling
+        runs on its thread (:meth:`running`) the thread takes this sample and the caller goes on."""
+        if self._tell is not None:
+            os.write(self._tell, _START)
+            return
         with self._lock:
             self._mark_start()
 
