@@ -12,6 +12,7 @@ Then the release on/off tok/s ratio per round where both arms have turns after t
 """
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -84,7 +85,14 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def main(argv: list[str]) -> int:
-    directory = Path(argv[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("export", type=Path, help="a folder holding the export's attempts.csv and turns.csv")
+    directory = parser.parse_args(argv).export
+    missing = [name for name in ("attempts.csv", "turns.csv") if not (directory / name).is_file()]
+    if missing:
+        print(f"session_pressure_table: {directory}: no {' or '.join(missing)} there "
+              "(export the ledger with `workbench ledger export`)", file=sys.stderr)
+        return 2
     table = cells(directory)
     print(markdown(table))
     pairs, effect = ratios(table)
