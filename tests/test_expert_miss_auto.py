@@ -71,12 +71,13 @@ class _Lru(dict):
 
 
 def simulate(mode: str, costs: Costs, monkeypatch, turns: int = 6, tokens: int = 4, seed: int = 5):
-    """Each token's seconds under ``mode``, and the server."""
+    """Each token's seconds under ``mode``, and the server (its turns' tallies in ``server.turns``)."""
     clock = _Clock()
     monkeypatch.setattr(server_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
     host, cache = _Host(clock), _Lru(CACHE_EXPERTS * LAYERS)
     by_layer = {layer: [layer * BLOBS + b for b in range(BLOBS)] for layer in range(LAYERS)}
     server = MissServer(mode, cache, by_layer, list(range(LAYERS)), host)
+    server.turns = []
     rng = np.random.default_rng(seed)
     route = [[rng.choice(EXPERTS, K, replace=False).tolist() for _ in range(LAYERS)] for _ in range(turns * tokens)]
     token_s: list[float] = []
@@ -104,7 +105,7 @@ def simulate(mode: str, costs: Costs, monkeypatch, turns: int = 6, tokens: int =
             if i == 0:
                 token_s.append(0.0)
             token_s[-1] += clock.now - start
-        server.take_turn()
+        server.turns.append(server.take_turn())
     return token_s, server
 
 
@@ -128,12 +129,15 @@ def test_auto_lands_within_5_percent_of_the_better_fixed_way(monkeypatch, costs,
 
 
 def test_a_probe_of_the_dear_host_goes_back_after_its_first_layers_and_is_reported(monkeypatch):
-    _, server = simulate("auto", FETCH_WINS, monkeypatch, turns=1)
+    _, server = simulate("auto", FETCH_WINS, monkeypatch, turns=1, tokens=2)
     fetch, host = server.auto.costs["fetch"], server.auto.costs["host"]
-    assert host.samples == 1 and fetch.samples == 3  # token 1 probed the host; one was enough (decisive)
-    # cut once its layers passed 1.25x the fetch token: two host layers (the one that crossed, the one ahead)
+    # token 1 probed the host though it began (planned ahead) before token 0 was priced; one was enough
+    assert host.samples == 1 and fetch.samples == 1
+    # cut once its layers passed 1.25x the fetch token: two host layers (the one that crossed, the one ahead),
+    # priced as a whole token of such layers
     host_layer = K * FETCH_WINS.host_idle
-    assert host.seconds == pytest.approx(2 * host_layer * LAYERS / 2)
+    assert host.seconds == pytest.approx(host_layer * LAYERS)
+    assert (server.turns[0].miss_probe_tokens, server.turns[0].miss_probe_s) == (1, pytest.approx(2 * host_layer))
     _, later = simulate("auto", FETCH_WINS, monkeypatch, turns=3)
     assert later.auto.costs["host"].samples == 1  # no probe after turn 0: the gap is far beyond 12 tokens
 
@@ -198,8 +202,9 @@ def test_the_way_in_use_changes_only_for_one_hysteresis_cheaper_and_cannot_flip_
 
 def test_probes_are_spaced_to_cost_at_most_their_share():
     rule = AutoRule(cutoff=1.25, probe_share=0.02, min_gap=16)
-    # a dear way 20x the cheap one over 10 layers: a probe spends 1.25 + 2 x 2 = 5.25 cheap tokens, 4.25 extra
-    assert probe_gap(1.0, 20.0, 10, rule) == pytest.approx(4.25 / 0.02)
+    # a dear way 20x the cheap one over 10 layers: a probe's layers that way cost at most 1.25 + 2 x 2 = 5.25
+    # cheap tokens (the rest of it runs the cheap way: no extra)
+    assert probe_gap(1.0, 20.0, 10, rule) == pytest.approx(5.25 / 0.02)
     assert probe_gap(1.0, 1.1, 10, rule) == 16  # 0.1 extra: 5 tokens by the share, 16 at least
     chooser = TokenChooser(10, rule)
     chooser.costs = {"fetch": _cost(1.0, 1.0), "host": _cost(20.0, 20.0)}
@@ -210,5 +215,5 @@ def test_probes_are_spaced_to_cost_at_most_their_share():
             way = chooser.way(t)
             chooser.layer_done(t, way, 2.0 if way == "host" else 0.1, i == 9)
             spent += 2.0 if way == "host" else 0.1
-    assert 5 <= probes <= 2000 / (4.25 / 0.02) + 1 and chooser.costs["host"].seconds == 20.0
+    assert 5 <= probes <= 2000 / (5.25 / 0.02) + 1 and chooser.costs["host"].seconds == 20.0
     assert (spent - 2000 * 1.0) / spent <= 0.02  # the probes' extra seconds within their share

@@ -2,10 +2,12 @@
 
 :class:`TokenChooser` holds what :func:`~workbench.expert.miss.rule.next_way` decides from: each way's
 running cost per token and the way in use. The miss server asks :meth:`TokenChooser.way` as each
-(token, layer) is planned — the token's way is picked when its first layer is (never a probe while
-another is unpriced: with overlap a token begins before the one before it ends), and a probe token goes
-back to the other way for the rest of its layers once the layers it ran cost
-:attr:`~workbench.expert.miss.rule.AutoRule.cutoff` times the way in use's token — and reports each
+(token, layer) is planned — the token's way is picked when its first layer is (with overlap a token
+begins before the one before it ends: a token begun and not priced counts in the warm-up's turns, and no
+probe begins while another is unpriced), and a probe token goes back to the other way for the rest of its
+layers once the layers it ran cost :attr:`~workbench.expert.miss.rule.AutoRule.cutoff` times the other
+way's token (its cost as it stands at each layer: the warm-up's first probe begins before the first token
+is priced) — and reports each
 layer's wall (landing, device compute, host compute) with :meth:`layer_done`. A token's cost is the sum
 of the layers it ran its way; a probe cut short is priced by its layers so far scaled to the whole token
 (as many layers again cost as much again), which the cut already showed to be the dearer way.
@@ -25,7 +27,6 @@ def _other(way: str) -> str:
 class _Token:
     way: str
     probe: bool  # not the way in use as it began
-    yardstick: float | None  # the way in use's seconds a token then: a probe goes back past cutoff x this
     wall: float = 0.0  # seconds of the layers run ``way``
     layers: int = 0
     cut: bool = False
@@ -46,18 +47,21 @@ class TokenChooser:
     def way(self, t: int) -> str:
         """The way token ``t``'s next layer runs."""
         tok = self._tokens.get(t) or self._begin(t)
-        if tok.probe and not tok.cut and tok.yardstick is not None and tok.wall > self.rule.cutoff * tok.yardstick:
+        yardstick = self.costs[_other(tok.way)].seconds  # as it stands now: a token begun before it was priced
+        if tok.probe and not tok.cut and yardstick is not None and tok.wall > self.rule.cutoff * yardstick:
             tok.cut = True  # it cannot be the cheaper way any more: the rest of the token goes back
         return _other(tok.way) if tok.cut else tok.way
 
     def _begin(self, t: int) -> _Token:
         f, h = self.costs["fetch"], self.costs["host"]
-        way = next_way(f, h, self.current, self.since_probe, self.layers, self.rule)
+        pending = [tok.way for tok in self._tokens.values()]  # with overlap a token begins before the last ends
+        way = next_way(f, h, self.current, self.since_probe, self.layers, self.rule,
+                       pending.count("fetch"), pending.count("host"))
         if any(tok.probe for tok in self._tokens.values()):
-            way = self.current  # a probe not yet priced (with overlap a token begins before the last one ends)
+            way = self.current  # never a probe while another is unpriced
         probe = way != self.current
         self.since_probe = 0 if probe else self.since_probe + 1
-        tok = self._tokens[t] = _Token(way, probe, self.costs[_other(way)].seconds if probe else None)
+        tok = self._tokens[t] = _Token(way, probe)
         return tok
 
     def layer_done(self, t: int, way: str, wall_s: float, last: bool) -> None:

@@ -78,21 +78,23 @@ def settle(fetch: ArmCost, host: ArmCost, current: str, rule: AutoRule) -> str:
 
 def probe_gap(cheap: float, dear: float, layers: int, rule: AutoRule) -> float:
     """Tokens the way in use (``cheap`` s a token) runs between two probes of the other (``dear``), so the
-    probes' extra seconds — at most ``cutoff`` of a cheap token plus two dear layers (the one that crossed it
-    and the one planned ahead), never more than a dear token — stay within ``probe_share`` (inf: never)."""
+    probes' extra seconds stay within ``probe_share`` (inf: never). A probe's extra is at most what its
+    layers run the probed way cost — ``cutoff`` of a cheap token plus two dear layers (the one that crossed
+    it and the one planned ahead) — since the rest of it runs the cheap way; never more than a dear token's
+    extra."""
     if rule.probe_share <= 0:
         return float("inf")
-    spent = min(dear, rule.cutoff * cheap + 2.0 * dear / max(1, layers))
-    extra = max(0.0, spent - cheap)
+    extra = max(0.0, min(dear - cheap, rule.cutoff * cheap + 2.0 * dear / max(1, layers)))
     return max(float(rule.min_gap), extra / max(cheap, 1e-12) / rule.probe_share)
 
 
 def next_way(fetch: ArmCost, host: ArmCost, current: str, since_probe: int, layers: int,
-             rule: AutoRule = AutoRule()) -> str:
+             rule: AutoRule = AutoRule(), fetch_pending: int = 0, host_pending: int = 0) -> str:
     """``"fetch"`` or ``"host"`` for the next token, ``since_probe`` tokens after the last probe; a way other
-    than ``current`` is a probe (the caller cuts it at :attr:`AutoRule.cutoff`)."""
+    than ``current`` is a probe (the caller cuts it at :attr:`AutoRule.cutoff`). In the warm-up, the way
+    with fewer tokens, counting those begun and not yet priced (``*_pending``)."""
     if not warmed(fetch, host, rule):
-        return "fetch" if fetch.samples <= host.samples else "host"
+        return "fetch" if fetch.samples + fetch_pending <= host.samples + host_pending else "host"
     costs = {"fetch": fetch.seconds, "host": host.seconds}
     other = "host" if current == "fetch" else "fetch"
     gap = probe_gap(costs[current], costs[other], layers, rule)  # type: ignore[arg-type]

@@ -191,6 +191,11 @@ def miss_fields(turns: Sequence[Any]) -> dict[str, Any]:
     }
 
 
+def _tokens(n: int | None) -> str:
+    n = max(0, n or 0)
+    return f"{n:,} token{'' if n == 1 else 's'}"
+
+
 def _hits_too(n: int | None) -> str:
     return f"and {n:,} hits " if n else ""
 
@@ -202,8 +207,8 @@ def miss_line(fields: Any, mode: str) -> str:
         return ""
     ms = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
     learned = (f"; a token each way (median): fetch {ms(get('miss_fetch_token_ms'))} ms, host "
-               f"{ms(get('miss_host_token_ms'))} ms; probes {max(0, get('miss_probe_tokens') or 0):,} tokens "
-               f"({ms(get('miss_probe_ms'))} ms run the probed way)" if mode == "auto" else "")
+               f"{ms(get('miss_host_token_ms'))} ms; {_tokens(get('miss_probe_tokens'))} probed the other way "
+               f"({ms(get('miss_probe_ms'))} ms run that way)" if mode == "auto" else "")
     return (f"misses ({mode}) {get('miss_fetched'):,} fetched, {get('miss_host'):,} computed on the host "
             f"{_hits_too(get('miss_host_hits'))}({get('miss_host_bytes') / 2**20:,.1f} MiB read there); per token: "
             f"fetch {ms(get('fetch_ms_per_token'))} ms (read + upload waits), host compute {ms(get('host_ms_per_token'))} ms, device compute "
