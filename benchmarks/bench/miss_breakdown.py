@@ -1,5 +1,7 @@
-"""Where a warm miss's time goes (issue 34 §5): a session run in this process, unbatched then batched
-(``--order``, repeated ``--rounds`` times), with every slice's phases timed on the thread that ran it.
+"""Where a warm miss's time goes (issue 34 §5): sessions run in this process — unbatched, batched, and
+each again with ``release_advice=free`` (MADV_FREE: an evicted slot keeps its pages, so a refill does not
+fault them in afresh) — ``--rounds`` times in ABCD DCBA order, every slice's phases timed on the thread
+that ran it.
 
     python benchmarks/bench/miss_breakdown.py --model M.gguf                  # host backend
     python benchmarks/bench/miss_breakdown.py --model M.gguf --device cuda    # what the device path adds
@@ -87,10 +89,10 @@ def _rate(nbytes: int, s: float) -> str:
 
 
 def rows(label: str, runs: list[dict]) -> list[str]:
-    """One row per phase: µs a slice (median over runs) and GB/s on its thread."""
+    """One row per phase: µs a slice (a fill: a miss) and GB/s on its thread, medians over runs."""
     med = lambda f: statistics.median(f(r) for r in runs)  # noqa: E731
     out = []
-    if runs[0]["tally"].slices == 0:  # unbatched: the wrapped calls
+    if runs[0]["tally"].slices == 0:  # unbatched: the wrapped calls (the uploader's, unused batched)
         out.append(f"| {label} | lane: fill (read into the cache) | {med(lambda r: 1e6 * r['fill'].s / max(r['fill'].n, 1)):.0f} "
                    f"| {med(lambda r: r['fill'].nbytes / r['fill'].s / 1e9 if r['fill'].s else 0):.2f} |")
         out.append(f"| {label} | decode: put (every landed slice) | {med(lambda r: 1e6 * r['put'].s / max(r['put'].n, 1)):.0f} "
@@ -98,7 +100,8 @@ def rows(label: str, runs: list[dict]) -> list[str]:
     else:
         for name, say in (("fill_s", "lane: fill (read into the cache)"), ("copy_s", "lane: copy into slots"),
                           ("slot_wait_s", "lane: wait for a slot"), ("issue_s", "lane: issue a slot's copy")):
-            per = med(lambda r: 1e6 * getattr(r["tally"], name) / max(r["tally"].slices, 1))
+            per = med(lambda r: 1e6 * getattr(r["tally"], name)  # a fill is a miss's; the rest every slice's
+                      / max(r["misses"] if name == "fill_s" else r["tally"].slices, 1))
             nbytes = "fill" if name == "fill_s" else "all"
             gbps = med(lambda r: (r["tally"].nbytes if nbytes == "all" else r["read_bytes"])
                        / getattr(r["tally"], name) / 1e9 if getattr(r["tally"], name) else 0)
@@ -120,12 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     index = open_index(args.model)
     device = open_device(args.device)
-    arms = {"unbatched": {}, "batched": dict(batch_misses=True),
-            "batched, MADV_FREE": dict(batch_misses=True, release_advice="free")}  # a refill reuses its pages
+    arms = {"unbatched": {}, "batched": dict(batch_misses=True),  # MADV_FREE: a refill reuses its pages
+            "unbatched, MADV_FREE": dict(release_advice="free"),
+            "batched, MADV_FREE": dict(batch_misses=True, release_advice="free")}
     runs: dict[str, list[dict]] = {a: [] for a in arms}
     try:
         for rnd in range(args.rounds):
-            for arm in (list(arms) if rnd % 2 == 0 else list(reversed(arms))):  # ABC, CBA
+            for arm in (list(arms) if rnd % 2 == 0 else list(reversed(arms))):  # ABCD, DCBA
                 cfg = SessionConfig(turns=args.turns, tokens=args.tokens, cache_mib=args.cache_mib, lanes=args.lanes,
                                     overlap=True, compute="none", reader="pread", **arms[arm])
                 runs[arm].append(one_session(index, device, cfg))
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"Where a warm miss's time goes — {args.device}, `{Path(args.model).name}`, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.turns} turns × {args.tokens} tokens, "
              f"cache {args.cache_mib:g} MiB, {args.lanes} lanes, overlap, compute none, reader pread, warm; "
-             f"{args.rounds} sessions an arm (ABC CBA), turn 0 left out; per layer {first['slices'] / first['layers']:.1f} "
+             f"{args.rounds} sessions an arm (ABCD DCBA), turn 0 left out; per layer {first['slices'] / first['layers']:.1f} "
              f"slices, {first['misses'] / first['layers']:.1f} misses, "
              f"{first['landed'] / first['layers'] / 2**20:.2f} MiB landed.", "",
              "| path | phase (thread) | µs a slice | GB/s on its thread |", "|---|---|---|---|"]

@@ -166,14 +166,14 @@ for s in "$@"; do
             --ledger /tmp/bench/miss.sqlite --out "$out/session-miss.md"
         python3 -m workbench.cli ledger --ledger /tmp/bench/miss.sqlite export --csv "$out/session-miss" \
             --markdown "$out/session-miss/attempts.md" > /dev/null ;;
-    miss-breakdown)  # issue 34 §5: where a warm miss's time goes on cuda, unbatched / batched / batched with
-        # MADV_FREE, in one process (no worker starts), 2 sessions a path of 4 × 4 tokens, ABC CBA; reuses session-miss's
-        # 2 GiB model (else writes it, ≤ 20 s). ≈ 6 sessions × (warm 2 GiB ≈ 1 s, 4 × 4 tokens ≈ 1-2 s) + CUDA ≈ 15-25 s
+    miss-breakdown)  # issue 34 §5: where a warm miss's time goes on cuda, unbatched / batched, each also with
+        # MADV_FREE, in one process (no worker starts), MISS_BREAKDOWN_ROUNDS (1) sessions a path of 4 × 4 tokens; reuses session-miss's
+        # 2 GiB model (else writes it, ≤ 20 s). ≈ 4 sessions × (warm 2 GiB ≈ 1 s, 4 × 4 tokens ≈ 1-2 s) + CUDA ≈ 10-15 s
         [[ -f /tmp/bench/bench-session-a64-e64-2048MiB.gguf ]] || python3 -c "import sys; sys.path.insert(0, 'benchmarks/bench')
 from pathlib import Path; from bench_session import _model; _model(Path('/tmp/bench'), 2 << 30, 64, 64)"
         step miss-breakdown "${LIMIT[miss-breakdown]}" python3 benchmarks/bench/miss_breakdown.py --device cuda \
             --model /tmp/bench/bench-session-a64-e64-2048MiB.gguf --cache-mib "${MISS_CACHE_MIB:-1000}" --lanes 4 \
-            --turns 4 --tokens 4 --rounds 2 --out "$out/miss-breakdown.md" ;;
+            --turns 4 --tokens 4 --rounds "${MISS_BREAKDOWN_ROUNDS:-1}" --out "$out/miss-breakdown.md" ;;
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;
