@@ -37,3 +37,14 @@ def test_miss_breakdown_splits_each_path_by_phase(tmp_path):
                 "| batched, MADV_FREE | lane: fill (read into the cache) |", "| batched | lane: copies issued a slice |"):
         assert row in text
     assert text.count("\n| unbatched | ") == 3 and "turn 0 left out" in text
+
+
+def test_pread_refault_reads_into_each_state_of_page(tmp_path, capsys):
+    import pread_refault
+
+    f = tmp_path / "f.bin"
+    f.write_bytes(bytes(range(256)) * 4096)  # 1 MiB
+    assert pread_refault.main(["--file", str(f), "--slice", "12345", "--reps", "3"]) == 0
+    out = capsys.readouterr().out
+    for state in ("released", "released, populated first", "resident"):
+        assert f"into {state} pages: " in out
