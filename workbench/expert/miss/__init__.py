@@ -6,8 +6,9 @@
   cost less, the other probed within a bounded share; :mod:`~.chooser` applies it token by token;
 * :mod:`~.server` — the decode loop's two hooks (split a layer's routed experts, then compute its host
   misses and learn), the turn's counts (:data:`~.server.MISS_KEYS`) and the summary's sentence;
-* :mod:`~.batch` — ``--batch-misses`` (issue 34 §5): a layer's misses read and uploaded together, one
-  batch per lane, into alternating halves of the arena.
+* :mod:`~.batch` — ``--batch-misses`` (issue 34 §5): a layer's misses read and uploaded together, runs
+  of misses and of hits per lane, into alternating halves of the arena; :mod:`~.lane_stage` sends a
+  lane's run through page-locked slots, one asynchronous copy a slot-full.
 """
 from workbench.expert.miss.chooser import TokenChooser
 from workbench.expert.miss.host import HostExperts, widen
