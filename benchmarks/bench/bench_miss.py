@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_session import _ab, _emit, _model  # noqa: E402
 from bench_session_report import ab_section, model_line  # noqa: E402
 from bench_strategies import _machine  # noqa: E402
+from miss_auto import auto_against_best  # noqa: E402
 
 from workbench.expert.session import SessionConfig  # noqa: E402
 from workbench.formats.synth import parse_size  # noqa: E402
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.lanes} "
                   f"lanes, overlap, compute device, reader pread, warm before each cell, {args.rounds} rounds (ABBA).",
                   *rows(result, ["tok/s", "host share", "fetch ms/token", "host ms/token", "device ms/token"]),
-                  *ab_section(result, ["tok/s", "token p50 ms", "token p99 ms"]), ""]
+                  *ab_section(result, ["tok/s", "token p50 ms", "token p99 ms"]), *auto_against_best(result), ""]
     lines.append(f"Wall time of the benchmark: {time.perf_counter() - t0:.0f} s.")
     _emit(args.out, lines)
     ledger.close()
