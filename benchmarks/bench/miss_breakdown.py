@@ -12,7 +12,7 @@ to the device and drains (upload; ``put`` timed per call). Batched, the lanes' o
 (:class:`~workbench.expert.miss.lane_stage.StageTally`: fill, copy into page-locked slots, waiting for a
 slot, issuing a slot's copy) and the decode thread's waits. Turn 0 (the cache filling) is left out; the
 page cache is warmed before each session. Per path: µs a slice and GB/s of each phase on its thread, the
-decode thread's ms a layer by cause, and the session's staged GB/s and tok/s. Prints Markdown.
+decode thread's ms a layer by cause, and the session's staged GB/s and tok/s. Prints Markdown (writes it to ``--out`` instead).
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_session import _emit  # noqa: E402
 
 from workbench.expert.miss.lane_stage import StageTally  # noqa: E402
 from workbench.expert.session import ExpertSession  # noqa: E402
@@ -151,10 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         med = lambda k: statistics.median(r[k] for r in runs[arm])  # noqa: E731,B023
         lines.append(f"| {arm} | {med('read_ms'):.2f} | {med('upload_ms'):.2f} | {med('book_ms'):.2f} | "
                      f"{med('staged'):.2f} | {med('tok_s'):.2f} |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    _emit(args.out, lines)
     return 0
 
 
