@@ -142,6 +142,14 @@ def test_a_probe_of_the_dear_host_goes_back_after_its_first_layers_and_is_report
     assert later.auto.costs["host"].samples == 1  # no probe after turn 0: the gap is far beyond 12 tokens
 
 
+def test_the_token_after_a_winning_probe_runs_its_way_before_the_probe_is_priced(monkeypatch):
+    _, server = simulate("auto", HOST_WINS, monkeypatch, turns=1)
+    fetch, host = server.auto.costs["fetch"], server.auto.costs["host"]
+    # token 0 fetch, token 1 the host's probe, token 2 planned while token 1's last layer ran: the host's
+    # layers so far (5 of 6) already showed it the cheaper way, so token 2 did not fetch again
+    assert (fetch.samples, host.samples) == (1, 3) and server.turns[0].miss_probe_tokens == 1
+
+
 def test_the_turn_says_the_token_costs_and_the_probes(monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(server_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))

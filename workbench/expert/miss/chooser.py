@@ -4,7 +4,8 @@
 running cost per token and the way in use. The miss server asks :meth:`TokenChooser.way` as each
 (token, layer) is planned — the token's way is picked when its first layer is (with overlap a token
 begins before the one before it ends: a token begun and not priced counts in the warm-up's turns, and no
-probe begins while another is unpriced), and a probe token goes back to the other way for the rest of its
+probe begins while another is unpriced — the token after a probe runs the way the probe's layers so far
+show, priced as a whole token of them), and a probe token goes back to the other way for the rest of its
 layers once the layers it ran cost :attr:`~workbench.expert.miss.rule.AutoRule.cutoff` times the other
 way's token (its cost as it stands at each layer: the warm-up's first probe begins before the first token
 is priced) — and reports each
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.expert.miss.rule import ArmCost, AutoRule, next_way, settle
+from workbench.expert.miss.rule import ArmCost, AutoRule, next_way, settle, warmed
 
 
 def _other(way: str) -> str:
@@ -57,12 +58,24 @@ class TokenChooser:
         pending = [tok.way for tok in self._tokens.values()]  # with overlap a token begins before the last ends
         way = next_way(f, h, self.current, self.since_probe, self.layers, self.rule,
                        pending.count("fetch"), pending.count("host"))
-        if any(tok.probe for tok in self._tokens.values()):
-            way = self.current  # never a probe while another is unpriced
-        probe = way != self.current
+        unpriced = [tok for tok in self._tokens.values() if tok.probe]
+        current = self._provisional(unpriced[0]) if unpriced else self.current
+        if unpriced:
+            way = current  # never a probe while another is unpriced: the way it shows so far
+        probe = way != current
         self.since_probe = 0 if probe else self.since_probe + 1
         tok = self._tokens[t] = _Token(way, probe)
         return tok
+
+    def _provisional(self, probe: _Token) -> str:
+        """The way in use were ``probe`` priced now by its layers so far (a whole token of them): the token
+        after a probe begins while the probe's last layer runs, and waiting for it would cost a token."""
+        if not probe.layers or probe.cut:
+            return self.current
+        trial = {way: ArmCost(c.seconds, c.samples, c.recent.copy()) for way, c in self.costs.items()}
+        trial[probe.way].add(probe.wall * self.layers / probe.layers)
+        return settle(trial["fetch"], trial["host"], self.current, self.rule) if warmed(
+            trial["fetch"], trial["host"], self.rule) else self.current
 
     def layer_done(self, t: int, way: str, wall_s: float, last: bool) -> None:
         """A layer of token ``t`` ran ``way`` in ``wall_s``; ``last``: the token's last layer (it is priced)."""
