@@ -158,7 +158,10 @@ for s in "$@"; do
         # (two calls fit best: MISS_GROUPS=batch ≈ 190 s, then MISS_GROUPS=miss ≈ 300 s). Fresh box: 2 GiB model write
         # ≤ 20 s (reused in a lease), ring 6 fresh processes ≈ 40 s, batch 12 cells × (worker + CUDA ≈ 8 s, 6 × 4 tokens
         # ≈ 3 s) ≈ 130 s; miss 18 cells of 4 × 2 tokens: the host arm's gguf-py dequantizes Q4_0 on one core
-        # (35 MB/s on the loaded VM: ≈ 2-7 s a token of 254 MB) ≈ 6 × 25-60 s, the others 12 × 10 s
+        # (35 MB/s on the loaded VM: ≈ 2-7 s a token of 254 MB) ≈ 6 × 25-60 s, the others 12 × 10 s. The rebuilt
+        # batching against MADV_FREE refills (issue 34 §5): MISS_GROUPS=batch MISS_RING_RUNS=4 MISS_BATCH_ARMS='batch_misses=off;
+        # batch_misses=on;batch_misses=on release_advice=free' session-miss=150 miss-breakdown=60 ≈ 4 rings × 3 s +
+        # 18 cells × ~4 s (2026-12-04 17:00: 12 cells and 6 rings in 67 s) + the breakdown ≈ 15 s ≈ 100 s
         step session-miss "${LIMIT[session-miss]}" python3 benchmarks/bench/bench_miss.py --device cuda --dir /tmp/bench \
             --size "${MISS_SIZE:-2GiB}" --experts 64 --cache-mib "${MISS_CACHE_MIB:-1000}" --turns 6 --tokens 4 \
             --miss-turns 4 --miss-tokens 2 --rounds "${MISS_ROUNDS:-6}" --groups "${MISS_GROUPS:-batch,miss}" --cell-timeout 60 \
