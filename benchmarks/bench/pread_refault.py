@@ -4,10 +4,11 @@ expert cache releases an evicted slot: the read faults every page in and the ker
 after one ``MADV_POPULATE_WRITE`` call, and into pages still resident (as after ``MADV_FREE`` without
 memory pressure, or the ring's pinned slots).
 
-    python benchmarks/bench/pread_refault.py --file M.gguf [--slice 884736] [--reps 60]
+    python benchmarks/bench/pread_refault.py --file M.gguf [--slice 884736] [--reps 60] [--threads 1,4]
 
-Prints the median µs and GB/s of each, ``--reps`` slices each (each its own part of the file's first
-256 MiB, the states interleaved), on one thread, the file warmed first.
+Per state and thread count (``--threads``: that many threads reading side by side, as lanes do): the
+median µs of one slice and the aggregate GB/s; ``--reps`` slices a thread, each its own part of the
+file's first GiB (the destination a mapping of that size), the file warmed first.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import mmap
 import os
 import statistics
 import sys
+import threading
 import time
 
 import numpy as np
@@ -30,31 +32,54 @@ def _madvise(addr: int, n: int, advice: int) -> None:
         raise OSError(ctypes.get_errno(), f"madvise({advice})")
 
 
-def measure(path: str, nbytes: int, reps: int) -> dict[str, float]:
-    """Median seconds of one slice's pread by the destination's state."""
+def measure(path: str, nbytes: int, reps: int, threads: int = 1) -> dict[str, tuple[float, float]]:
+    """Per destination state: (median seconds of one slice's pread, aggregate GB/s of ``threads`` threads
+    each reading ``reps`` slices of their own at once)."""
     span = -(-nbytes // PAGE) * PAGE
-    size = min(os.path.getsize(path), 256 << 20) // span * span
-    if size < span:
-        raise SystemExit(f"{path}: smaller than one slice of {nbytes} B")
+    size = min(os.path.getsize(path), 1 << 30) // span * span
+    states = ("released", "released, populated first", "resident")
+    if size < span * threads * reps * len(states):
+        raise SystemExit(f"{path}: too small for {threads} thread(s) × {reps} slices × {len(states)} states of {nbytes} B "
+                         f"(its first {size >> 20} MiB are used): fewer --reps")
     fd = os.open(path, os.O_RDONLY)
     m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     base = np.frombuffer(m, dtype=np.uint8).ctypes.data
+    slots = size // span
     try:
         os.preadv(fd, [memoryview(m)], 0)  # the file's first bytes warm, the destination touched
-        times: dict[str, list[float]] = {"released": [], "released, populated first": [], "resident": []}
-        for i in range(reps):
-            for k, state in enumerate(times):  # each its own slice: no state reads bytes another left in the CPU's caches
-                off = ((i * len(times) + k) * span) % size
-                dest = memoryview(m)[off:off + nbytes]
-                if state != "resident":
+        result = {}
+        for k, state in enumerate(states):  # each state its own slices: none reads bytes another left in the CPU's caches
+            offs = [[((k + len(states) * (t + threads * i)) % slots) * span for i in range(reps)]
+                    for t in range(threads)]
+            for off in (o for per in offs for o in per):
+                if state == "resident":
+                    os.preadv(fd, [memoryview(m)[off:off + nbytes]], off)
+                else:
                     _madvise(base + off, span, MADV_DONTNEED)
-                t0 = time.perf_counter()
-                if state == "released, populated first":
-                    _madvise(base + off, span, MADV_POPULATE_WRITE)
-                os.preadv(fd, [dest], off)
-                times[state].append(time.perf_counter() - t0)
-                dest.release()
-        return {state: statistics.median(ts) for state, ts in times.items()}
+            times: list[float] = []
+            start = threading.Barrier(threads + 1)
+
+            def lane(mine: list[int]) -> None:
+                start.wait()
+                for off in mine:
+                    dest = memoryview(m)[off:off + nbytes]
+                    t0 = time.perf_counter()
+                    if state == "released, populated first":
+                        _madvise(base + off, span, MADV_POPULATE_WRITE)
+                    os.preadv(fd, [dest], off)
+                    times.append(time.perf_counter() - t0)
+                    dest.release()
+
+            workers = [threading.Thread(target=lane, args=(mine,)) for mine in offs]
+            for w in workers:
+                w.start()
+            start.wait()
+            t0 = time.perf_counter()
+            for w in workers:
+                w.join()
+            wall = time.perf_counter() - t0
+            result[state] = (statistics.median(times), threads * reps * nbytes / wall / 1e9)
+        return result
     finally:
         os.close(fd)
         del base
@@ -65,12 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--file", required=True)
     ap.add_argument("--slice", type=int, default=884_736, help="bytes a slice (the A3B-like expert: 884,736)")
-    ap.add_argument("--reps", type=int, default=60)
+    ap.add_argument("--reps", type=int, default=60, help="slices a thread reads in each state")
+    ap.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,4 (a lane each)")
     args = ap.parse_args(argv)
-    result = measure(args.file, args.slice, args.reps)
-    print(f"pread of {args.slice:,} B from the page cache, one thread, median of {args.reps}:")
-    for state, s in result.items():
-        print(f"  into {state} pages: {s * 1e6:.0f} µs, {args.slice / s / 1e9:.2f} GB/s")
+    for n in (int(x) for x in args.threads.split(",")):
+        result = measure(args.file, args.slice, args.reps, n)
+        print(f"pread of {args.slice:,} B from the page cache, {n} thread(s) at once, {args.reps} slices each:")
+        for state, (s, gbps) in result.items():
+            print(f"  into {state} pages: median {s * 1e6:.0f} µs a slice ({args.slice / s / 1e9:.2f} GB/s), "
+                  f"{gbps:.2f} GB/s in all")
     return 0
 
 

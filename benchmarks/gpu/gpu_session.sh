@@ -177,8 +177,8 @@ from pathlib import Path; from bench_session import _model; _model(Path('/tmp/be
         step miss-breakdown "${LIMIT[miss-breakdown]}" python3 benchmarks/bench/miss_breakdown.py --device cuda \
             --model /tmp/bench/bench-session-a64-e64-2048MiB.gguf --cache-mib "${MISS_CACHE_MIB:-1000}" --lanes 4 \
             --turns 4 --tokens 4 --rounds "${MISS_BREAKDOWN_ROUNDS:-1}" --out "$out/miss-breakdown.md"
-        timeout 20 python3 benchmarks/bench/pread_refault.py --file /tmp/bench/bench-session-a64-e64-2048MiB.gguf \
-            > "$out/pread-refault.txt" 2>&1 ;;  # a slice's pread into released / populated / resident pages, ≈ 1 s
+        timeout 30 python3 benchmarks/bench/pread_refault.py --file /tmp/bench/bench-session-a64-e64-2048MiB.gguf --reps 40 --threads 1,4,8 \
+            > "$out/pread-refault.txt" 2>&1 ;;  # a slice's pread into released / populated / resident pages, 1, 4, 8 threads ≈ 3 s
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;
