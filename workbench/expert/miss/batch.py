@@ -130,6 +130,10 @@ class BatchedMisses:
                     d.lanes.wait(handle)
                 except BaseException:
                     pass
+            try:
+                self.staging.device.synchronize()  # nor a copy still be reading a slot or writing the arena
+            except BaseException:
+                pass
             raise
         finally:
             d.let_go([], plan.keys)  # the lanes released their views of the cache
