@@ -229,3 +229,24 @@ def test_a_batched_session_on_the_fake_cuda_runtime_lands_exact_bytes(moe):
         tally = session.decoder.batch.tally
     assert session.verified_slices == sum(r.hits + r.misses for r in records) > 0
     assert 0 < tally.copies < tally.slices
+
+
+def test_a_read_failing_on_a_lane_fails_the_layer_and_the_session_closes_clean(moe):
+    """Every other run is waited for, the device drained, the cache's views and the slots released: the
+    session's close (the ring's, the cache's) then raises nothing and nothing stays pinned."""
+    cfg = SessionConfig(turns=2, tokens=3, experts_per_token=4, cache_mib=3, lanes=3, overlap=True,
+                        batch_misses=True, distribution="zipf")
+    s = ExpertSession(moe, HostDevice(), cfg)
+    fill, calls = s.cache.fill, []
+
+    def failing(key, reader):
+        calls.append(key)
+        if len(calls) == 7:
+            raise OSError(5, "injected read error")
+        return fill(key, reader)
+
+    s.cache.fill = failing
+    with pytest.raises(OSError, match="injected"):
+        list(s.turns())
+    assert not s.cache._pins  # every key the failed layer pinned was let go
+    s.close()  # the ring's slots and the cache's maps: no view left behind (a BufferError here)
