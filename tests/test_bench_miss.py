@@ -36,7 +36,7 @@ def test_miss_breakdown_splits_each_path_by_phase(tmp_path):
                 "| batched | lane: copy into slots |", "| batched | lane: issue a slot's copy |",
                 "| batched, MADV_FREE | lane: fill (read into the cache) |", "| batched | lane: copies issued a slice |"):
         assert row in text
-    assert text.count("\n| unbatched | ") == 3 and "turn 0 left out" in text
+    assert text.count("\n| unbatched | ") == 3 and "turn 0 left out" in text and "| batched, MADV_FREE, 4 lanes |" in text
 
 
 def test_pread_refault_reads_into_each_state_of_page(tmp_path, capsys):

@@ -1,7 +1,7 @@
-"""Where a warm miss's time goes (issue 34 §5): sessions run in this process — unbatched, batched, and
-each again with ``release_advice=free`` (MADV_FREE: an evicted slot keeps its pages, so a refill does not
-fault them in afresh) — ``--rounds`` times in ABCD DCBA order, every slice's phases timed on the thread
-that ran it.
+"""Where a warm miss's time goes (issue 34 §5): sessions run in this process — unbatched, batched, each
+again with ``release_advice=free`` (MADV_FREE: an evicted slot keeps its pages, so a refill does not fault
+them in afresh), and batched with MADV_FREE on twice the lanes — ``--rounds`` times, in order then
+reversed, every slice's phases timed on the thread that ran it.
 
     python benchmarks/bench/miss_breakdown.py --model M.gguf                  # host backend
     python benchmarks/bench/miss_breakdown.py --model M.gguf --device cuda    # what the device path adds
@@ -128,13 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     device = open_device(args.device)
     arms = {"unbatched": {}, "batched": dict(batch_misses=True),  # MADV_FREE: a refill reuses its pages
             "unbatched, MADV_FREE": dict(release_advice="free"),
-            "batched, MADV_FREE": dict(batch_misses=True, release_advice="free")}
+            "batched, MADV_FREE": dict(batch_misses=True, release_advice="free"),
+            f"batched, MADV_FREE, {2 * args.lanes} lanes": dict(batch_misses=True, release_advice="free",
+                                                                lanes=2 * args.lanes)}  # do more lanes fault faster?
     runs: dict[str, list[dict]] = {a: [] for a in arms}
     try:
         for rnd in range(args.rounds):
-            for arm in (list(arms) if rnd % 2 == 0 else list(reversed(arms))):  # ABCD, DCBA
-                cfg = SessionConfig(turns=args.turns, tokens=args.tokens, cache_mib=args.cache_mib, lanes=args.lanes,
-                                    overlap=True, compute="none", reader="pread", **arms[arm])
+            for arm in (list(arms) if rnd % 2 == 0 else list(reversed(arms))):  # in order, then reversed
+                cfg = SessionConfig(**{**dict(turns=args.turns, tokens=args.tokens, cache_mib=args.cache_mib,
+                                              lanes=args.lanes, overlap=True, compute="none", reader="pread"),
+                                       **arms[arm]})
                 runs[arm].append(one_session(index, device, cfg))
     finally:
         device.close()
@@ -142,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"Where a warm miss's time goes — {args.device}, `{Path(args.model).name}`, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.turns} turns × {args.tokens} tokens, "
              f"cache {args.cache_mib:g} MiB, {args.lanes} lanes, overlap, compute none, reader pread, warm; "
-             f"{args.rounds} sessions an arm (ABCD DCBA), turn 0 left out; per layer {first['slices'] / first['layers']:.1f} "
+             f"{args.rounds} sessions an arm (in order, then reversed), turn 0 left out; per layer {first['slices'] / first['layers']:.1f} "
              f"slices, {first['misses'] / first['layers']:.1f} misses, "
              f"{first['landed'] / first['layers'] / 2**20:.2f} MiB landed.", "",
              "| path | phase (thread) | µs a slice | GB/s on its thread |", "|---|---|---|---|"]

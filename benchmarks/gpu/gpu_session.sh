@@ -170,8 +170,8 @@ for s in "$@"; do
         python3 -m workbench.cli ledger --ledger /tmp/bench/miss.sqlite export --csv "$out/session-miss" \
             --markdown "$out/session-miss/attempts.md" > /dev/null ;;
     miss-breakdown)  # issue 34 §5: where a warm miss's time goes on cuda, unbatched / batched, each also with
-        # MADV_FREE, in one process (no worker starts), MISS_BREAKDOWN_ROUNDS (1) sessions a path of 4 × 4 tokens; reuses session-miss's
-        # 2 GiB model (else writes it, ≤ 20 s). ≈ 4 sessions × (warm 2 GiB ≈ 1 s, 4 × 4 tokens ≈ 1-2 s) + CUDA ≈ 10-15 s
+        # MADV_FREE, and batched + MADV_FREE on 8 lanes, in one process (no worker starts), MISS_BREAKDOWN_ROUNDS (1) sessions a path of 4 × 4 tokens; reuses session-miss's
+        # 2 GiB model (else writes it, ≤ 20 s). ≈ 5 sessions × (warm 2 GiB ≈ 1 s, 4 × 4 tokens ≈ 1-2 s) + CUDA ≈ 12-18 s
         [[ -f /tmp/bench/bench-session-a64-e64-2048MiB.gguf ]] || python3 -c "import sys; sys.path.insert(0, 'benchmarks/bench')
 from pathlib import Path; from bench_session import _model; _model(Path('/tmp/bench'), 2 << 30, 64, 64)"
         step miss-breakdown "${LIMIT[miss-breakdown]}" python3 benchmarks/bench/miss_breakdown.py --device cuda \
