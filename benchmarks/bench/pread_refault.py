@@ -18,10 +18,13 @@ import mmap
 import os
 import statistics
 import sys
-import threading
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probe"))
+from probe_staging import parallel  # noqa: E402
 
 MADV_DONTNEED, MADV_POPULATE_WRITE, PAGE = 4, 23, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -57,11 +60,9 @@ def measure(path: str, nbytes: int, reps: int, threads: int = 1) -> dict[str, tu
                 else:
                     _madvise(base + off, span, MADV_DONTNEED)
             times: list[float] = []
-            start = threading.Barrier(threads + 1)
 
-            def lane(mine: list[int]) -> None:
-                start.wait()
-                for off in mine:
+            def lane(t: int) -> None:
+                for off in offs[t]:
                     dest = memoryview(m)[off:off + nbytes]
                     t0 = time.perf_counter()
                     if state == "released, populated first":
@@ -70,14 +71,7 @@ def measure(path: str, nbytes: int, reps: int, threads: int = 1) -> dict[str, tu
                     times.append(time.perf_counter() - t0)
                     dest.release()
 
-            workers = [threading.Thread(target=lane, args=(mine,)) for mine in offs]
-            for w in workers:
-                w.start()
-            start.wait()
-            t0 = time.perf_counter()
-            for w in workers:
-                w.join()
-            wall = time.perf_counter() - t0
+            wall = parallel(threads, lane)
             result[state] = (statistics.median(times), threads * reps * nbytes / wall / 1e9)
         return result
     finally:
