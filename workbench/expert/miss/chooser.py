@@ -2,16 +2,19 @@
 
 :class:`TokenChooser` holds what :func:`~workbench.expert.miss.rule.next_way` decides from: each way's
 running cost per token and the way in use. The miss server asks :meth:`TokenChooser.way` as each
-(token, layer) is planned — the token's way is picked when its first layer is (with overlap a token
-begins before the one before it ends: a token begun and not priced counts in the warm-up's turns, and no
-probe begins while another is unpriced — the token after a probe runs the way the probe's layers so far
-show, priced as a whole token of them), and a probe token goes back to the other way for the rest of its
-layers once the layers it ran cost :attr:`~workbench.expert.miss.rule.AutoRule.cutoff` times the other
-way's token (its cost as it stands at each layer: the warm-up's first probe begins before the first token
-is priced) — and reports each
-layer's wall (landing, device compute, host compute) with :meth:`layer_done`. A token's cost is the sum
-of the layers it ran its way; a probe cut short is priced by its layers so far scaled to the whole token
-(as many layers again cost as much again), which the cut already showed to be the dearer way.
+(token, layer) is planned and reports each layer's wall (landing, device compute, host compute) with
+:meth:`TokenChooser.layer_done`; a token is priced when its last layer is done.
+
+* A token's way is picked when its first layer is planned. With overlap that is before the token
+  before it ends, so a token begun and not yet priced counts in the warm-up's turns, and no probe begins
+  while another is unpriced: the token after a probe runs the way the probe's layers so far show
+  (priced as a whole token of them).
+* A probe goes back to the other way for the rest of its layers once the layers it ran cost
+  :attr:`~workbench.expert.miss.rule.AutoRule.cutoff` times the other way's token, that cost as it
+  stands at each layer (the warm-up's first probe begins before the first token is priced).
+* A token's cost is the sum of the layers it ran its way; a probe cut short is priced by its layers so
+  far scaled to the whole token (as many layers again cost as much again): the cut already showed it the
+  dearer way.
 """
 from __future__ import annotations
 
