@@ -174,7 +174,7 @@ def test_engine_ab_notebook_compares_two_engines_with_their_phases(space, tmp_pa
 
     model = write_synthetic(tmp_path / "m.safetensors", format="safetensors", layout="dense", size=2 * MiB).path
     commands = [f"{{python}} {ENGINES / 'safetensors_engine.py'} {{file}}",
-                f"{sys.executable} {ENGINES / 'numpy_engine.py'} {model} --stall-ms 300"]
+                f"{sys.executable} {ENGINES / 'numpy_engine.py'} {model} --stall-ms 1500"]
     out = tmp_path / "exports"
     nb = execute("06_engine_ab.ipynb", tmp_path / "06.ipynb", commands=commands, labels=["st", "np"],
                  marker="model ready", start_marker="phase imports", file=str(model), runs=3,
