@@ -52,7 +52,8 @@ WALL_KEYS = ("wall_name", "wall_gbps", "staged_of_wall", "wall_note")  # the mis
 # (workbench.expert.prefetch.tally; -1 where no predictor ran: --prefetch route, or no overlap)
 TOKEN_KEYS = ("token_s", "token_stall_s")
 PREFETCH_KEYS = ("prefetch_named", "prefetch_right", "prefetch_routed", "prefetch_bytes", "prefetch_unused_bytes",
-                 "prefetch_never_used_bytes", "prefetch_late_bytes", "prefetch_idle_bytes", "prefetch_dropped")
+                 "prefetch_never_used_bytes", "prefetch_late_bytes", "prefetch_idle_bytes", "prefetch_dropped",
+                 "prefetch_layers", "prefetch_skipped_layers", "prefetch_skipped_named", "prefetch_skipped_bytes")
 MISS_KEYS = ("miss_fetched", "miss_host", "miss_host_bytes", "host_compute_s", "miss_host_hits", "miss_fetch_token_s",
              "miss_host_token_s", "miss_probe_tokens", "miss_probe_s")
 
@@ -158,6 +159,10 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     prefetch_late_bytes: int = -1  # of the unused, routed by a later token while still cached (a hit)
     prefetch_idle_bytes: int = -1  # read ahead, live and unused as the turn ended
     prefetch_dropped: int = -1  # entries the cache had no room for (its budget held by entries in use)
+    prefetch_layers: int = -1  # (token, layer)s staged for: the ones named/right/routed count (-1: before counted)
+    prefetch_skipped_layers: int = -1  # (token, layer)s planned to run on the host: nothing staged, not scored
+    prefetch_skipped_named: int = -1  # experts the predictor named for them
+    prefetch_skipped_bytes: int = -1  # bytes those would have read (not live then): what the skip saved
     # how misses were served (--miss; workbench.expert.miss): experts, not entries; -1 recorded before
     miss_fetched: int = -1  # misses read, landed and computed on the device
     miss_host: int = -1  # misses computed on the host from the file's mapping (never admitted to the cache)

@@ -102,6 +102,10 @@ class SessionSummary:
     prefetch_late_bytes: int = -1
     prefetch_idle_bytes: int = -1  # the last turn's: read ahead, still live and unused at the end
     prefetch_dropped: int = -1
+    prefetch_layers: int = -1  # (token, layer)s staged for: what precision and recall are over
+    prefetch_skipped_layers: int = -1  # planned to run on the host (--miss host|auto): nothing staged, not scored
+    prefetch_skipped_named: int = -1
+    prefetch_skipped_bytes: int = -1  # what those would have read: the reads the skip saved
     prefetch_precision: float | None = None
     prefetch_recall: float | None = None
     # how misses were served (--miss; workbench.expert.miss.server.miss_fields): experts; -1/None recorded before

@@ -223,7 +223,15 @@ def _predicted(f: dict[str, float]) -> str:
     shown = lambda v: "—" if v < 0 else f"{v:.2f}"  # noqa: E731
     return (f", prefetch precision {shown(f['precision'])} recall {shown(f['recall'])}, read ahead "
             f"{f['prefetch MiB/token']:.2f} MiB/token ({f['unused MiB/token']:.2f} unused by its layer, "
-            f"{f['never used MiB/token']:.2f} never used)")
+            f"{f['never used MiB/token']:.2f} never used){_skipped(f)}")
+
+
+def _skipped(f: dict[str, float]) -> str:
+    """What a predictor did not stage because the layers ran on the host (nothing when none did)."""
+    if f.get("skipped share", -1.0) <= 0:
+        return ""
+    return (f"; {f['skipped share']:.0%} of its layers ran on the host, skipped (not scored; "
+            f"{f['skipped MiB/token']:.2f} MiB/token not staged)")
 
 
 _TURN_HEADER = (f"{'turn':>4} {'tok/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'hit':>5} {'read s':>7} {'upl s':>6} {'book s':>6} {'comp s':>7} "

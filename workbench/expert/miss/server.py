@@ -1,7 +1,12 @@
 """Serves a layer's misses the way ``--miss`` asks, for the decode loop (:mod:`workbench.expert.decode`).
 
-The loop calls two hooks per (token, layer):
+The loop calls two hooks per (token, layer), and a predictor's prefetch a third before them:
 
+* :meth:`MissServer.plan_way` as a predictor stages ahead of the layer (with overlap, while the layer
+  before it computes): the way the layer runs, fixed then, so nothing is staged for a layer the host
+  computes (:class:`~workbench.expert.prefetch.PrefetchStage` skips it and counts it). Under ``auto`` a
+  token's way is chosen when its first layer is planned, so the next token's way is known when its first
+  layer is staged for: the moment ``--prefetch route``'s planning (which splits there) chooses it too.
 * :meth:`MissServer.split` as the layer's routing becomes keys (when it is planned: ahead of its turn
   with overlap): an expert whose every blob is in the cache is a hit and lands on the device; any other
   is a miss, fetched (read, landed, computed on the device: today's path) or computed on the host from
@@ -82,12 +87,20 @@ class MissServer:
         self.auto = TokenChooser(len(self.layers), rule) if mode == "auto" else None
         self.tally = MissTally()
         self._steps: dict[tuple[int, int], _Step] = {}
+        self._ways: dict[tuple[int, int], str] = {}  # planned ahead by a prefetch, not yet split
+
+    def plan_way(self, t: int, i: int) -> str:
+        """``"fetch"`` or ``"host"``: the way token ``t``'s layer position ``i`` runs, fixed now (its
+        :meth:`split` keeps it). Under ``host`` every layer's misses are the host's; hits still land."""
+        if (t, i) not in self._ways:
+            self._ways[(t, i)] = self.mode if self.auto is None else self.auto.way(t)
+        return self._ways[(t, i)]
 
     def split(self, t: int, i: int, experts: Sequence[int]) -> list[int]:
         """The experts of token ``t``, layer position ``i`` to land on the device; the rest are kept
         for :meth:`step_done` to compute on the host."""
         blobs = self.by_layer[self.layers[i]]
-        way = self.mode if self.auto is None else self.auto.way(t)
+        way = self._ways.pop((t, i), None) or (self.mode if self.auto is None else self.auto.way(t))
         device, host, fetched, host_hits = [], [], 0, 0
         for e in experts:
             if all((b, e) in self.cache for b in blobs):
@@ -145,6 +158,7 @@ class MissServer:
     def reset(self) -> None:
         """Drop the steps planned and not run (a turn that failed midway)."""
         self._steps.clear()
+        self._ways.clear()
         if self.auto is not None:
             self.auto.reset()
 

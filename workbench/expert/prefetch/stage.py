@@ -2,7 +2,11 @@
 
 ``ahead(t, i)`` runs where the loop plans the next layer (while this one computes, with ``overlap``):
 the predictor names experts for layer ``i`` of token ``t``; a named entry already live is pinned (kept
-from eviction, no lookup counted), any other is admitted and read on a lane. ``land(t, i, ahead)``
+from eviction, no lookup counted), any other is admitted and read on a lane. Unless the layer runs on
+the host: the miss server fixes the layer's way as it is planned (``MissServer.plan_way``: ``--miss
+host``, or an ``auto`` token the host computes, every expert where it lies), and such a layer stages
+nothing — what the predictor named is counted as skipped, not scored (it is still asked, so a seeded
+oracle names the same experts for a layer whichever way the layers before it ran). ``land(t, i, ahead)``
 runs when the layer comes: its routing is read and told to the predictor, the named set scored
 against it, and every routed entry looked up — one this layer's prefetch admitted is waited for (it
 was counted a miss when admitted, as the route-ahead counts its reads), one an earlier prefetch left
@@ -35,6 +39,7 @@ class Ahead:
     named: list[int]
     pinned: list[SliceKey] = field(default_factory=list)
     reads: dict[SliceKey, tuple[Any, str]] = field(default_factory=dict)
+    skipped: bool = False  # planned to run on the host: nothing staged, not scored
 
 
 class PrefetchStage:
@@ -56,6 +61,9 @@ class PrefetchStage:
 
     def ahead(self, d: Any, t: int, i: int) -> Ahead:
         named = [int(e) for e in dict.fromkeys(self.predictor.predict(t, i))]
+        miss = getattr(d, "miss", None)
+        if miss is not None and miss.plan_way(t, i) == "host":
+            return self._skip(d, i, named)
         staged = Ahead(named)
         for key in (SliceKey(blob, e) for e in named for blob in d.by_layer[d.trace.layers[i]]):
             if key in staged.reads or key in staged.pinned:
@@ -77,11 +85,21 @@ class PrefetchStage:
             self._unused[key] = nbytes
         return staged
 
+    def _skip(self, d: Any, i: int, named: list[int]) -> Ahead:
+        """A layer the host computes: nothing staged; what would have been read, counted."""
+        keys = [SliceKey(blob, e) for e in named for blob in d.by_layer[d.trace.layers[i]]]
+        with d.timed("bookkeeping"):
+            absent = [key for key in keys if key not in d.cache]
+        self.tally.prefetch_skipped_layers += 1
+        self.tally.prefetch_skipped_named += len(named)
+        self.tally.prefetch_skipped_bytes += sum(d.cache.layouts[k.blob].slice(k.expert)[1] for k in absent)
+        return Ahead(named, skipped=True)
+
     def land(self, d: Any, t: int, i: int, staged: Ahead | None) -> list[tuple[SliceKey, int, int]]:
         self._settle(d)
         routed = d.route(t, i)
         self.predictor.observe(t, i, routed)
-        if staged is not None:
+        if staged is not None and not staged.skipped:
             self.tally.score(staged.named, routed)
         keys = d.device_keys(t, i, routed) if hasattr(d, "device_keys") else \
             [SliceKey(blob, e) for e in routed for blob in d.by_layer[d.trace.layers[i]]]  # --miss: expert.miss

@@ -42,6 +42,15 @@ def _prefetch(ts: Sequence[Any], which: str) -> float:
     return total(which) / _tokens(ts) / 2**20
 
 
+def _skipped_share(ts: Sequence[Any]) -> float:
+    """Of the layers a predictor was asked about, those planned to run on the host (nothing staged, not
+    scored); -1 where no predictor ran or the turns were recorded before the skip was counted."""
+    if any(getattr(t, "prefetch_named", -1) < 0 or getattr(t, "prefetch_skipped_layers", -1) < 0 for t in ts):
+        return -1.0
+    skipped = sum(t.prefetch_skipped_layers for t in ts)
+    return skipped / max(1, skipped + sum(t.prefetch_layers for t in ts))
+
+
 # metric → (per-cell value from the turns after the first, higher is better?)
 METRICS: dict[str, tuple[Callable[[Sequence[Any]], float], bool]] = {
     "tok/s": (lambda ts: sum(t.tokens for t in ts) / max(1e-12, sum(t.seconds for t in ts)), True),
@@ -72,9 +81,17 @@ SHOWN: dict[str, Callable[[Sequence[Any]], float]] = {
     "prefetch MiB/token": lambda ts: _prefetch(ts, "prefetch_bytes"),
     "unused MiB/token": lambda ts: _prefetch(ts, "prefetch_unused_bytes"),
     "never used MiB/token": lambda ts: _prefetch(ts, "prefetch_never_used_bytes"),
+    # layers run on the host: a predictor stages nothing there, and precision and recall leave them out
+    "skipped share": _skipped_share,
+    "skipped MiB/token": lambda ts: _prefetch(ts, "prefetch_skipped_bytes") if _skipped_share(ts) >= 0 else -1.0,
     # how misses were served (--miss): what a miss arm changes by design; -1 for turns recorded before
     "host share": lambda ts: (sum(t.miss_host for t in ts) / max(1, sum(t.miss_host + t.miss_fetched for t in ts))
                               if all(t.miss_fetched >= 0 for t in ts) else -1.0),
+    # the miss path's like-for-like rate (issue 34 §5): expert bytes landed on the device over the time the
+    # tokens waited; against a ring's rate it is the share the goal names; its ratio is 1 / the stall's when
+    # both arms land the same bytes; -1 where nothing stalled
+    "landed GB/s over stall": lambda ts: (sum(t.landed_bytes for t in ts) / 1e9 / sum(turn_tokens(ts, "token_stall_s"))
+                                          if sum(turn_tokens(ts, "token_stall_s")) > 0 else -1.0),
     "fetch ms/token": lambda ts: sum(t.stall_read_s + t.stall_upload_s for t in ts) / _tokens(ts) * 1e3,
     "host ms/token": lambda ts: sum(t.host_compute_s for t in ts) / _tokens(ts) * 1e3,
     "device ms/token": lambda ts: sum(t.compute_s for t in ts) / _tokens(ts) * 1e3,
