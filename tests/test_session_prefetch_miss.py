@@ -24,11 +24,6 @@ def moe64(synth_model):
     return synth_model("gguf", "moe", alignment=64, size=16 << 20, experts=64)
 
 
-@pytest.fixture(autouse=True)
-def locks(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
-
-
 def _session(index, **kw):
     cfg = SessionConfig(**({"turns": TURNS, "tokens": TOKENS, "cache_mib": 2, "experts_per_token": 4, "lanes": 2,
                             "overlap": True, "verify": True} | kw))
