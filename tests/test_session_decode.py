@@ -80,11 +80,17 @@ def test_overlap_hides_reads_behind_compute(moe64, slow_reads):
 
 
 def test_lanes_read_in_parallel(moe64, slow_reads):
-    records, report = run(moe64, turns=2, tokens=2, lanes=4, reader="pread", cache_mib=4)
-    assert report.summary.read_queue_depth > 1.5  # four lanes kept more than one read in flight
-    one, rep1 = run(moe64, turns=2, tokens=2, lanes=1, reader="pread", cache_mib=4)
-    assert rep1.summary.read_queue_depth == pytest.approx(1.0, abs=0.05)
-    assert report.summary.stall_read_s < rep1.summary.stall_read_s
+    # one lane, four, four, one (abba): a load burst or drift on a busy box falls on both sides; one run
+    # each, four lanes once stalled 0.57x of one lane's time (loaded 2-core VM), expected ~0.25x
+    stall = {1: 0.0, 4: 0.0}
+    for lanes in (1, 4, 4, 1):
+        _, report = run(moe64, turns=2, tokens=2, lanes=lanes, reader="pread", cache_mib=4)
+        if lanes == 4:
+            assert report.summary.read_queue_depth > 1.5  # four lanes kept more than one read in flight
+        else:
+            assert report.summary.read_queue_depth == pytest.approx(1.0, abs=0.05)
+        stall[lanes] += report.summary.stall_read_s
+    assert stall[4] < stall[1], stall
 
 
 def test_the_turn_breakdown_adds_up(moe64):
