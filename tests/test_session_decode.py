@@ -170,7 +170,7 @@ def test_inflight_meter_measures_depth():
 
     def job(_reader):
         barrier.wait()
-        time.sleep(0.05)
+        time.sleep(0.5)  # long beside the lanes' start spread (tens of ms on a loaded box: 2.16 at 50 ms)
         return None
     before = pool.meter.snapshot()
     handles = [pool.submit(job, "pread", __file__) for _ in range(3)]
