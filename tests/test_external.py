@@ -46,8 +46,10 @@ def test_marker_stops_the_clock_and_kills_the_group(tmp_path: Path) -> None:
 
 
 def test_marker_never_printed_times_out() -> None:
+    # the timeout covers the interpreter's start-up, which a loaded box can stretch towards 0.5 s (the
+    # line not yet printed): 3 s leaves it time to arrive; the engine sleeps 60 s, so a hang still fails
     out = time_external(_py("import time; print('still loading', flush=True); time.sleep(60)"),
-                        r"loaded", timeout_s=0.5)
+                        r"loaded", timeout_s=3)
     assert out.load_s is None and "timed out" in out.error and "still loading" in out.error
 
 
