@@ -157,7 +157,8 @@ def test_engine_ab_interleaves_records_builds_phases_and_a_verdict_with_its_inte
     assert files[0].path == os.path.realpath(sys.executable)
     # Phases: the engine's own lines, stored per run; the stall shows where the slow one loses.
     assert {"imports", "open", "weights", "checksum"} <= set(base.runs[0].phases)
-    assert all(r.phases["stall"] == pytest.approx(1.5, abs=0.1) for r in cand.runs)
+    # the engine's own clock around its sleep: never under 1.5 s, and over it by what a loaded box adds
+    assert all(1.499 <= r.phases["stall"] < 2.5 for r in cand.runs), [r.phases["stall"] for r in cand.runs]
     # The start marker: window = start → end, spawn → end kept as the wall (imports are outside).
     engine = cand.runs[0].report.external
     assert engine.start_s is not None and engine.marker_s > engine.start_s
