@@ -320,7 +320,7 @@ def test_engine_ab_exports_and_figures(st_model, ab_env, tmp_path: Path) -> None
     assert names[0] == "imports" and names[-1] == "unattributed" and len(names) == 8 and "init" in names
     assert names.index("header") < names.index("stall") < names.index("checksum")  # the order lines came in
     stall = next(t for t in fig.data if t.name == "stall")
-    assert stall.y[0] == 0 and stall.y[1] == pytest.approx(50, abs=40)
+    assert stall.y[0] == 0 and 49.9 <= stall.y[1] < 500  # ms: a 50 ms sleep, never shorter, stretched by load
 
 
 def test_default_labels_say_what_tells_the_commands_apart() -> None:
