@@ -22,9 +22,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("file")
     parser.add_argument("--idle-s", type=float, default=60.0, help="how long to live after the ready line")
-    parser.add_argument("--init-ms", type=float, default=40.0,
+    parser.add_argument("--init-ms", type=float, default=150.0,
                         help="a device start-up stand-in before the weights, so the window is long enough to "
-                             "time from outside even on a loaded machine")
+                             "time from outside even on a loaded machine (at 40 ms a reader scheduled late "
+                             "can get the start and end marker in one read: the run fails)")
     args = parser.parse_args()
     t = phase("imports", t_spawn)
     time.sleep(args.init_ms / 1e3)
