@@ -283,16 +283,18 @@ def test_a_deferred_copy_reads_its_source_when_it_runs() -> None:
 
 
 def inject(monkeypatch: pytest.MonkeyPatch, device: Any, *, fail_at: int = 0, delay: float = 0.0,
-           gate: threading.Event | None = None) -> None:
+           gate: threading.Event | None = None, hold: threading.Event | None = None) -> None:
     """The device's register_host / alloc_pinned (one of them per slot with source anon or alloc) wait
-    ``delay`` seconds each, and the ``fail_at``-th call (1-based; 0: none) raises instead, once ``gate``
-    is set (when given)."""
+    until ``hold`` is set (when given; 10 s at most), then ``delay`` seconds each, and the ``fail_at``-th
+    call (1-based; 0: none) raises instead, once ``gate`` is set (when given)."""
     calls = [0]
     for name in ("register_host", "alloc_pinned"):
         real = getattr(device, name)
 
         def wrapped(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
             calls[0] += 1
+            if hold is not None:
+                hold.wait(10)
             if delay:
                 time.sleep(delay)
             if calls[0] == fail_at:
@@ -341,10 +343,13 @@ def test_background_ring_provides_every_slot_each_its_own_memory(device: Any) ->
 def test_the_first_background_slot_comes_before_the_rest_and_close_stops_the_thread(
         device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     before = device.usage()
-    inject(monkeypatch, device, delay=0.25)
+    first = threading.Event()
+    inject(monkeypatch, device, delay=0.25, hold=first)
     ring = StagingRing(device, 20, 4096, source="alloc", provision="background")  # ~5 s to provision all
-    # the constructor did not wait for a slot (each takes 0.25 s: a margin a loaded 2-core VM keeps)
-    assert ring.provision_s < 0.25
+    # the constructor did not wait for a slot: none can be made until ``first`` is set, so one that waited
+    # would return only after the hold's 10 s, with a slot (was provision_s < 0.25: a loaded box's margin)
+    assert ring.slots == [] and ring.provision_s < 10
+    first.set()
     slot = ring.acquire()
     assert len(ring.slots) < 20
     ring.release(slot)
