@@ -19,7 +19,7 @@ from workbench.expert.session_config import check_config
 from workbench.ledger import Ledger
 from workbench.upload.host import HostDevice
 
-DECIDED = ("hits", "misses", "bytes_read", "evictions")
+DECIDED = ("hits", "misses", "bytes_read", "evictions", "miss_fetched")  # miss_fetched: the miss server's count
 
 
 @pytest.fixture(scope="module")

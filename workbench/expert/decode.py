@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Collection, Iterator, Protocol, Sequence
 
 from workbench.expert.cache import ExpertCache, SliceKey
 from workbench.expert.compute import LayerCompute
@@ -167,10 +167,11 @@ class Decoder:
     def _keys(self, t: int, i: int) -> list[SliceKey]:
         return self.device_keys(t, i, self.route(t, i))
 
-    def device_keys(self, t: int, i: int, routed: Sequence[int]) -> list[SliceKey]:
+    def device_keys(self, t: int, i: int, routed: Sequence[int], staged: Collection[int] = ()) -> list[SliceKey]:
         """The keys of the routed experts landed on the device (with ``--miss host|auto`` the miss
-        server keeps the others, to compute on the host once the layer has run)."""
-        experts = routed if self.miss is None else self.miss.split(t, i, routed)
+        server keeps the others, to compute on the host once the layer has run); ``staged``: experts this
+        layer's prefetch read (in the cache already, but misses: the miss server counts them fetched)."""
+        experts = routed if self.miss is None else self.miss.split(t, i, routed, staged)
         return [SliceKey(blob, e) for e in experts for blob in self.by_layer[self.trace.layers[i]]]
 
     def _fetch_mark(self) -> tuple[float, float]:

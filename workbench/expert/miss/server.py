@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from workbench.errors import ParamError
 from workbench.expert.miss.chooser import TokenChooser
@@ -96,14 +96,16 @@ class MissServer:
             self._ways[(t, i)] = self.mode if self.auto is None else self.auto.way(t)
         return self._ways[(t, i)]
 
-    def split(self, t: int, i: int, experts: Sequence[int]) -> list[int]:
+    def split(self, t: int, i: int, experts: Sequence[int], staged: Collection[int] = ()) -> list[int]:
         """The experts of token ``t``, layer position ``i`` to land on the device; the rest are kept
-        for :meth:`step_done` to compute on the host."""
+        for :meth:`step_done` to compute on the host. ``staged``: experts this layer's prefetch read
+        ahead (a predictor's, split when the layer comes): cached by now, but fetched misses, as the
+        cache counts them and as ``--prefetch route``'s planning (split before its reads) finds them."""
         blobs = self.by_layer[self.layers[i]]
         way = self._ways.pop((t, i), None) or (self.mode if self.auto is None else self.auto.way(t))
         device, host, fetched, host_hits = [], [], 0, 0
         for e in experts:
-            if all((b, e) in self.cache for b in blobs):
+            if e not in staged and all((b, e) in self.cache for b in blobs):
                 if self.auto is not None and way == "host":  # a host token: every expert where it lies
                     host.append(e)
                     host_hits += 1

@@ -101,7 +101,8 @@ class PrefetchStage:
         self.predictor.observe(t, i, routed)
         if staged is not None and not staged.skipped:
             self.tally.score(staged.named, routed)
-        keys = d.device_keys(t, i, routed) if hasattr(d, "device_keys") else \
+        fresh = {key.expert for key in staged.reads} if staged is not None else set()
+        keys = d.device_keys(t, i, routed, fresh) if hasattr(d, "device_keys") else \
             [SliceKey(blob, e) for e in routed for blob in d.by_layer[d.trace.layers[i]]]  # --miss: expert.miss
         plan, again, kept = LayerPlan(keys), [], []
         own = staged.reads if staged is not None else {}
