@@ -30,13 +30,16 @@ def test_miss_breakdown_splits_each_path_by_phase(tmp_path):
                             alignment=64, seed=3).path
     out = tmp_path / "b.md"
     assert miss_breakdown.main(["--model", str(model), "--cache-mib", "4", "--turns", "3", "--tokens", "2",
-                                "--lanes", "2", "--rounds", "1", "--out", str(out)]) == 0
+                                "--lanes", "2", "--rounds", "1", "--out", str(out), "--arms",
+                                "unbatched,batched,batched free,batched free 2x,unbatched recycle"]) == 0
     text = out.read_text()
     for row in ("| unbatched | lane: fill (read into the cache) |", "| unbatched | decode: put (every landed slice) |",
                 "| batched | lane: copy into slots |", "| batched | lane: issue a slot's copy |",
-                "| batched, MADV_FREE | lane: fill (read into the cache) |", "| batched | lane: copies issued a slice |"):
+                "| batched free | lane: fill (read into the cache) |", "| batched | lane: copies issued a slice |",
+                "| unbatched recycle | decode: admit (a miss: evictions; recycle's moves) |"):
         assert row in text
-    assert text.count("\n| unbatched | ") == 3 and "turn 0 left out" in text and "| batched, MADV_FREE, 4 lanes |" in text
+    assert text.count("\n| unbatched | ") == 4 and "turn 0 left out" in text and "| batched free 2x |" in text
+    assert miss_breakdown.main(["--model", str(model), "--arms", "unbatched,keep"]) == 2  # an unknown arm
 
 
 def test_pread_refault_reads_into_each_state_of_page(tmp_path, capsys):

@@ -1,6 +1,7 @@
 """Where a warm miss's time goes (issue 34 §5): sessions run in this process — unbatched, batched, each
 again with ``release_advice=free`` (MADV_FREE: an evicted slot keeps its pages, so a refill does not fault
-them in afresh), and batched with MADV_FREE on twice the lanes — ``--rounds`` times, in order then
+them in afresh) and with ``release_advice=recycle`` (the evicting miss takes the evicted pages into its
+slot), and batched with MADV_FREE on twice the lanes (``--arms`` picks) — ``--rounds`` times, in order then
 reversed, every slice's phases timed on the thread that ran it.
 
     python benchmarks/bench/miss_breakdown.py --model M.gguf                  # host backend
@@ -8,7 +9,8 @@ reversed, every slice's phases timed on the thread that ran it.
 
 Unbatched, a lane's job is the cache's ``fill`` (the read into the slice's slot; timed around the call
 on the lane), and the decode thread waits for it (read), then ``put``\\ s every landed slice, hit or miss,
-to the device and drains (upload; ``put`` timed per call). Batched, the lanes' own tally
+to the device and drains (upload; ``put`` timed per call). Either way the decode thread's ``admit`` of a miss
+(its evictions, and under recycle the moves) is timed per call. Batched, the lanes' own tally
 (:class:`~workbench.expert.miss.lane_stage.StageTally`: fill, copy into page-locked slots, waiting for a
 slot, issuing a slot's copy) and the decode thread's waits. Turn 0 (the cache filling) is left out; the
 page cache is warmed before each session. Per path: µs a slice and GB/s of each phase on its thread, the
@@ -60,16 +62,17 @@ def one_session(index, device, cfg: SessionConfig) -> dict:
     """One session; its phases after turn 0 (see the module docstring)."""
     for f in index.files:
         warm_file(f.path)
-    fill, put, drain = _Timed(), _Timed(), _Timed()
+    fill, put, drain, admit = _Timed(), _Timed(), _Timed(), _Timed()
     with ExpertSession(index, device, cfg) as s:
         size = lambda key, reader: s.cache.layouts[key.blob].slice(key.expert)[1]  # noqa: E731
         s.cache.fill = fill.wrap(s.cache.fill, size)
+        s.cache.admit = admit.wrap(s.cache.admit)
         s.decoder.uploader.put = put.wrap(s.decoder.uploader.put, lambda arena, at, view: len(view))
         s.decoder.uploader.drain = drain.wrap(s.decoder.uploader.drain)
         batch, rest = s.decoder.batch, []
         for n, record in enumerate(s.turns()):
             if n == 0:  # the cache filling: left out
-                for timed in (fill, put, drain):
+                for timed in (fill, put, drain, admit):
                     timed.s, timed.n, timed.nbytes = 0.0, 0, 0
                 if batch is not None:
                     batch.tally = StageTally()
@@ -78,7 +81,7 @@ def one_session(index, device, cfg: SessionConfig) -> dict:
     layers = sum(r.tokens for r in rest) * len(s.trace.layers)
     tally = batch.tally if batch is not None else StageTally()
     return dict(
-        records=rest, layers=layers, fill=fill, put=put, drain=drain, tally=tally,
+        records=rest, layers=layers, fill=fill, put=put, drain=drain, admit=admit, tally=tally,
         misses=sum(r.misses for r in rest), slices=sum(r.misses + r.hits for r in rest),
         read_bytes=sum(r.bytes_read for r in rest), landed=sum(r.landed_bytes for r in rest),
         tok_s=sum(r.tokens for r in rest) / sum(r.seconds for r in rest),
@@ -94,7 +97,8 @@ def _rate(nbytes: int, s: float) -> str:
 def rows(label: str, runs: list[dict]) -> list[str]:
     """One row per phase: µs a slice (a fill: a miss) and GB/s on its thread, medians over runs."""
     med = lambda f: statistics.median(f(r) for r in runs)  # noqa: E731
-    out = []
+    out = [f"| {label} | decode: admit (a miss: evictions; recycle's moves) | "
+           f"{med(lambda r: 1e6 * r['admit'].s / max(r['admit'].n, 1)):.0f} | — |"]
     if runs[0]["tally"].slices == 0:  # unbatched: the wrapped calls (the uploader's, unused batched)
         out.append(f"| {label} | lane: fill (read into the cache) | {med(lambda r: 1e6 * r['fill'].s / max(r['fill'].n, 1)):.0f} "
                    f"| {med(lambda r: r['fill'].nbytes / r['fill'].s / 1e9 if r['fill'].s else 0):.2f} |")
@@ -122,15 +126,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-mib", type=float, default=64.0)
     ap.add_argument("--lanes", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--arms", default="unbatched,batched,unbatched free,batched free,unbatched recycle,batched recycle",
+                    help="comma-separated, of: unbatched, batched, each optionally with ' free' or ' recycle' "
+                         "(the release advice), and 'batched free 2x' (twice the lanes)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    known = {"unbatched": {}, "batched": dict(batch_misses=True),  # MADV_FREE: a refill reuses its pages
+             "unbatched free": dict(release_advice="free"),
+             "batched free": dict(batch_misses=True, release_advice="free"),
+             "unbatched recycle": dict(release_advice="recycle"),  # the evicting miss takes the pages
+             "batched recycle": dict(batch_misses=True, release_advice="recycle"),
+             "batched free 2x": dict(batch_misses=True, release_advice="free", lanes=2 * args.lanes)}
+    names = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in names if a not in known]
+    if unknown or not names:
+        print(f"miss_breakdown: --arms: {', '.join(unknown) or 'none named'} not of {', '.join(known)}", file=sys.stderr)
+        return 2
     index = open_index(args.model)
     device = open_device(args.device)
-    arms = {"unbatched": {}, "batched": dict(batch_misses=True),  # MADV_FREE: a refill reuses its pages
-            "unbatched, MADV_FREE": dict(release_advice="free"),
-            "batched, MADV_FREE": dict(batch_misses=True, release_advice="free"),
-            f"batched, MADV_FREE, {2 * args.lanes} lanes": dict(batch_misses=True, release_advice="free",
-                                                                lanes=2 * args.lanes)}  # do more lanes fault faster?
+    arms = {a: known[a] for a in names}
     runs: dict[str, list[dict]] = {a: [] for a in arms}
     try:
         for rnd in range(args.rounds):
@@ -141,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[arm].append(one_session(index, device, cfg))
     finally:
         device.close()
-    first = runs["unbatched"][0]
+    first = runs[names[0]][0]
     lines = [f"Where a warm miss's time goes — {args.device}, `{Path(args.model).name}`, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.turns} turns × {args.tokens} tokens, "
              f"cache {args.cache_mib:g} MiB, {args.lanes} lanes, overlap, compute none, reader pread, warm; "

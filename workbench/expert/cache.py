@@ -2,7 +2,8 @@
 
 Entries are (blob, expert) slices staged into their slot of the blob's :class:`Reservation` (slots
 per placement: :mod:`workbench.expert.layout`). Staging commits the pages the entry touches;
-eviction releases pages (``madvise`` with the ``release_advice``: :class:`Reservation`) by one of two rules:
+eviction releases pages (``madvise`` with the ``release_advice``: :class:`Reservation`; ``recycle`` gives
+them to the miss that evicted them first: :mod:`workbench.expert.recycle`) by one of two rules:
 
 * ``boundary_release="off"`` — only the pages the entry *fully* covers: exact while slots own whole
   pages, but under the in-place placement every slice shares its first and last page with a
@@ -30,13 +31,15 @@ from typing import Hashable, NamedTuple, Sequence
 import numpy as np
 
 from workbench.errors import ParamError
-from workbench.expert.cache_options import BOUNDARY_RELEASE, DEFAULT_READER, GATE_SCOPES, _check_args
+from workbench.expert.cache_options import (BOUNDARY_RELEASE, DEFAULT_READER, GATE_SCOPES, _check_args, files_resident,
+                                            gated_reader)
 from workbench.expert.cache_state import CacheCounters, CacheFacts, CacheMemory, MutableCounters
 from workbench.expert.layout import leak_bound_pages, layout_blobs
 from workbench.expert.memory import PAGE, Reservation, resident_and_lazyfree
 from workbench.expert.placement import pages_fully_covered, pages_touched, releasable_pages
 from workbench.expert.policy import EvictionPolicy, make_policy
 from workbench.expert.readers import ReadOutcome, SliceReader, make_reader, resolve_reader
+from workbench.expert.recycle import refill
 from workbench.formats.index import ExpertBlob
 
 __all__ = ["BOUNDARY_RELEASE", "DEFAULT_READER", "GATE_SCOPES", "CacheCounters", "CacheFacts", "CacheMemory",
@@ -64,7 +67,8 @@ class ExpertCache:
         ``"inplace"``, ``"bounce"`` or ``"aligned"`` (see :mod:`workbench.expert.layout`).
     boundary_release, release_advice
         ``"on"`` (release a boundary page once no live entry touches it) or ``"off"`` (the leak);
-        ``"dontneed"`` or ``"free"`` (``MADV_FREE``: lazily) — how pages are handed back.
+        ``"dontneed"``, ``"free"`` (``MADV_FREE``: lazily) or ``"recycle"`` (an admission's evicted pages
+        moved into its own slot, the rest ``MADV_DONTNEED``) — how pages are handed back.
     reader
         ``"pread"``, ``"direct-bounce"``, ``"direct-inplace"`` or ``"auto"`` (by placement:
         :data:`DEFAULT_READER`); O_DIRECT falls back to pread per file where refused, noted in :attr:`facts`.
@@ -92,6 +96,7 @@ class ExpertCache:
         note = "; ".join(dict.fromkeys(n for _, n in resolved.values() if n))
         self._readers: dict[tuple[str, str], SliceReader] = {}
         self._maps = [Reservation(lay.reserve, release_advice) for lay in self.layouts]
+        self._spares: list[tuple[int, int, int]] | None = None  # recycle: (blob, first page, pages) evicted in admit
         self._refs = [np.zeros(m.pages, dtype=np.int32) for m in self._maps]
         self._committed = [np.zeros(m.pages, dtype=bool) for m in self._maps]
         self._live: dict[SliceKey, int] = {}  # key → payload bytes
@@ -99,7 +104,7 @@ class ExpertCache:
         self._live_bytes = 0
         self._c = MutableCounters()
         self.gate, self.gate_scope = gate, gate_scope
-        self.file_gate_resident = (_file_resident(self.files) >= gate
+        self.file_gate_resident = (files_resident(self.files) >= gate
                                    if gate is not None and gate_scope == "file" else None)
         self.facts = CacheFacts(placement, report, self.reader_kinds[self.files[0]], note, boundary_release,
                                 getattr(self._policy, "name", type(self._policy).__name__), budget_bytes,
@@ -124,16 +129,24 @@ class ExpertCache:
         accounted now, its bytes arrive with :meth:`fill`. Returns the reader kind it must be read with."""
         offset, nbytes = self.layouts[key.blob].slice(key.expert)
         room = getattr(self._policy, "make_room", None)  # per-layer caches evict by count (expert.policies)
-        for victim in room(key, self._pins) if room else ():
-            self.evict(victim)
-        while room is None and self._live and self._live_bytes + nbytes > self.budget:
-            try:
-                victim = self._policy.victim(self._pins)
-            except LookupError:
-                raise ParamError("cache", "budget", f"{self.budget} B cannot hold the {len(self._pins)} expert "
-                                 "slices in use at once (a layer's routed experts)") from None
-            self.evict(victim)
         pages = self._touched(key)
+        self._spares = [] if self.facts.release_advice == "recycle" else None  # evict() leaves its pages here
+        try:
+            for victim in room(key, self._pins) if room else ():
+                self.evict(victim)
+            while room is None and self._live and self._live_bytes + nbytes > self.budget:
+                try:
+                    victim = self._policy.victim(self._pins)
+                except LookupError:
+                    raise ParamError("cache", "budget", f"{self.budget} B cannot hold the {len(self._pins)} expert "
+                                     "slices in use at once (a layer's routed experts)") from None
+                self.evict(victim)
+            if self._spares:
+                self._c.recycled_pages += refill(self._maps, self._committed[key.blob], self._spares, key.blob, pages)
+        finally:
+            spares, self._spares = self._spares or [], None
+            for blob, first, n in spares:  # what the miss did not take goes back now
+                self._maps[blob].release(first, n)
         self._refs[key.blob][pages.start:pages.stop] += 1
         self._committed[key.blob][pages.start:pages.stop] = True
         self._live[key] = nbytes
@@ -193,7 +206,10 @@ class ExpertCache:
         else:
             pages = pages_fully_covered(slot, extent, PAGE)
         if len(pages):
-            self._maps[key.blob].release(pages.start, len(pages))
+            if self._spares is not None:  # recycle, inside admit(): the miss may take them (recycle.refill)
+                self._spares.append((key.blob, pages.start, len(pages)))
+            else:
+                self._maps[key.blob].release(pages.start, len(pages))
             committed[pages.start:pages.stop] = False
             self._c.released_pages += len(pages)
         self._c.evictions += 1
@@ -225,16 +241,8 @@ class ExpertCache:
 
     def _reader_kind(self, key: SliceKey) -> str:
         file = self.file_of(key)
-        if self.gate is None:
-            return self.reader_kinds[file]
-        if self.gate_scope == "file":
-            resident = bool(self.file_gate_resident)
-        else:
-            from workbench.io.pagecache import resident_fraction
-
-            first, end = self.blobs[key.blob].span
-            resident = resident_fraction(file, first, end - first) >= self.gate
-        return "pread" if resident else self.reader_kinds[file]
+        return gated_reader(self.reader_kinds[file], self.gate, self.gate_scope, self.file_gate_resident, file,
+                            self.blobs[key.blob].span)
 
     def _extent(self, key: SliceKey) -> tuple[int, int]:
         lay = self.layouts[key.blob]
@@ -290,10 +298,3 @@ class ExpertCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _file_resident(files: Sequence[str]) -> float:
-    """The whole model's resident fraction, by pages, over every file."""
-    from workbench.io.pagecache import resident_pages
-
-    counts = [resident_pages(f) for f in files]
-    return sum(r for r, _ in counts) / max(1, sum(t for _, t in counts))

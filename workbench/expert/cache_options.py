@@ -30,3 +30,28 @@ def _check_args(blobs: Sequence[ExpertBlob], budget: int, placement: str, releas
     largest = max(n for b in blobs for _, n in b.slices)
     if budget < largest:
         raise ParamError("cache", "budget", f"{budget} B cannot hold one expert slice ({largest} B)")
+
+
+def gated_reader(kind: str, gate: float | None, scope: str, file_resident: bool | None, file: str,
+                 span: tuple[int, int]) -> str:
+    """The reader kind a miss in ``span`` of ``file`` is read with: the file's ``kind``, or ``"pread"`` where
+    the gate finds the page cache holding at least ``gate`` of its blob (``scope`` ``"blob"``, measured
+    now) or of the whole model (``"file"``: ``file_resident``, measured when the cache opened)."""
+    if gate is None:
+        return kind
+    if scope == "file":
+        resident = bool(file_resident)
+    else:
+        from workbench.io.pagecache import resident_fraction
+
+        first, end = span
+        resident = resident_fraction(file, first, end - first) >= gate
+    return "pread" if resident else kind
+
+
+def files_resident(files: Sequence[str]) -> float:
+    """The whole model's resident fraction, by pages, over every file."""
+    from workbench.io.pagecache import resident_pages
+
+    counts = [resident_pages(f) for f in files]
+    return sum(r for r, _ in counts) / max(1, sum(t for _, t in counts))

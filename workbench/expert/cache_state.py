@@ -26,6 +26,7 @@ class CacheCounters:
     released_pages: int = 0
     hit_bytes: int = 0  # payload bytes served by live entries (no read)
     gated_reads: int = 0  # misses read buffered because the gate found them resident in the page cache
+    recycled_pages: int = 0  # release_advice="recycle": evicted pages a miss's slot took instead of fresh ones
 
     def minus(self, earlier: "CacheCounters") -> "CacheCounters":
         return CacheCounters(*(getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)))
@@ -77,7 +78,7 @@ class CacheFacts:
     reserved_bytes: int
     leak_bound_pages: int = 0  # pages some slot only partly covers: what release=off can leak at most
     files: int = 1
-    release_advice: str = "dontneed"  # how released pages are handed back: dontneed | free (MADV_FREE)
+    release_advice: str = "dontneed"  # how released pages are handed back: dontneed | free (MADV_FREE) | recycle
 
 
 class MutableCounters:

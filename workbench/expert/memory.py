@@ -6,7 +6,10 @@ committed the first time it is written, and :meth:`Reservation.release` hands it
 faults a fresh zeroed page in) or ``"free"`` (``MADV_FREE``, Linux >= 4.5: the kernel keeps the page
 until memory pressure and takes lazily-freed pages first; a write before then reuses it without a
 fault or zeroing, and the page is the process's again). Either way the cache counts the page as
-released. Transparent huge pages are switched off for it — with THP one written byte could
+released. ``"recycle"`` hands back with ``MADV_DONTNEED`` too, but first lets the cache move an evicted
+slot's pages, still resident, into the slot of the miss that evicted it (:meth:`Reservation.move_in`:
+``mremap`` with ``MREMAP_DONTUNMAP``, Linux >= 5.7), so the miss's read writes resident pages without a
+fault or zeroing and no page outlives the budget (:class:`~workbench.expert.cache.ExpertCache`). Transparent huge pages are switched off for it — with THP one written byte could
 commit 2 MiB and a 4 KiB release would split or keep it, and page accounting would mean nothing.
 
 What is really resident is measured two ways: :meth:`Reservation.resident_map` asks mincore about the
@@ -33,23 +36,65 @@ PAGE = mmap.PAGESIZE
 SMAPS_ROLLUP = "/proc/self/smaps_rollup"
 SMAPS = "/proc/self/smaps"
 # how a released page is handed back: the madvise advice's name in mmap, None where the platform has none
-RELEASE_ADVICES = {"dontneed": "MADV_DONTNEED", "free": "MADV_FREE"}
+# ("recycle": what is left over after the moves goes back with MADV_DONTNEED)
+RELEASE_ADVICES = {"dontneed": "MADV_DONTNEED", "free": "MADV_FREE", "recycle": "MADV_DONTNEED"}
+MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP = 1, 2, 4
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+# mremap through PyDLL: the call keeps the GIL (it takes microseconds). Through CDLL the decode thread gave
+# the GIL up for every move and queued behind four reading lanes to get it back: on the 2-core VM that
+# made the moves cost ~4× the decode thread's bookkeeping (docs/benchmarks/miss-host.md)
+_pylibc = ctypes.PyDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_pylibc.mremap.restype = ctypes.c_void_p
+_pylibc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_recycle_refusal: str | None = None  # probed once: "" where pages can be moved, else why not
+
+
+def _mremap(src: int, dst: int, nbytes: int) -> int:
+    """Move ``nbytes`` of pages from ``src`` to ``dst`` (both page-aligned, the source one mapping), leaving
+    the source mapped and empty; 0 on success, else the errno."""
+    got = _pylibc.mremap(ctypes.c_void_p(src), nbytes, nbytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                       ctypes.c_void_p(dst))
+    return ctypes.get_errno() or -1 if got in (None, _MAP_FAILED) else 0
+
+
+def recycle_refusal() -> str:
+    """Why this platform cannot move a page between two anonymous mappings (mremap with
+    ``MREMAP_DONTUNMAP``: Linux >= 5.7), or "" where it can: probed once with two scratch pages."""
+    global _recycle_refusal
+    if _recycle_refusal is None:
+        a = mmap.mmap(-1, PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        b = mmap.mmap(-1, PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            a[:1] = b"\x5a"
+            src, dst = (ctypes.addressof(ctypes.c_char.from_buffer(m)) for m in (a, b))
+            err = _mremap(src, dst, PAGE)
+            _recycle_refusal = ("" if err == 0 and b[:1] == b"\x5a" else
+                                f"mremap cannot move pages here ({os.strerror(err) if err > 0 else 'wrong bytes'}; "
+                                "MREMAP_DONTUNMAP needs Linux >= 5.7)")
+        finally:
+            a.close()
+            b.close()
+    return _recycle_refusal
 
 
 def release_advice_flag(advice: str, scope: str = "cache") -> int:
     """The madvise flag for ``advice``; a one-line ParamError for an unknown advice or one this
-    platform lacks (``MADV_FREE`` needs Linux >= 4.5 and a Python built against it): no fallback."""
+    platform lacks (``MADV_FREE`` needs Linux >= 4.5 and a Python built against it, ``recycle`` an
+    mremap that moves pages: Linux >= 5.7): no fallback."""
     if advice not in RELEASE_ADVICES:
         raise ParamError(scope, "release_advice", f"{advice!r} is not one of {', '.join(RELEASE_ADVICES)}")
     flag = getattr(mmap, RELEASE_ADVICES[advice], None)
     if flag is None:
         raise ParamError(scope, "release_advice", f"{advice}: this platform's mmap has no "
                          f"{RELEASE_ADVICES[advice]} (Linux >= 4.5 needed)")
+    if advice == "recycle" and recycle_refusal():
+        raise ParamError(scope, "release_advice", f"recycle: {recycle_refusal()}")
     return flag
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 class Reservation:
@@ -81,6 +126,16 @@ class Reservation:
         """Hand whole pages back with the release advice (``MADV_DONTNEED``: now; ``MADV_FREE``: lazily)."""
         if n_pages > 0:
             self._map.madvise(self._advice, first_page * PAGE, n_pages * PAGE)
+
+    def move_in(self, source: "Reservation", first_page: int, to_page: int, n_pages: int) -> bool:
+        """Move ``source``'s pages ``[first_page, +n_pages)`` to this reservation's ``[to_page, +n_pages)``
+        (what was mapped there goes; the source pages are left mapped and empty, as after MADV_DONTNEED):
+        no copy, no fault, no zeroing. False where the kernel refused (the source range spans two
+        mappings, or the process is out of mappings): nothing moved."""
+        if not (0 <= first_page and first_page + n_pages <= source.pages and 0 <= to_page
+                and to_page + n_pages <= self.pages and n_pages > 0):
+            raise ValueError(f"move_in({first_page}, {to_page}, {n_pages}): outside the reservations")
+        return _mremap(source.address + first_page * PAGE, self.address + to_page * PAGE, n_pages * PAGE) == 0
 
     def resident_map(self) -> np.ndarray:
         """Per-page residency (bool) of the whole reservation, from mincore."""

@@ -192,6 +192,7 @@ class ExpertSession:
             shift_copy_bytes=c.shift_copy_bytes, shift_copy_s=c.shift_copy_s, resident_bytes=mem.resident_bytes,
             gated_reads=c.gated_reads, lazyfree_bytes=mem.lazyfree_bytes, file_rss_bytes=status.file_bytes,
             cpu_user_s=ru1.ru_utime - ru0.ru_utime, cpu_sys_s=ru1.ru_stime - ru0.ru_stime,
+            recycled_pages=c.recycled_pages,
             token_s=tuple(timers.token_s), token_stall_s=tuple(timers.token_stall_s),
             **(self.prefetch.tally.to_json() if self.prefetch is not None else {}), **served.to_json(),
             **(self._pressure.after(disk) if self._pressure is not None else {}))

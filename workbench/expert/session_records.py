@@ -41,7 +41,7 @@ DECODE_TURN_KEYS = ("hit_rate", "compute_s", "stall_read_s", "stall_upload_s", "
 MEMORY_TURN_KEYS = ("rss_bytes", "swap_bytes", "cg_usage_bytes", "cg_pgmajfault", "cg_refaults", "cg_reclaimed",
                     "cg_limit_hits", "cg_swap_bytes", "swap_in", "swap_out", "cg_lazyfreed")
 TURN_EXTRAS = ("shift_copy_bytes", "shift_copy_s", "resident_bytes", "gated_reads", "lazyfree_bytes", "cpu_user_s",
-               "cpu_sys_s")
+               "cpu_sys_s", "recycled_pages")
 # the process's mapped file pages (every turn), then, under --memory-limit, what the turn's pressure hit:
 # the model against everything else (workbench.expert.pressure_turn; -1 without a limit)
 PRESSURE_KEYS = ("file_rss_bytes", "model_lost_bytes", "model_fetched_bytes", "model_reread_bytes",
@@ -134,6 +134,9 @@ ceilings recorded — filled in by the runner, :mod:`workbench.measure.session.w
     # (about one while the threads take turns on one lock, more while they run side by side); -1: not recorded
     cpu_user_s: float = -1.0
     cpu_sys_s: float = -1.0
+    # release_advice="recycle": pages of misses' slots that were evicted pages taken over (moved in or
+    # shared in place) instead of faulted in fresh; 0 under the other advices
+    recycled_pages: int = 0
     file_rss_bytes: int = -1
     model_lost_bytes: int = -1
     model_fetched_bytes: int = -1

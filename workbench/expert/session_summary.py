@@ -80,6 +80,7 @@ class SessionSummary:
     steady_slope_pct: float = DEFAULT_SLOPE_PCT
     lazyfree_bytes_last: int = 0  # last turn: resident pages handed back with MADV_FREE (out of the two above)
     lazyfree_bytes_max: int = 0
+    recycled_pages: int = 0  # every turn's: evicted pages misses' slots took over (release_advice="recycle")
     # every token of every turn (the first turn's cache filling included): workbench.records.token_tail
     token_n: int = 0  # tokens the percentiles rest on (0: turns recorded before tokens were)
     token_p50_ms: float | None = None
@@ -187,6 +188,7 @@ def summarize(records: Sequence[TurnRecord], facts: SessionFacts, verified_slice
         shift_copy_s=sum(max(0.0, r.shift_copy_s) for r in records),
         shift_copy_bytes_per_token=total("shift_copy_bytes") / tokens, steady_window=window, steady_slope_pct=slope_pct,
         lazyfree_bytes_last=last.lazyfree_bytes, lazyfree_bytes_max=max(r.lazyfree_bytes for r in records),
+        recycled_pages=sum(r.recycled_pages for r in records),
         **tail_fields(records), **tally_fields(records), **miss_fields(records),
     )
 

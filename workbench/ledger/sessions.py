@@ -93,7 +93,8 @@ def session_facts(a: dict[str, Any]) -> str:
         return "—"
     head, _, tail = str(facts.get("placement_report", "")).partition(" — ")
     advice = facts.get("release_advice", "dontneed")
-    lazily = f" (advice {advice}: pages handed back lazily)" if advice != "dontneed" else ""
+    lazily = {"dontneed": "", "recycle": f" (advice {advice}: evicted pages taken over by misses)"}.get(
+        advice, f" (advice {advice}: pages handed back lazily)")
     return f"{head} ({tail}); reader {facts.get('reader')}; release {facts.get('boundary_release')}{lazily}"
 
 

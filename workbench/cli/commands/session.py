@@ -38,9 +38,11 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
               help="Where slices sit in the per-layer buffers (inplace: O_DIRECT straight into place).")
 @click.option("--boundary-release", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="off reproduces the write-up's leak (boundary pages never released).")
-@click.option("--release-advice", type=click.Choice(["dontneed", "free"]), default="dontneed", show_default=True,
-              help="How evicted pages go back: dontneed (now; a miss refills fresh zeroed pages) or free "
-                   "(MADV_FREE: the kernel takes them under pressure; a miss reuses them).")
+@click.option("--release-advice", type=click.Choice(["dontneed", "free", "recycle"]), default="dontneed",
+              show_default=True,
+              help="How evicted pages go back: dontneed (now; a miss refills fresh zeroed pages), free "
+                   "(MADV_FREE: the kernel takes them under pressure; a miss reuses them) or recycle (the "
+                   "miss that evicted them takes them into its slot, mremap; the rest now).")
 @click.option("--uploader", type=click.Choice(["pageable", "pinned"]), default="pageable", show_default=True,
               help="How landed slices reach the device: pageable copies from the cache, or through a small "
                    "ring of page-locked slots.")

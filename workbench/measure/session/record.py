@@ -5,6 +5,7 @@ import dataclasses
 import statistics
 from typing import TYPE_CHECKING, Any, Callable
 
+from workbench.expert.memory import PAGE
 from workbench.expert.session_config import SessionConfig
 from workbench.expert.session_records import SessionFacts, TurnRecord
 from workbench.expert.miss.server import miss_line
@@ -213,6 +214,9 @@ def _advice(f: SessionFacts, s: Any) -> str:
     """The release advice when it is not the default: MADV_FREE leaves pages resident to mincore and RSS."""
     if f.release_advice == "dontneed":
         return ""
+    if f.release_advice == "recycle":
+        return (f"; release advice recycle: {s.recycled_pages:,} pages ({s.recycled_pages * PAGE / 2**20:,.1f} MiB) "
+                "of evicted slots taken over by the misses that evicted them (mremap), the rest MADV_DONTNEED")
     lazy = (f"{s.lazyfree_bytes_last / 2**20:,.1f} MiB LazyFree at the end (max {s.lazyfree_bytes_max / 2**20:,.1f})"
             if s.lazyfree_bytes_last >= 0 else "LazyFree unknown (the kernel reports none)")
     return (f"; release advice {f.release_advice} (MADV_FREE): {lazy}, resident to mincore and RSS, released to the "
