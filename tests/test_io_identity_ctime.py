@@ -52,6 +52,9 @@ def test_a_hash_taken_in_the_tick_of_the_files_last_change_is_not_cached(tmp_pat
     real = identity.hash_file
     monkeypatch.setattr(identity, "hash_file", lambda p: calls.append(p) or real(p))
     path = tmp_path / "m.bin"
+    # "within the tick" by an hour: a loaded box that runs the next lines more than RACY_NS (1 s) after the
+    # write would otherwise have the first hash cached, and the test would fail with correct code
+    monkeypatch.setattr(identity, "RACY_NS", 3600 * 10**9)
     path.write_bytes(b"a" * 5000)
     file_identity(path)
     file_identity(path)  # the file changed under a second ago: a same-tick change would keep its ctime
