@@ -49,5 +49,20 @@ def test_pread_refault_reads_into_each_state_of_page(tmp_path, capsys):
     f.write_bytes(bytes(range(256)) * 4096)  # 1 MiB
     assert pread_refault.main(["--file", str(f), "--slice", "12345", "--reps", "3"]) == 0
     out = capsys.readouterr().out
-    for state in ("released", "released, populated first", "resident"):
+    from workbench.expert.memory import recycle_refusal
+
+    for state in ("released", "released, populated first", "lazily freed", "resident",
+                  *(() if recycle_refusal() else ("moved in",))):
         assert f"into {state} pages: " in out
+
+
+def test_landed_over_stall_is_the_landed_bytes_over_the_tokens_stall():
+    """The figure bench_miss holds against the ring (issue 34 §5): every landed byte over every token's stall."""
+    from types import SimpleNamespace
+
+    from workbench.measure.session.ab_metrics import SHOWN
+
+    turns = [SimpleNamespace(landed_bytes=3e9, token_stall_s=(0.5, 1.0), tokens=2),
+             SimpleNamespace(landed_bytes=1e9, token_stall_s=(0.5,), tokens=1)]
+    assert SHOWN["landed GB/s over stall"](turns) == 2.0
+    assert SHOWN["landed GB/s over stall"]([SimpleNamespace(landed_bytes=1e9, token_stall_s=(0.0,), tokens=1)]) == -1.0

@@ -145,6 +145,40 @@ def test_a_full_caches_misses_fault_far_fewer_pages_in(tmp_path):
     assert faults["recycle"] < 18 * 4  # the evicted pages, moved in: written in place
 
 
+@needs_recycle
+def test_a_move_waits_for_its_read_and_an_admission_over_its_pages_runs_it_first(tmp_path):
+    """The moves run on the thread that reads the miss; until then the evicted pages stay where they are.
+    A second admission that owns those pages runs the pending move before it plans its own, and an entry
+    evicted before its read runs its moves, so no slice is moved out from under its slot."""
+    stride = 3 * PAGE
+    path, blobs = _blobs(tmp_path, stride, 8)
+    data = open(path, "rb").read()
+    with ExpertCache(path, blobs, budget_bytes=2 * stride, placement="aligned", release_advice="recycle",
+                     reader="pread") as cache:
+        k = [SliceKey(0, e) for e in range(8)]
+        cache.stage(k[0])
+        cache.stage(k[1])
+        kind = cache.admit(k[2])  # evicts k0: its pages planned for k2's slot, not moved yet
+        assert cache.counters().recycled_pages == 0 and cache.memory().resident_pages == 6
+        kind0 = cache.admit(k[0])  # evicts k1; k0's slot still holds k2's planned pages: that move runs first
+        assert cache.counters().recycled_pages == 3
+        for key, kd in ((k[0], kind0), (k[2], kind)):  # read in the other order
+            cache.complete(key, cache.fill(key, cache.reader(kd, cache.file_of(key))), kd)
+            cache.unpin(key)
+        for key in (k[0], k[2]):
+            offset, nbytes = blobs[0].slices[key.expert]
+            view = cache.view(key)
+            assert view == data[offset:offset + nbytes]
+            view.release()
+        mem = cache.memory()
+        assert cache.counters().recycled_pages == 6 and mem.resident_pages == mem.committed_pages == 6
+        kind = cache.admit(k[3])  # evicts k0 (LRU): planned into k3's slot; evicted before it is read
+        cache.unpin(k[3])
+        cache.evict(k[3])
+        mem = cache.memory()
+        assert mem.resident_pages == mem.committed_pages == 3 and cache.counters().recycled_pages == 9
+
+
 def test_a_platform_that_cannot_move_pages_is_one_param_error(tmp_path, monkeypatch):
     monkeypatch.setattr(memory, "_recycle_refusal", "mremap cannot move pages here (Invalid argument; "
                         "MREMAP_DONTUNMAP needs Linux >= 5.7)")

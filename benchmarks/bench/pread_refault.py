@@ -1,8 +1,10 @@
 """What a warm miss's read costs when its slot's pages were released (issue 34 §5): ``pread`` of one
 expert slice from the page cache into anonymous memory that was ``MADV_DONTNEED``-ed just before (as the
 expert cache releases an evicted slot: the read faults every page in and the kernel zeroes it), the same
-after one ``MADV_POPULATE_WRITE`` call, and into pages still resident (as after ``MADV_FREE`` without
-memory pressure, or the ring's pinned slots).
+after one ``MADV_POPULATE_WRITE`` call, after the slot's pages were handed back with ``MADV_FREE`` (no
+memory pressure: they are still there), into pages moved in just before from another mapping where they
+were resident (``release_advice=recycle``: one mremap, timed with the read), and into pages still
+resident (the ring's pinned slots).
 
     python benchmarks/bench/pread_refault.py --file M.gguf [--slice 884736] [--reps 60] [--threads 1,4]
 
@@ -26,7 +28,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "probe"))
 from probe_staging import parallel  # noqa: E402
 
-MADV_DONTNEED, MADV_POPULATE_WRITE, PAGE = 4, 23, 4096
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, installed or not
+from workbench.expert.memory import Reservation, move_pages, recycle_refusal  # noqa: E402
+
+MADV_DONTNEED, MADV_FREE, MADV_POPULATE_WRITE, PAGE = 4, 8, 23, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -40,13 +45,16 @@ def measure(path: str, nbytes: int, reps: int, threads: int = 1) -> dict[str, tu
     each reading ``reps`` slices of their own at once)."""
     span = -(-nbytes // PAGE) * PAGE
     size = min(os.path.getsize(path), 1 << 30) // span * span
-    states = ("released", "released, populated first", "resident")
+    states = ("released", "released, populated first", "lazily freed", "moved in", "resident")
     if size < span * threads * reps * len(states):
         raise SystemExit(f"{path}: too small for {threads} thread(s) × {reps} slices × {len(states)} states of {nbytes} B "
                          f"(its first {size >> 20} MiB are used): fewer --reps")
     fd = os.open(path, os.O_RDONLY)
     m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     base = np.frombuffer(m, dtype=np.uint8).ctypes.data
+    spares = Reservation(span * threads * reps, "recycle") if not recycle_refusal() else None  # moved-in pages' source
+    if spares is None:
+        states = tuple(s for s in states if s != "moved in")
     slots = size // span
     try:
         os.preadv(fd, [memoryview(m)], 0)  # the file's first bytes warm, the destination touched
@@ -58,26 +66,35 @@ def measure(path: str, nbytes: int, reps: int, threads: int = 1) -> dict[str, tu
                 if state == "resident":
                     os.preadv(fd, [memoryview(m)[off:off + nbytes]], off)
                 else:
-                    _madvise(base + off, span, MADV_DONTNEED)
+                    _madvise(base + off, span, MADV_FREE if state == "lazily freed" else MADV_DONTNEED)
+            if state == "moved in":  # each slice's pages resident in the spare mapping, to be moved in
+                np.frombuffer(spares.view, dtype=np.uint8).fill(1)
             times: list[float] = []
 
             def lane(t: int) -> None:
-                for off in offs[t]:
+                for i, off in enumerate(offs[t]):
                     dest = memoryview(m)[off:off + nbytes]
                     t0 = time.perf_counter()
                     if state == "released, populated first":
                         _madvise(base + off, span, MADV_POPULATE_WRITE)
+                    elif state == "moved in" and move_pages(spares.address + (t * reps + i) * span, base + off, span):
+                        raise OSError("mremap refused to move a slice's pages")
                     os.preadv(fd, [dest], off)
                     times.append(time.perf_counter() - t0)
                     dest.release()
 
             wall = parallel(threads, lane)
+            for per in offs:  # each thread's first slice holds the file's bytes (moved-in pages' stale ones overwritten)
+                if m[per[0]:per[0] + nbytes] != os.pread(fd, nbytes, per[0]):
+                    raise SystemExit(f"{path}: a slice read into {state} pages does not hold the file's bytes")
             result[state] = (statistics.median(times), threads * reps * nbytes / wall / 1e9)
         return result
     finally:
         os.close(fd)
         del base
         m.close()
+        if spares is not None:
+            spares.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -161,7 +161,12 @@ for s in "$@"; do
         # (35 MB/s on the loaded VM: ≈ 2-7 s a token of 254 MB) ≈ 6 × 25-60 s, the others 12 × 10 s. The rebuilt
         # batching against MADV_FREE refills (issue 34 §5): MISS_GROUPS=batch MISS_RING_RUNS=4 MISS_BATCH_ARMS='batch_misses=off;
         # batch_misses=on;batch_misses=on release_advice=free' session-miss=150 miss-breakdown=60 ≈ 4 rings × 3 s +
-        # 18 cells × ~4 s (2026-12-04 17:00: 12 cells and 6 rings in 67 s) + the breakdown ≈ 15 s ≈ 100 s
+        # 18 cells × ~4 s (2026-12-04 17:00: 12 cells and 6 rings in 67 s) + the breakdown ≈ 15 s ≈ 100 s.
+        # Next (2026-12-05, docs/benchmarks/miss-h200.md "Next"): batching alone, MADV_FREE alone and recycle
+        # (the evicting miss takes the evicted pages: the VM's lever), MISS_GROUPS=batch MISS_RING_RUNS=3
+        # MISS_BATCH_ARMS='batch_misses=off;batch_misses=on;release_advice=free;batch_misses=on release_advice=free;
+        # release_advice=recycle;batch_misses=on release_advice=recycle' session-miss=260 miss-breakdown=90
+        # ≈ 3 rings × 3 s + 36 cells × ~4.5 s (2026-12-04 19:01: 12 cells in 54 s) ≈ 175 s, the breakdown ≈ 30 s
         step session-miss "${LIMIT[session-miss]}" python3 benchmarks/bench/bench_miss.py --device cuda --dir /tmp/bench \
             --size "${MISS_SIZE:-2GiB}" --experts 64 --cache-mib "${MISS_CACHE_MIB:-1000}" --turns 6 --tokens 4 \
             --miss-turns 4 --miss-tokens 2 --rounds "${MISS_ROUNDS:-6}" --groups "${MISS_GROUPS:-batch,miss}" --cell-timeout 60 \
@@ -170,15 +175,18 @@ for s in "$@"; do
         python3 -m workbench.cli ledger --ledger /tmp/bench/miss.sqlite export --csv "$out/session-miss" \
             --markdown "$out/session-miss/attempts.md" > /dev/null ;;
     miss-breakdown)  # issue 34 §5: where a warm miss's time goes on cuda, unbatched / batched, each also with
-        # MADV_FREE, and batched + MADV_FREE on 8 lanes, in one process (no worker starts), MISS_BREAKDOWN_ROUNDS (1) sessions a path of 4 × 4 tokens; reuses session-miss's
-        # 2 GiB model (else writes it, ≤ 20 s). ≈ 5 sessions × (warm 2 GiB ≈ 1 s, 4 × 4 tokens ≈ 1-2 s) + CUDA ≈ 12-18 s
+        # MADV_FREE and with recycle (MISS_BREAKDOWN_ARMS: miss_breakdown.py --arms; 'batched free 2x' is 8 lanes), in
+        # one process (no worker starts), MISS_BREAKDOWN_ROUNDS (1) sessions a path of 4 × 4 tokens; reuses session-miss's
+        # 2 GiB model (else writes it, ≤ 20 s). ≈ 6 sessions × (warm 2 GiB ≈ 1 s, 4 × 4 tokens ≈ 1-2 s) + CUDA ≈ 15-25 s
         [[ -f /tmp/bench/bench-session-a64-e64-2048MiB.gguf ]] || python3 -c "import sys; sys.path.insert(0, 'benchmarks/bench')
 from pathlib import Path; from bench_session import _model; _model(Path('/tmp/bench'), 2 << 30, 64, 64)"
         step miss-breakdown "${LIMIT[miss-breakdown]}" python3 benchmarks/bench/miss_breakdown.py --device cuda \
             --model /tmp/bench/bench-session-a64-e64-2048MiB.gguf --cache-mib "${MISS_CACHE_MIB:-1000}" --lanes 4 \
-            --turns 4 --tokens 4 --rounds "${MISS_BREAKDOWN_ROUNDS:-1}" --out "$out/miss-breakdown.md"
-        timeout 30 python3 benchmarks/bench/pread_refault.py --file /tmp/bench/bench-session-a64-e64-2048MiB.gguf --reps 40 --threads 1,4,8 \
-            > "$out/pread-refault.txt" 2>&1 ;;  # a slice's pread into released / populated / resident pages, 1, 4, 8 threads ≈ 3 s
+            --turns 4 --tokens 4 --rounds "${MISS_BREAKDOWN_ROUNDS:-1}" ${MISS_BREAKDOWN_ARMS:+--arms "$MISS_BREAKDOWN_ARMS"} \
+            --out "$out/miss-breakdown.md"
+        timeout 30 python3 benchmarks/bench/pread_refault.py --file /tmp/bench/bench-session-a64-e64-2048MiB.gguf --reps 24 --threads 1,4,8 \
+            > "$out/pread-refault.txt" 2>&1 ;;  # a slice's pread into released / populated / lazily freed / moved-in /
+            # resident pages, 1, 4, 8 threads ≈ 3 s (5 states × 8 threads × 24 slices of 884,736 B fit the file's first GiB)
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;

@@ -39,7 +39,7 @@ from workbench.expert.memory import PAGE, Reservation, resident_and_lazyfree
 from workbench.expert.placement import pages_fully_covered, pages_touched, releasable_pages
 from workbench.expert.policy import EvictionPolicy, make_policy
 from workbench.expert.readers import ReadOutcome, SliceReader, make_reader, resolve_reader
-from workbench.expert.recycle import refill
+from workbench.expert.recycle import Recycler
 from workbench.formats.index import ExpertBlob
 
 __all__ = ["BOUNDARY_RELEASE", "DEFAULT_READER", "GATE_SCOPES", "CacheCounters", "CacheFacts", "CacheMemory",
@@ -96,9 +96,9 @@ class ExpertCache:
         note = "; ".join(dict.fromkeys(n for _, n in resolved.values() if n))
         self._readers: dict[tuple[str, str], SliceReader] = {}
         self._maps = [Reservation(lay.reserve, release_advice) for lay in self.layouts]
-        self._spares: list[tuple[int, int, int]] | None = None  # recycle: (blob, first page, pages) evicted in admit
         self._refs = [np.zeros(m.pages, dtype=np.int32) for m in self._maps]
         self._committed = [np.zeros(m.pages, dtype=bool) for m in self._maps]
+        self._recycler = Recycler(self._maps, self._committed, on=release_advice == "recycle")
         self._live: dict[SliceKey, int] = {}  # key → payload bytes
         self._pins: dict[SliceKey, int] = {}
         self._live_bytes = 0
@@ -130,7 +130,8 @@ class ExpertCache:
         offset, nbytes = self.layouts[key.blob].slice(key.expert)
         room = getattr(self._policy, "make_room", None)  # per-layer caches evict by count (expert.policies)
         pages = self._touched(key)
-        self._spares = [] if self.facts.release_advice == "recycle" else None  # evict() leaves its pages here
+        self._recycler.start()  # recycle: evict() leaves what it frees there, for this miss
+        ok = False
         try:
             for victim in room(key, self._pins) if room else ():
                 self.evict(victim)
@@ -141,12 +142,9 @@ class ExpertCache:
                     raise ParamError("cache", "budget", f"{self.budget} B cannot hold the {len(self._pins)} expert "
                                      "slices in use at once (a layer's routed experts)") from None
                 self.evict(victim)
-            if self._spares:
-                self._c.recycled_pages += refill(self._maps, self._committed[key.blob], self._spares, key.blob, pages)
+            ok = True
         finally:
-            spares, self._spares = self._spares or [], None
-            for blob, first, n in spares:  # what the miss did not take goes back now
-                self._maps[blob].release(first, n)
+            self._recycler.finish(key, key.blob, pages, ok)
         self._refs[key.blob][pages.start:pages.stop] += 1
         self._committed[key.blob][pages.start:pages.stop] = True
         self._live[key] = nbytes
@@ -193,6 +191,7 @@ class ExpertCache:
         """Drop a live entry and release its pages by the boundary rule."""
         if key in self._pins:
             raise ValueError(f"{key} is in use (pinned) and cannot be evicted")
+        self._recycler.take(key)  # evicted before its read: its moves run (then it releases)
         nbytes = self._live.pop(key)
         self._policy.forget(key)
         self._live_bytes -= nbytes
@@ -206,9 +205,7 @@ class ExpertCache:
         else:
             pages = pages_fully_covered(slot, extent, PAGE)
         if len(pages):
-            if self._spares is not None:  # recycle, inside admit(): the miss may take them (recycle.refill)
-                self._spares.append((key.blob, pages.start, len(pages)))
-            else:
+            if not self._recycler.evicted(key.blob, pages.start, len(pages)):
                 self._maps[key.blob].release(pages.start, len(pages))
             committed[pages.start:pages.stop] = False
             self._c.released_pages += len(pages)
@@ -220,6 +217,7 @@ class ExpertCache:
         lay = self.layouts[key.blob]
         offset, nbytes = lay.slice(key.expert)
         touched = self._touched(key)
+        self._recycler.take(key)  # recycle: the evicted pages planned for its slot, moved in on this thread
         lo, hi = touched.start * PAGE, touched.stop * PAGE
         view = self._maps[key.blob].view[lo:hi]  # the entry's own pages: all an overhang may touch
         try:
@@ -275,6 +273,7 @@ class ExpertCache:
         return self._maps[key.blob].view[slot:slot + self._live[key]]
 
     def counters(self) -> CacheCounters:
+        self._c.recycled_pages = self._recycler.recycled
         return self._c.snapshot()
 
     def memory(self, measure: bool = True) -> CacheMemory:

@@ -43,9 +43,10 @@ MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP = 1, 2, 4
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-# mremap through PyDLL: the call keeps the GIL (it takes microseconds). Through CDLL the decode thread gave
-# the GIL up for every move and queued behind four reading lanes to get it back: on the 2-core VM that
-# made the moves cost ~4× the decode thread's bookkeeping (docs/benchmarks/miss-host.md)
+# mremap goes through PyDLL: the call keeps the GIL (it takes microseconds). Through CDLL every move gave
+# the GIL up and queued behind the reading lanes to get it back: on the 2-core VM (2026-12-05) the decode
+# thread's bookkeeping grew 4.6× with the moves there, and a lane's read with its moves took 2.5× as long
+# as when the call keeps the GIL (docs/benchmarks/miss-host.md)
 _pylibc = ctypes.PyDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _pylibc.mremap.restype = ctypes.c_void_p
 _pylibc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
@@ -53,9 +54,9 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 _recycle_refusal: str | None = None  # probed once: "" where pages can be moved, else why not
 
 
-def _mremap(src: int, dst: int, nbytes: int) -> int:
-    """Move ``nbytes`` of pages from ``src`` to ``dst`` (both page-aligned, the source one mapping), leaving
-    the source mapped and empty; 0 on success, else the errno."""
+def move_pages(src: int, dst: int, nbytes: int) -> int:
+    """Move ``nbytes`` of pages from ``src`` to ``dst`` (both page-aligned; before Linux 6.17 the source
+    one mapping), leaving the source mapped and empty; 0 on success, else the errno."""
     got = _pylibc.mremap(ctypes.c_void_p(src), nbytes, nbytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
                        ctypes.c_void_p(dst))
     return ctypes.get_errno() or -1 if got in (None, _MAP_FAILED) else 0
@@ -71,7 +72,7 @@ def recycle_refusal() -> str:
         try:
             a[:1] = b"\x5a"
             src, dst = (ctypes.addressof(ctypes.c_char.from_buffer(m)) for m in (a, b))
-            err = _mremap(src, dst, PAGE)
+            err = move_pages(src, dst, PAGE)
             _recycle_refusal = ("" if err == 0 and b[:1] == b"\x5a" else
                                 f"mremap cannot move pages here ({os.strerror(err) if err > 0 else 'wrong bytes'}; "
                                 "MREMAP_DONTUNMAP needs Linux >= 5.7)")
@@ -135,7 +136,7 @@ class Reservation:
         if not (0 <= first_page and first_page + n_pages <= source.pages and 0 <= to_page
                 and to_page + n_pages <= self.pages and n_pages > 0):
             raise ValueError(f"move_in({first_page}, {to_page}, {n_pages}): outside the reservations")
-        return _mremap(source.address + first_page * PAGE, self.address + to_page * PAGE, n_pages * PAGE) == 0
+        return move_pages(source.address + first_page * PAGE, self.address + to_page * PAGE, n_pages * PAGE) == 0
 
     def resident_map(self) -> np.ndarray:
         """Per-page residency (bool) of the whole reservation, from mincore."""
