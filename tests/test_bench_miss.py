@@ -54,6 +54,8 @@ def test_pread_refault_reads_into_each_state_of_page(tmp_path, capsys):
     for state in ("released", "released, populated first", "lazily freed", "resident",
                   *(() if recycle_refusal() else ("moved in",))):
         assert f"into {state} pages: " in out
+    assert pread_refault.main(["--file", str(f), "--slice", "12345", "--reps", "3", "--huge-pages"]) == 0
+    assert "huge pages asked for" in capsys.readouterr().out
 
 
 def test_landed_over_stall_is_the_landed_bytes_over_the_tokens_stall():

@@ -6,11 +6,13 @@ memory pressure: they are still there), into pages moved in just before from ano
 were resident (``release_advice=recycle``: one mremap, timed with the read), and into pages still
 resident (the ring's pinned slots).
 
-    python benchmarks/bench/pread_refault.py --file M.gguf [--slice 884736] [--reps 60] [--threads 1,4]
+    python benchmarks/bench/pread_refault.py --file M.gguf [--slice 884736] [--reps 60] [--threads 1,4] [--huge-pages]
 
 Per state and thread count (``--threads``: that many threads reading side by side, as lanes do): the
 median µs of one slice and the aggregate GB/s; ``--reps`` slices a thread, each its own part of the
-file's first GiB (the destination a mapping of that size), the file warmed first.
+file's first GiB (the destination a mapping of that size), the file warmed first. ``--huge-pages``: the
+destination asks for transparent huge pages (``MADV_HUGEPAGE``; the cache's reservations refuse them),
+so a released slice splits the huge page it lies in, as it would in a cache with them.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def _madvise(addr: int, n: int, advice: int) -> None:
         raise OSError(ctypes.get_errno(), f"madvise({advice})")
 
 
-def measure(path: str, nbytes: int, reps: int, threads: int = 1) -> dict[str, tuple[float, float]]:
+def measure(path: str, nbytes: int, reps: int, threads: int = 1, huge: bool = False) -> dict[str, tuple[float, float]]:
     """Per destination state: (median seconds of one slice's pread, aggregate GB/s of ``threads`` threads
     each reading ``reps`` slices of their own at once)."""
     span = -(-nbytes // PAGE) * PAGE
@@ -51,6 +53,8 @@ def measure(path: str, nbytes: int, reps: int, threads: int = 1) -> dict[str, tu
                          f"(its first {size >> 20} MiB are used): fewer --reps")
     fd = os.open(path, os.O_RDONLY)
     m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if huge:
+        m.madvise(mmap.MADV_HUGEPAGE)  # before the first touch below: huge pages where the kernel has them
     base = np.frombuffer(m, dtype=np.uint8).ctypes.data
     spares = Reservation(span * threads * reps, "recycle") if not recycle_refusal() else None  # moved-in pages' source
     if spares is None:
@@ -103,10 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slice", type=int, default=884_736, help="bytes a slice (the A3B-like expert: 884,736)")
     ap.add_argument("--reps", type=int, default=60, help="slices a thread reads in each state")
     ap.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,4 (a lane each)")
+    ap.add_argument("--huge-pages", action="store_true", help="the destination asks for transparent huge pages")
     args = ap.parse_args(argv)
+    if args.huge_pages and not hasattr(mmap, "MADV_HUGEPAGE"):
+        print("pread_refault: --huge-pages: this platform's mmap has no MADV_HUGEPAGE", file=sys.stderr)
+        return 2
     for n in (int(x) for x in args.threads.split(",")):
-        result = measure(args.file, args.slice, args.reps, n)
-        print(f"pread of {args.slice:,} B from the page cache, {n} thread(s) at once, {args.reps} slices each:")
+        result = measure(args.file, args.slice, args.reps, n, args.huge_pages)
+        print(f"pread of {args.slice:,} B from the page cache, {n} thread(s) at once, {args.reps} slices each"
+              f"{', huge pages asked for' if args.huge_pages else ''}:")
         for state, (s, gbps) in result.items():
             print(f"  into {state} pages: median {s * 1e6:.0f} µs a slice ({args.slice / s / 1e9:.2f} GB/s), "
                   f"{gbps:.2f} GB/s in all")

@@ -144,7 +144,7 @@ class ExpertCache:
                 self.evict(victim)
             ok = True
         finally:
-            self._recycler.finish(key, key.blob, pages, ok)
+            self._recycler.finish(key.blob, pages, ok)
         self._refs[key.blob][pages.start:pages.stop] += 1
         self._committed[key.blob][pages.start:pages.stop] = True
         self._live[key] = nbytes
@@ -191,7 +191,6 @@ class ExpertCache:
         """Drop a live entry and release its pages by the boundary rule."""
         if key in self._pins:
             raise ValueError(f"{key} is in use (pinned) and cannot be evicted")
-        self._recycler.take(key)  # evicted before its read: its moves run (then it releases)
         nbytes = self._live.pop(key)
         self._policy.forget(key)
         self._live_bytes -= nbytes
@@ -217,7 +216,6 @@ class ExpertCache:
         lay = self.layouts[key.blob]
         offset, nbytes = lay.slice(key.expert)
         touched = self._touched(key)
-        self._recycler.take(key)  # recycle: the evicted pages planned for its slot, moved in on this thread
         lo, hi = touched.start * PAGE, touched.stop * PAGE
         view = self._maps[key.blob].view[lo:hi]  # the entry's own pages: all an overhang may touch
         try:
