@@ -70,12 +70,8 @@ class Recycler:
             kept += z - a
             mine.update(range(a, z))
             left += [(b, s0, s1 - s0) for s0, s1 in ((first, a), (z, first + n)) if s1 > s0]
-        need = np.flatnonzero(~self.committed[blob][lo:hi]) + lo  # the spares kept in place are among them
-        if mine:
-            need = np.array([p for p in need if p not in mine], dtype=np.int64)
         moved = 0
-        for run in np.split(need, np.flatnonzero(np.diff(need) != 1) + 1) if len(need) else []:
-            to, count = int(run[0]), len(run)
+        for to, count in _runs(self.committed[blob], lo, hi, mine):
             while count and left:
                 b, first, n = left.pop()
                 k = min(count, n)
@@ -87,6 +83,22 @@ class Recycler:
                 to, count = to + k, count - k
         self.recycled += kept + moved
         return left
+
+
+def _runs(committed: np.ndarray, lo: int, hi: int, mine: set[int]) -> list[tuple[int, int]]:
+    """The runs ``(first page, pages)`` of ``[lo, hi)`` not committed and not in ``mine`` (the spares kept
+    in place, uncommitted too); the common case, a slot none of whose pages is committed, without numpy's
+    per-call costs beyond one."""
+    if not mine and not committed[lo:hi].any():
+        return [(lo, hi - lo)]
+    need = [p for p in (np.flatnonzero(~committed[lo:hi]) + lo).tolist() if p not in mine]
+    out: list[tuple[int, int]] = []
+    for p in need:
+        if out and out[-1][0] + out[-1][1] == p:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((p, 1))
+    return out
 
 
 def move(maps: Sequence[Reservation], src: int, first: int, dst: int, to: int, n: int) -> list[tuple[int, int]]:
