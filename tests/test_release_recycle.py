@@ -90,6 +90,35 @@ def test_a_run_the_kernel_refuses_whole_is_moved_by_halves_and_a_page_it_refuses
         dst.close()
 
 
+@needs_recycle
+def test_a_refusal_other_than_spanning_mappings_leaves_the_run_behind_without_halving(tmp_path, monkeypatch):
+    """Out of mappings (ENOMEM): one failing call a run, not 2n - 1; the pages go back and the reads fault
+    them in, the bytes still the file's."""
+    import errno
+
+    calls = []
+
+    def refuse(src, dst, nbytes):
+        calls.append(nbytes)
+        return errno.ENOMEM
+
+    monkeypatch.setattr(memory, "move_pages", refuse)
+    path, blobs = _blobs(tmp_path, 8 * PAGE, 8)
+    data = open(path, "rb").read()
+    with ExpertCache(path, blobs, budget_bytes=2 * 8 * PAGE, placement="aligned", release_advice="recycle",
+                     reader="pread") as cache:
+        for e in range(8):
+            cache.stage(SliceKey(0, e))
+        assert len(calls) == 6 and cache.counters().recycled_pages == 0  # one call per miss that evicted
+        for key in cache.live_keys():
+            offset, nbytes = blobs[0].slices[key.expert]
+            view = cache.view(key)
+            assert view == data[offset:offset + nbytes]
+            view.release()
+        mem = cache.memory()
+        assert mem.resident_pages == mem.committed_pages == 16
+
+
 def _blobs(tmp_path, stride: int, n: int):
     index = write_raw_model(tmp_path / f"raw-{stride}.bin", [stride] * n, first=1152, tail=PAGE + 123)
     return index.path, (ExpertBlob(0, "up", n, stride, True, tuple((t.offset, t.nbytes) for t in index.tensors),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 from dataclasses import dataclass
@@ -131,12 +132,16 @@ class Reservation:
     def move_in(self, source: "Reservation", first_page: int, to_page: int, n_pages: int) -> bool:
         """Move ``source``'s pages ``[first_page, +n_pages)`` to this reservation's ``[to_page, +n_pages)``
         (what was mapped there goes; the source pages are left mapped and empty, as after MADV_DONTNEED):
-        no copy, no fault, no zeroing. False where the kernel refused (the source range spans two
-        mappings, or the process is out of mappings): nothing moved."""
+        no copy, no fault, no zeroing. False where the kernel refused because the source range spans two
+        mappings (before Linux 6.17: ``EFAULT``), OSError for any other refusal (``ENOMEM``: the process
+        is out of mappings, ``vm.max_map_count``): nothing moved either way."""
         if not (0 <= first_page and first_page + n_pages <= source.pages and 0 <= to_page
                 and to_page + n_pages <= self.pages and n_pages > 0):
             raise ValueError(f"move_in({first_page}, {to_page}, {n_pages}): outside the reservations")
-        return move_pages(source.address + first_page * PAGE, self.address + to_page * PAGE, n_pages * PAGE) == 0
+        err = move_pages(source.address + first_page * PAGE, self.address + to_page * PAGE, n_pages * PAGE)
+        if err in (0, errno.EFAULT):
+            return err == 0
+        raise OSError(err, f"mremap of {n_pages} pages: {os.strerror(err) if err > 0 else 'failed'}")
 
     def resident_map(self) -> np.ndarray:
         """Per-page residency (bool) of the whole reservation, from mincore."""

@@ -77,7 +77,10 @@ class Recycler:
                 k = min(count, n)
                 if n > k:
                     left.append((b, first + k, n - k))
-                stuck = move(self.maps, b, first, blob, to, k)
+                try:
+                    stuck = move(self.maps, b, first, blob, to, k)
+                except OSError:  # out of mappings, say: no halving (each half would fail too); the read faults
+                    stuck = [(first, k)]
                 moved += k - sum(m for _, m in stuck)
                 left += [(b, s0, m) for s0, m in stuck]  # stayed behind: handed back with the rest
                 to, count = to + k, count - k
@@ -104,7 +107,7 @@ def _runs(committed: np.ndarray, lo: int, hi: int, mine: set[int]) -> list[tuple
 def move(maps: Sequence[Reservation], src: int, first: int, dst: int, to: int, n: int) -> list[tuple[int, int]]:
     """Move ``n`` pages from ``maps[src]`` to ``maps[dst]``, halving a run the kernel refuses whole (before
     Linux 6.17 a source spanning two mappings: a run of pages moved in at different times); the source
-    runs that did not move at all."""
+    runs that did not move at all. Any other refusal (OSError from ``move_in``) propagates."""
     if maps[dst].move_in(maps[src], first, to, n):
         return []
     if n == 1:
