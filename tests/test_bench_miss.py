@@ -68,3 +68,22 @@ def test_landed_over_stall_is_the_landed_bytes_over_the_tokens_stall():
              SimpleNamespace(landed_bytes=1e9, token_stall_s=(0.5,), tokens=1)]
     assert SHOWN["landed GB/s over stall"](turns) == 2.0
     assert SHOWN["landed GB/s over stall"]([SimpleNamespace(landed_bytes=1e9, token_stall_s=(0.0,), tokens=1)]) == -1.0
+
+
+def test_admit_cost_times_each_advices_releases_and_moves(tmp_path, capsys):
+    """benchmarks/bench/admit_cost.py at a tiny size: a line an advice; recycle moves and recycles pages,
+    dontneed neither; a --warm past --lookups is one line, exit 2."""
+    import admit_cost
+    from workbench.expert.memory import recycle_refusal
+    from workbench.formats.synth import write_synthetic
+
+    model = write_synthetic(tmp_path / "m.gguf", format="gguf", layout="moe", size=8 << 20, experts=16,
+                            alignment=64, seed=5).path
+    advices = "dontneed" + ("" if recycle_refusal() else ",recycle")
+    assert admit_cost.main(["--model", str(model), "--cache-mib", "1", "--lookups", "400", "--warm", "100",
+                            "--advices", advices]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("dontneed: admit ") and "move — µs × 0, recycled pages 0," in lines[0]
+    if not recycle_refusal():
+        assert lines[1].startswith("recycle: ") and "recycled pages 0," not in lines[1] and "move — " not in lines[1]
+    assert admit_cost.main(["--model", str(model), "--lookups", "10", "--warm", "10"]) == 2
