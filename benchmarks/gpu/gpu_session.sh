@@ -185,8 +185,11 @@ from pathlib import Path; from bench_session import _model; _model(Path('/tmp/be
             --turns 4 --tokens 4 --rounds "${MISS_BREAKDOWN_ROUNDS:-1}" ${MISS_BREAKDOWN_ARMS:+--arms "$MISS_BREAKDOWN_ARMS"} \
             --out "$out/miss-breakdown.md"
         timeout 30 python3 benchmarks/bench/pread_refault.py --file /tmp/bench/bench-session-a64-e64-2048MiB.gguf --reps 24 --threads 1,4,8 \
-            > "$out/pread-refault.txt" 2>&1 ;;  # a slice's pread into released / populated / lazily freed / moved-in /
+            > "$out/pread-refault.txt" 2>&1  # a slice's pread into released / populated / lazily freed / moved-in /
             # resident pages, 1, 4, 8 threads ≈ 3 s (5 states × 8 threads × 24 slices of 884,736 B fit the file's first GiB)
+        timeout 90 python3 benchmarks/bench/admit_cost.py --model /tmp/bench/bench-session-a64-e64-2048MiB.gguf \
+            --cache-mib "${MISS_CACHE_MIB:-1000}" > "$out/admit-cost.txt" 2>&1 ;;  # an admission's µs by release
+            # advice, one thread, a fresh process each (mremap against MADV_DONTNEED) ≈ 3 × 3-10 s
     load-cold)  # the budget must end well inside the limit: the script writes its tables after the last run
         step load-cold "${LIMIT[load-cold]}" python3 benchmarks/bench/bench_load.py --device cuda --dir /tmp/bench --groups cold \
             --budget-s 390 --out "$out/load-cold" ;;
