@@ -16,10 +16,11 @@ from workbench.measure.engine.command import EngineCommand
 from workbench.measure.engine.external import time_external
 from workbench.measure.engine.target import ReadTarget
 
-SLOW_S = 1.0  # one walk of the tree, slower than a loaded machine makes it (CI: 0.26 s for three)
+SLOW_S = 1.5  # one walk of the tree, slower than a loaded machine makes it (CI: 0.26 s for three)
 # between the engine's two markers: long beside a loaded box's delay in scheduling the reader (at 80 ms the
-# bound below left 20 ms for the reader to be later on the start line than on the end line)
-GAP_S = 0.3
+# bound below left 20 ms for the reader to be later on the start line than on the end line; a reader
+# 150 ms late was seen at load 8 on the 2-core VM)
+GAP_S = 0.5
 
 
 @pytest.fixture
