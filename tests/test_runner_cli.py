@@ -247,7 +247,7 @@ def test_external_ab_of_two_engine_commands(env: Path) -> None:
     model = env / "m.safetensors"
     write_synthetic(model, format="safetensors", layout="dense", size=1 << 20)
     cmd = [sys.executable, str(ENGINES / "safetensors_engine.py"), str(model)]
-    slow = [sys.executable, str(ENGINES / "numpy_engine.py"), str(model), "--stall-ms", "1500"]
+    slow = [sys.executable, str(ENGINES / "numpy_engine.py"), str(model), "--stall-ms", "4000"]
     out = _invoke("external", "--cmd", shlex.join(cmd), "--cmd", shlex.join(slow), "--label", "st", "--label", "np",
                   "--marker", "model ready", "--start-marker", "phase imports",
                   "--phase", r"phase (?P<name>\w+): (?P<ms>[0-9.]+) ms",

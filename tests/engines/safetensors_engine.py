@@ -22,10 +22,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("file")
     parser.add_argument("--idle-s", type=float, default=60.0, help="how long to live after the ready line")
-    parser.add_argument("--init-ms", type=float, default=150.0,
+    parser.add_argument("--init-ms", type=float, default=1000.0,
                         help="a device start-up stand-in before the weights, so the window is long enough to "
-                             "time from outside even on a loaded machine (at 40 ms a reader scheduled late "
-                             "can get the start and end marker in one read: the run fails)")
+                             "time from outside even on a loaded machine (a reader scheduled later than this "
+                             "gets the start and end marker in one read and the run fails: on the 2-core VM "
+                             "at load 8-10, 2026-12-05, it did at 150 ms and at 300 ms (-n 2); longer eats "
+                             "into the A/Bs' margin against the slow engine's stall)")
     args = parser.parse_args()
     t = phase("imports", t_spawn)
     time.sleep(args.init_ms / 1e3)
