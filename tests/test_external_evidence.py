@@ -268,10 +268,12 @@ def test_reads_before_the_start_marker_are_not_the_windows(env: Path) -> None:
     from workbench.measure.engine.command import EngineCommand
 
     path = str(env / "m.gguf")
+    # the markers 1 s apart: at 0.2 s they once arrived in one read (the 2-core VM, -n 2 beside 2 busy
+    # loops, load 3, 2026-12-05 08:23 UTC), which fails the run before anything is graded
     before = ("import os, time; fd = os.open({path!r}, os.O_RDONLY)\nwhile os.read(fd, 1 << 20): pass\n"
-              "time.sleep(0.2); print('start', flush=True); time.sleep(0.2); print('loaded', flush=True); "
+              "time.sleep(0.2); print('start', flush=True); time.sleep(1.0); print('loaded', flush=True); "
               "time.sleep(30)").format(path=path)
-    inside = ("import os, time; print('start', flush=True); time.sleep(0.2); fd = os.open({path!r}, os.O_RDONLY)\n"
+    inside = ("import os, time; print('start', flush=True); time.sleep(1.0); fd = os.open({path!r}, os.O_RDONLY)\n"
               "while os.read(fd, 1 << 20): pass\nprint('loaded', flush=True); time.sleep(30)").format(path=path)
     model = _model(env)
     grades = {}
