@@ -11,7 +11,8 @@ untimed) over ``--arms`` (``;``-separated ``--ab`` texts; the first is the basel
 and ``prefetch=route`` (the routing itself, known ahead: the write-up's route-ahead, a perfect predictor),
 all with ``--lanes`` lanes, overlap and ``--compute`` on a model larger than its cache. Per cell: tok/s,
 the per-token latency p50/p99 and the per-token stall, and the predictor's precision, recall and MiB a
-token read ahead, unused by its layer and never used. Effects against the baseline: tok/s, token p50/p90/p99,
+token read ahead, unused by its layer, never used, and skipped (what it named for layers run on the host
+under ``miss=host|auto`` in an arm: their share of the layers asked, and MiB a token not staged). Effects against the baseline: tok/s, token p50/p90/p99,
 stall ms/token and stall p99 (ratios with 95 % intervals, paired by round; a p99 says what it rests on).
 
 Prints Markdown (and writes it with ``--out``); every cell is in the ledger (``--ledger``).
@@ -57,15 +58,17 @@ def predictor_rows(result) -> list[str]:
     """Per cell: the figures the effects compare for the tail, and what its predictor did."""
     shown = lambda v: "—" if v < 0 else f"{v:.2f}"  # noqa: E731
     lines = ["", "| cell | arm | round | tok/s | token p50 ms | token p99 ms (n) | stall ms/token | precision | recall | "
-                 "read ahead MiB/token | unused by its layer | never used |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "read ahead MiB/token | unused by its layer | never used | skipped share | skipped MiB/token |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n, ((i, rnd, c), f) in enumerate(zip(result.cells, result.figures)):
         if f is None:
-            lines.append(f"| {n + 1} | {result.arms[i].label} | {rnd + 1} | failed: {c.error} |" + " |" * 8)
+            lines.append(f"| {n + 1} | {result.arms[i].label} | {rnd + 1} | failed: {c.error} |" + " |" * 10)
             continue
         lines.append(f"| {n + 1} `{c.attempt_id[:8]}` | {result.arms[i].label} | {rnd + 1} | {f['tok/s']:.2f} | "
                      f"{f['token p50 ms']:.2f} | {f['token p99 ms']:.2f} ({f['tokens']:.0f}) | {f['stall ms/token']:.2f} | "
                      f"{shown(f['precision'])} | {shown(f['recall'])} | {shown(f['prefetch MiB/token'])} | "
-                     f"{shown(f['unused MiB/token'])} | {shown(f['never used MiB/token'])} |")
+                     f"{shown(f['unused MiB/token'])} | {shown(f['never used MiB/token'])} | "
+                     f"{shown(f['skipped share'])} | {shown(f['skipped MiB/token'])} |")
     return lines
 
 
