@@ -42,6 +42,12 @@ def _prefetch(ts: Sequence[Any], which: str) -> float:
     return total(which) / _tokens(ts) / 2**20
 
 
+def _landed_over_stall(ts: Sequence[Any]) -> float:
+    """Expert bytes landed on the device over the tokens' summed stall, GB/s; -1 where nothing stalled."""
+    stalled = sum(turn_tokens(ts, "token_stall_s"))
+    return sum(t.landed_bytes for t in ts) / 1e9 / stalled if stalled > 0 else -1.0
+
+
 def _skipped_share(ts: Sequence[Any]) -> float:
     """Of the layers a predictor was asked about, those planned to run on the host (nothing staged, not
     scored); -1 where no predictor ran or the turns were recorded before the skip was counted."""
@@ -90,8 +96,7 @@ SHOWN: dict[str, Callable[[Sequence[Any]], float]] = {
     # the miss path's like-for-like rate (issue 34 §5): expert bytes landed on the device over the time the
     # tokens waited; against a ring's rate it is the share the goal names; its ratio is 1 / the stall's when
     # both arms land the same bytes; -1 where nothing stalled
-    "landed GB/s over stall": lambda ts: (sum(t.landed_bytes for t in ts) / 1e9 / sum(turn_tokens(ts, "token_stall_s"))
-                                          if sum(turn_tokens(ts, "token_stall_s")) > 0 else -1.0),
+    "landed GB/s over stall": _landed_over_stall,
     "fetch ms/token": lambda ts: sum(t.stall_read_s + t.stall_upload_s for t in ts) / _tokens(ts) * 1e3,
     "host ms/token": lambda ts: sum(t.host_compute_s for t in ts) / _tokens(ts) * 1e3,
     "device ms/token": lambda ts: sum(t.compute_s for t in ts) / _tokens(ts) * 1e3,
