@@ -79,9 +79,10 @@ def _prefetched(extra: list[dict[str, Any]]) -> str:
     named, right, routed, read, unused = (sum(int(e.get(f"prefetch_{k}", 0)) for e in ran)
                                           for k in ("named", "right", "routed", "bytes", "unused_bytes"))
     ratio = lambda a, b: f"{a / b:.2f}" if b > 0 else "—"  # noqa: E731
-    skipped = [int(e.get(f"prefetch_skipped_{k}", -1)) for e in ran for k in ("layers", "bytes")]
-    host = (f"; {sum(skipped[::2]):,} layers run on the host skipped ({sum(skipped[1::2]) / 2**20:.1f} MiB not "
-            "staged), not scored" if skipped and min(skipped) >= 0 and sum(skipped[::2]) else "")
+    layers, nbytes = ([int(e.get(f"prefetch_skipped_{k}", -1)) for e in ran] for k in ("layers", "bytes"))
+    counted = min(layers + nbytes, default=-1) >= 0  # -1: turns recorded before the skip was counted
+    host = (f"; {sum(layers):,} layers run on the host skipped ({sum(nbytes) / 2**20:.1f} MiB not staged), "
+            "not scored" if counted and sum(layers) else "")
     return (f"; prefetch precision {ratio(right, named)}, recall {ratio(right, routed)}, read ahead "
             f"{read / 2**20:.1f} MiB, {unused / 2**20:.1f} unused by its layer{host}")
 
