@@ -248,3 +248,47 @@ def test_a_session_recycles_verifies_and_says_so_in_json_notes_and_ledger(synth_
     assert a["params"]["release_advice"] == "recycle" and "advice=recycle" in a["label"]
     assert "release advice recycle:" in a["notes"] and "taken over by the misses" in a["notes"]
     assert "evicted pages taken over by misses" in session_facts(a)
+
+
+def _gguf_py_moe(path):
+    """A MoE GGUF written by gguf-py (not our writer): 2 blocks × gate/up/down × 16 experts in F16, Q4_0,
+    F32, BF16 and Q8_0 — slices of 6,660–17,760 B, none a page multiple, so slots share boundary pages."""
+    from gguf import GGMLQuantizationType as Q
+    from gguf.quants import quantize
+
+    from foreign_writers import write_gguf_moe
+
+    kinds = {(0, "gate"): "F16", (0, "up"): "Q4_0", (0, "down"): "F32", (1, "gate"): "BF16", (1, "up"): "Q8_0",
+             (1, "down"): "Q4_0"}
+    rng = np.random.default_rng(11)
+
+    def add(writer):
+        for (layer, part), kind in kinds.items():
+            w = rng.standard_normal((16, 37, 320)).astype(np.float32)
+            name = f"blk.{layer}.ffn_{part}_exps.weight"
+            if kind == "F16":
+                writer.add_tensor(name, w.astype(np.float16))
+            elif kind == "F32":
+                writer.add_tensor(name, w[:, :, :120].copy())
+            elif kind == "BF16":
+                writer.add_tensor(name, (w.view(np.uint32) >> 16).astype(np.uint16), raw_dtype=Q.BF16)
+            else:
+                writer.add_tensor(name, quantize(w, Q[kind]), raw_dtype=Q[kind])
+
+    return write_gguf_moe(path, add, blocks=2, experts=16, used=4)
+
+
+@needs_recycle
+@pytest.mark.parametrize("batch", [False, True])
+def test_recycle_lands_the_bytes_of_a_file_gguf_py_wrote(tmp_path, monkeypatch, batch):
+    """Exact bytes on a file nobody here wrote: every landed slice checked against the file (--verify), with
+    evicted pages really taken over (recycled_pages > 0: the fast path engaged, not a silent fallback)."""
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    model = _gguf_py_moe(tmp_path / "gguf-py-moe.gguf")
+    out = CliRunner().invoke(main, ["session", str(model), "--turns", "4", "--tokens", "4", "--cache-mib", "0.25",
+                                    "--experts-per-token", "4", "--reader", "pread", "--release-advice", "recycle",
+                                    "--lanes", "2", "--overlap", "--verify", *(["--batch-misses"] if batch else []),
+                                    "--ledger", str(tmp_path / "l.sqlite"), "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output)["summary"]
+    assert summary["verified_slices"] > 0 and summary["recycled_pages"] > 0, summary
