@@ -228,6 +228,23 @@ def test_session_ab_over_miss_on_the_host(mixed, tmp_path):
     assert all(a["miss_fetch_token_ms"] is not None and a["miss_probe_tokens"] >= 0 for a in auto)
 
 
+@pytest.mark.parametrize("miss", ["host", "fetch"])
+def test_a_predictor_under_miss_host_stages_nothing_on_a_file_gguf_py_wrote(mixed, tmp_path, monkeypatch, miss):
+    """gguf-py's mixed-dtype experts: under --miss host every layer a predictor is asked about (3 turns x
+    (2 tokens x 2 layers - the turn's first)) is skipped and nothing is read ahead; under fetch the same
+    layers are staged for and scored, and the landed slices verified against the file."""
+    monkeypatch.setenv("WORKBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    result = CliRunner().invoke(main, [
+        "session", str(mixed), "--turns", "3", "--tokens", "2", "--cache-mib", "0.01", "--experts-per-token", "2",
+        "--miss", miss, "--prefetch", "previous", "--lanes", "2", "--overlap", "--verify",
+        "--ledger", str(tmp_path / "l.sqlite"), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    s = json.loads(result.stdout)["summary"]
+    staged, skipped = (0, 9) if miss == "host" else (9, 0)
+    assert (s["prefetch_layers"], s["prefetch_skipped_layers"]) == (staged, skipped), s
+    assert (s["prefetch_bytes"] == 0) == (miss == "host") and (s["verified_slices"] > 0) == (miss == "fetch")
+
+
 def test_bf16_experts_written_by_safetensors_match_torchs_own_widening(tmp_path):
     """A split-expert checkpoint written by the safetensors library from torch bf16 tensors: each host
     product equals torch's bf16 → f32 conversion of the same tensor times x."""
