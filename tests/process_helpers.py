@@ -14,6 +14,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def cmdline(pid: int) -> bytes:
+    """``pid``'s command line, or b"" for one that ended between a listing of processes and this read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
 def wait_for(predicate: Callable[[], bool], seconds: float, what: str | Callable[[], str]) -> None:
     """Poll ``predicate`` every 50 ms; fail naming ``what`` (a text, or a callable giving it) after ``seconds``."""
     deadline = time.monotonic() + seconds

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from process_helpers import alive, wait_for
+from process_helpers import alive, cmdline, wait_for
 
 from workbench.ledger import Ledger
 from workbench.measure.engine.external import time_external
@@ -164,7 +164,7 @@ def test_a_hung_worker_dies_with_its_sigkilled_runner(tmp_path, model, started):
 
     def worker() -> list[int]:
         return [p for p in descendants(proc.pid)
-                if b"workbench.measure.run.worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                if b"workbench.measure.run.worker" in cmdline(p)]
 
     wait_for(lambda: bool(worker()), 60, "no worker started")
     hung = worker()

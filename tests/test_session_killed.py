@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_helpers import alive, wait_for
+from process_helpers import alive, cmdline, wait_for
 
 from workbench.ledger import Ledger
 from workbench.measure.lock.reaper import descendants
@@ -55,12 +55,6 @@ def turns_recorded(ledger: Path) -> int:
 
 def mid_turn(proc: subprocess.Popen, ledger: Path, worker: list[int]) -> None:
     """Wait until the session worker runs and two turns are in the ledger (so the kill lands mid-session)."""
-    def cmdline(pid: int) -> bytes:
-        try:
-            return Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:  # a descendant that ended between the listing and the read (a short-lived child)
-            return b""
-
     def found() -> bool:
         worker[:] = [p for p in descendants(proc.pid) if b"workbench.measure.session.worker" in cmdline(p)]
         return bool(worker)

@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from process_helpers import cmdline
 
 import workbench.measure.session.pressure as pressure
 from workbench.errors import ParamError
@@ -131,7 +132,7 @@ def test_a_worker_sigkilled_under_a_balloon_is_recorded_and_the_ab_goes_on(synth
     def kill_after_turn_1(record) -> None:
         if record.turn == 1 and not seen:
             worker = next(p for p in descendants(os.getpid())
-                          if b"workbench.measure.session.worker" in Path(f"/proc/{p}/cmdline").read_bytes())
+                          if b"workbench.measure.session.worker" in cmdline(p))
             seen.update(holder=read_oom_score_adj(), worker=read_oom_score_adj(worker))
             os.kill(worker, signal.SIGKILL)
 
