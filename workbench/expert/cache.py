@@ -12,8 +12,9 @@ them to the miss that evicted them first: :mod:`workbench.expert.recycle`) by on
   the most it can leak (every page some slot only partly covers).
 * ``"on"`` — :func:`~workbench.expert.placement.releasable_pages`: also a boundary page, once no live entry touches it.
 
-The cache keeps a per-page count of live entries touching each page and whether it committed the
-page, so it can say what it believes it holds (``accounted_pages``: pages some live entry touches)
+The pages are kept by a :class:`~workbench.expert.pagebook.PageBook` (or, under ``placement="pool"``, by the
+frames of a :class:`~workbench.expert.pool.FramePool`, where nothing is ever released). The book keeps a
+per-page count of live entries touching each page and whether it committed the page, so the cache can say what it believes it holds (``accounted_pages``: pages some live entry touches)
 and what it failed to give back (``unreleased_pages``: committed, touched by nobody, whatever the advice);
 mincore measures what is resident, smaps' ``LazyFree`` what of that the kernel may take back at will.
 
@@ -28,18 +29,16 @@ from __future__ import annotations
 import os
 from typing import Hashable, NamedTuple, Sequence
 
-import numpy as np
-
 from workbench.errors import ParamError
-from workbench.expert.cache_options import (BOUNDARY_RELEASE, DEFAULT_READER, GATE_SCOPES, _check_args, files_resident,
-                                            gated_reader)
+from workbench.expert.cache_options import (BOUNDARY_RELEASE, DEFAULT_READER, GATE_SCOPES, _check_args, check_pool,
+                                            files_resident, gated_reader)
 from workbench.expert.cache_state import CacheCounters, CacheFacts, CacheMemory, MutableCounters
-from workbench.expert.layout import leak_bound_pages, layout_blobs
-from workbench.expert.memory import PAGE, Reservation, resident_and_lazyfree
-from workbench.expert.placement import pages_fully_covered, pages_touched, releasable_pages
+from workbench.expert.layout import layout_blobs
+from workbench.expert.memory import PAGE, Reservation
+from workbench.expert.pagebook import PageBook
 from workbench.expert.policy import EvictionPolicy, make_policy
+from workbench.expert.pool import FramePool, open_pool
 from workbench.expert.readers import ReadOutcome, SliceReader, make_reader, resolve_reader
-from workbench.expert.recycle import Recycler
 from workbench.formats.index import ExpertBlob
 
 __all__ = ["BOUNDARY_RELEASE", "DEFAULT_READER", "GATE_SCOPES", "CacheCounters", "CacheFacts", "CacheMemory",
@@ -64,7 +63,9 @@ class ExpertCache:
     budget_bytes
         Payload bytes the live entries may hold; at least the largest slice.
     placement
-        ``"inplace"``, ``"bounce"`` or ``"aligned"`` (see :mod:`workbench.expert.layout`).
+        ``"inplace"``, ``"bounce"`` or ``"aligned"`` (see :mod:`workbench.expert.layout`), or ``"pool"``: frames
+        of one resident pool any expert takes, never handed back, for the session to page-lock
+        (:mod:`workbench.expert.pool`; :attr:`pool`).
     boundary_release, release_advice
         ``"on"`` (release a boundary page once no live entry touches it) or ``"off"`` (the leak);
         ``"dontneed"``, ``"free"`` (``MADV_FREE``: lazily) or ``"recycle"`` (an admission's evicted pages
@@ -85,20 +86,21 @@ class ExpertCache:
                  placement: str = "inplace", boundary_release: str = "on", release_advice: str = "dontneed",
                  policy: str | EvictionPolicy = "lru", gate: float | None = None, gate_scope: str = "blob"):
         _check_args(blobs, budget_bytes, placement, boundary_release, reader, gate, gate_scope)
+        check_pool(placement, reader, boundary_release, "cache", release_advice)
         self.path, self.blobs, self.budget = os.fspath(path), tuple(blobs), budget_bytes
         self.files = tuple(dict.fromkeys(b.file or self.path for b in self.blobs))
-        self.layouts, report = layout_blobs(self.blobs, placement, PAGE)
         self._policy = make_policy(policy)
-        self._release_all = boundary_release == "on"
+        self.pool: FramePool | None = None  # the store under placement="pool", for the session to page-lock
+        if placement == "pool":  # the layouts only say where each slice lies in its file
+            self.pool, self.layouts, report = open_pool(self.blobs, budget_bytes, self._policy)
+        else:
+            self.layouts, report = layout_blobs(self.blobs, placement, PAGE)
+        self._store: PageBook | FramePool = self.pool or PageBook(self.layouts, release_advice, boundary_release)
         asked = DEFAULT_READER[placement] if reader == "auto" else reader
         resolved = {f: resolve_reader(asked, f) for f in self.files}
         self.reader_kinds = {f: kind for f, (kind, _) in resolved.items()}
         note = "; ".join(dict.fromkeys(n for _, n in resolved.values() if n))
         self._readers: dict[tuple[str, str], SliceReader] = {}
-        self._maps = [Reservation(lay.reserve, release_advice) for lay in self.layouts]
-        self._refs = [np.zeros(m.pages, dtype=np.int32) for m in self._maps]
-        self._committed = [np.zeros(m.pages, dtype=bool) for m in self._maps]
-        self._recycler = Recycler(self._maps, self._committed, on=release_advice == "recycle")
         self._live: dict[SliceKey, int] = {}  # key → payload bytes
         self._pins: dict[SliceKey, int] = {}
         self._live_bytes = 0
@@ -108,8 +110,7 @@ class ExpertCache:
                                    if gate is not None and gate_scope == "file" else None)
         self.facts = CacheFacts(placement, report, self.reader_kinds[self.files[0]], note, boundary_release,
                                 getattr(self._policy, "name", type(self._policy).__name__), budget_bytes,
-                                sum(m.nbytes for m in self._maps), leak_bound_pages(self.layouts, PAGE),
-                                len(self.files), release_advice)
+                                self._store.nbytes, self._store.leak_bound, len(self.files), release_advice)
 
     # --- the decode thread: lookups, admissions, completions --------------------------------------
     def lookup(self, key: SliceKey, pin: bool = False) -> bool:
@@ -129,13 +130,13 @@ class ExpertCache:
         accounted now, its bytes arrive with :meth:`fill`. Returns the reader kind it must be read with."""
         offset, nbytes = self.layouts[key.blob].slice(key.expert)
         room = getattr(self._policy, "make_room", None)  # per-layer caches evict by count (expert.policies)
-        pages = self._touched(key)
-        self._recycler.start()  # recycle: evict() leaves what it frees there, for this miss
+        store = self._store
+        store.begin()  # recycle: evict() leaves what it frees there, for this miss
         ok = False
         try:
             for victim in room(key, self._pins) if room else ():
                 self.evict(victim)
-            while room is None and self._live and self._live_bytes + nbytes > self.budget:
+            while self._live and ((room is None and self._live_bytes + nbytes > self.budget) or store.full()):
                 try:
                     victim = self._policy.victim(self._pins)
                 except LookupError:
@@ -144,9 +145,8 @@ class ExpertCache:
                 self.evict(victim)
             ok = True
         finally:
-            self._recycler.finish(key.blob, pages, ok)
-        self._refs[key.blob][pages.start:pages.stop] += 1
-        self._committed[key.blob][pages.start:pages.stop] = True
+            store.end(key, ok)
+        store.take(key, nbytes)
         self._live[key] = nbytes
         self._live_bytes += nbytes
         self._pins[key] = self._pins.get(key, 0) + 1
@@ -194,36 +194,21 @@ class ExpertCache:
         nbytes = self._live.pop(key)
         self._policy.forget(key)
         self._live_bytes -= nbytes
-        refs, committed = self._refs[key.blob], self._committed[key.blob]
-        touched = self._touched(key)
-        refs[touched.start:touched.stop] -= 1
-        slot, extent = self._extent(key)
-        if self._release_all:
-            left_live, right_live = refs[touched.start] > 0, refs[touched.stop - 1] > 0
-            pages = releasable_pages(slot, extent, bool(left_live), bool(right_live), PAGE)
-        else:
-            pages = pages_fully_covered(slot, extent, PAGE)
-        if len(pages):
-            if not self._recycler.evicted(key.blob, pages.start, len(pages)):
-                self._maps[key.blob].release(pages.start, len(pages))
-            committed[pages.start:pages.stop] = False
-            self._c.released_pages += len(pages)
         self._c.evictions += 1
+        self._c.released_pages += self._store.give(key)
 
     # --- any thread: reading a miss's bytes into its slot -------------------------------------------
     def fill(self, key: SliceKey, reader: SliceReader) -> ReadOutcome:
         """Read an admitted entry's bytes into its slot with ``reader`` (safe from a lane thread)."""
-        lay = self.layouts[key.blob]
-        offset, nbytes = lay.slice(key.expert)
-        touched = self._touched(key)
-        lo, hi = touched.start * PAGE, touched.stop * PAGE
-        view = self._maps[key.blob].view[lo:hi]  # the entry's own pages: all an overhang may touch
+        offset, nbytes = self.layouts[key.blob].slice(key.expert)
+        region, at = self._store.region(key)
         try:
-            # The promise holds for every placement: the region is the pages this entry commits, and
-            # inside it slot and file differ by a constant, so overhung bytes get their own contents.
-            return reader.read_into(view, lay.slots[key.expert] - lo, offset, nbytes, allow_in_place=True)
+            # The in-place promise holds for every per-blob placement: the region is the pages this entry
+            # commits, and inside it slot and file differ by a constant, so overhung bytes get their own
+            # contents. A pool's frame starts on a page: no promise.
+            return reader.read_into(region, at, offset, nbytes, allow_in_place=self._store.in_place)
         finally:
-            view.release()
+            region.release()
 
     def file_of(self, key: SliceKey) -> str:
         return self.blobs[key.blob].file or self.path
@@ -240,13 +225,6 @@ class ExpertCache:
         return gated_reader(self.reader_kinds[file], self.gate, self.gate_scope, self.file_gate_resident, file,
                             self.blobs[key.blob].span)
 
-    def _extent(self, key: SliceKey) -> tuple[int, int]:
-        lay = self.layouts[key.blob]
-        return lay.slots[key.expert], lay.extents[key.expert]
-
-    def _touched(self, key: SliceKey) -> range:
-        return pages_touched(*self._extent(key), PAGE)
-
     # --- reading back and accounting ------------------------------------------------------------
     def __contains__(self, key: Hashable) -> bool:
         return key in self._live
@@ -260,34 +238,28 @@ class ExpertCache:
 
     @property
     def reservations(self) -> tuple[Reservation, ...]:
-        """The per-blob reservations, in blob order (e.g. to page-lock them for DMA)."""
-        return tuple(self._maps)
+        """The per-blob reservations, in blob order; the pool's one mapping under ``placement="pool"``."""
+        return self._store.reservations
 
     def view(self, key: SliceKey) -> memoryview:
         """The live entry's bytes in its slot (release the view before :meth:`close`)."""
         if key not in self._live:
             raise KeyError(f"{key} is not in the cache")
-        slot = self.layouts[key.blob].slots[key.expert]
-        return self._maps[key.blob].view[slot:slot + self._live[key]]
+        return self._store.view(key, self._live[key])
 
     def counters(self) -> CacheCounters:
-        self._c.recycled_pages = self._recycler.recycled
+        self._c.recycled_pages = self._store.recycled
         return self._c.snapshot()
 
     def memory(self, measure: bool = True) -> CacheMemory:
         """Accounted vs committed vs unreleased pages, and (``measure``) resident and lazily-freed pages."""
-        accounted = sum(int(np.count_nonzero(r > 0)) for r in self._refs)
-        committed = sum(int(np.count_nonzero(c)) for c in self._committed)
-        unreleased = sum(int(np.count_nonzero(c & (r == 0))) for c, r in zip(self._committed, self._refs))
-        resident, lazy = resident_and_lazyfree(self._maps) if measure else (-1, -1)
-        return CacheMemory(len(self._live), self._live_bytes, accounted, committed, unreleased, resident, lazy)
+        return self._store.memory(len(self._live), self._live_bytes, measure)
 
     def close(self) -> None:
         for r in self._readers.values():
             r.close()
         self._readers.clear()
-        for m in self._maps:
-            m.close()
+        self._store.close()
 
     def __enter__(self) -> "ExpertCache":
         return self

@@ -11,14 +11,15 @@ from workbench.formats.index import ExpertBlob
 
 BOUNDARY_RELEASE = ("on", "off")
 GATE_SCOPES = ("blob", "file")
-DEFAULT_READER = {"inplace": "direct-inplace", "bounce": "direct-bounce", "aligned": "pread"}
+DEFAULT_READER = {"inplace": "direct-inplace", "bounce": "direct-bounce", "aligned": "pread", "pool": "pread"}
+CACHE_PLACEMENTS = (*PLACEMENTS, "pool")  # pool: not a layout of a blob's reservation (workbench.expert.pool)
 
 
 def _check_args(blobs: Sequence[ExpertBlob], budget: int, placement: str, release: str, reader: str,
                 gate: float | None, gate_scope: str) -> None:
     if not blobs:
         raise ParamError("cache", "blobs", "no expert blobs: the model is not a MoE")
-    for name, value, known in (("placement", placement, PLACEMENTS), ("boundary_release", release, BOUNDARY_RELEASE),
+    for name, value, known in (("placement", placement, CACHE_PLACEMENTS), ("boundary_release", release, BOUNDARY_RELEASE),
                                ("reader", reader, ("auto", *READERS)), ("gate_scope", gate_scope, GATE_SCOPES)):
         if value not in known:
             raise ParamError("cache", name, f"{value!r} is not one of {', '.join(known)}")
@@ -30,6 +31,19 @@ def _check_args(blobs: Sequence[ExpertBlob], budget: int, placement: str, releas
     largest = max(n for b in blobs for _, n in b.slices)
     if budget < largest:
         raise ParamError("cache", "budget", f"{budget} B cannot hold one expert slice ({largest} B)")
+
+
+def check_pool(placement: str, reader: str, release: str, scope: str, advice: str = "dontneed") -> None:
+    """One ParamError line for what a pool cannot do: read in place (no frame carries the file's remainder)
+    or hand pages back (none ever is)."""
+    if placement != "pool":
+        return
+    if reader == "direct-inplace":
+        raise ParamError(scope, "reader", "direct-inplace needs a slot placed at the file's remainder; a pool's "
+                                          "frames start on a page: use pread, pread-random or direct-bounce")
+    if release != "on" or advice != "dontneed":
+        raise ParamError(scope, "placement", "a pool never hands pages back: leave --boundary-release and "
+                                             "--release-advice at their defaults")
 
 
 def gated_reader(kind: str, gate: float | None, scope: str, file_resident: bool | None, file: str,

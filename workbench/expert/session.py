@@ -22,6 +22,7 @@ import resource
 import time
 from typing import Callable, Iterator
 
+from workbench.errors import ParamError
 from workbench.expert.cache import ExpertCache
 from workbench.expert.compute import open_compute
 from workbench.expert.decode import Decoder, SliceUploader, Timers, arena_slots
@@ -78,9 +79,10 @@ class ExpertSession:
                 boundary_release=config.boundary_release, release_advice=config.release_advice,
                 reader=config.reader, policy=policy,
                 gate=config.gate, gate_scope=config.gate_scope))
+            locked = self._lock_pool(device)
             arena_bytes = max(arena_slots([max(n for _, n in b.slices) for _ in range(k) for b in bs])[1]
                               for bs in layer_blobs.values())
-            batch = BatchedMisses(arena_bytes, device, config.lanes) if config.batch_misses else None
+            batch = BatchedMisses(arena_bytes, device, config.lanes, locked) if config.batch_misses else None
             if batch is not None:
                 self._stack.callback(batch.close)  # after the last layer landed: its slots' fences
             self._arena = device.alloc(arena_bytes * (batch.halves if batch else 1))  # batched: two layers at once
@@ -96,7 +98,7 @@ class ExpertSession:
                 self._stack.callback(self.miss.host.close)
             self.checker = self._stack.enter_context(SessionChecker(index, device, self.cache, self._arena))
             if uploader is None:
-                uploader = open_uploader(config.uploader, device, config.upload_threads)
+                uploader = open_uploader(config.uploader, device, config.upload_threads, locked)
                 self._stack.callback(uploader.close)  # after the last drain: the stack closes in reverse
         except BaseException:
             self._stack.close()
@@ -116,6 +118,19 @@ class ExpertSession:
         self._next_token = 0
         layer_set = max(layer_bytes(b, k) for b in layer_blobs.values())
         self.facts = self._facts(trace_note, working, expert_bytes, layer_set)
+
+    def _lock_pool(self, device: Device) -> bool:
+        """Page-lock the cache's pool with the device (``placement="pool"``; unlocked when the session closes):
+        True once locked, False for any other placement; one ParamError line where the device refuses."""
+        pool = self.cache.pool
+        if pool is None:
+            return False
+        handle = device.register_host(pool.mapping.view)
+        if handle is None:
+            raise ParamError("session", "placement", f"pool: {device.info().name} refused to page-lock its "
+                             f"{pool.nbytes / 2**20:,.1f} MiB (the locked-memory limit: `ulimit -l`, RLIMIT_MEMLOCK)")
+        self._stack.callback(device.unregister_host, handle)  # before the pool is unmapped: the stack unwinds
+        return True
 
     def _facts(self, trace_note: str, working: int, expert_bytes: int, layer_set: int) -> SessionFacts:
         f, c = self.cache.facts, self.config

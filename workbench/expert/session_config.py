@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from workbench.errors import ParamError
 from workbench.expert.cache import BOUNDARY_RELEASE, GATE_SCOPES
+from workbench.expert.cache_options import CACHE_PLACEMENTS, check_pool
 from workbench.expert.compute import parse_compute
-from workbench.expert.layout import PLACEMENTS
 from workbench.expert.memory import release_advice_flag
 from workbench.expert.miss.batch import check_batch
 from workbench.expert.miss.server import check_miss
@@ -30,7 +30,7 @@ class SessionConfig:
     cache_mib: float | None = None  # None: half the expert bytes, at least two tokens' working set
     cache_experts: int | None = None  # per-layer caches of N experts instead of a byte budget (expert.policies)
     experts_per_token: int | None = None  # None: the trace file's k, else a quarter of the experts (1–8)
-    placement: str = "inplace"  # inplace | bounce | aligned
+    placement: str = "inplace"  # inplace | bounce | aligned | pool (a page-locked pool of frames: expert.pool)
     boundary_release: str = "on"  # on | off
     release_advice: str = "dontneed"  # how evicted pages go back: dontneed (MADV_DONTNEED) | free (MADV_FREE)
     uploader: str = "pageable"  # pageable (copies from the cache) | pinned (through page-locked staging)
@@ -83,11 +83,12 @@ def check_config(c: SessionConfig) -> None:
     check_miss(c.miss)
     check_batch(c.batch_misses, c.lanes, c.overlap, c.prefetch, c.uploader, c.upload_threads)
     release_advice_flag(c.release_advice, "session")  # unknown, or MADV_FREE where this platform has none
-    for name, known in (("placement", PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
+    for name, known in (("placement", CACHE_PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
                         ("reader", ("auto", *READERS)), ("distribution", DISTRIBUTIONS),
                         ("gate_scope", GATE_SCOPES), ("uploader", UPLOADERS)):
         if getattr(c, name) not in known:
             raise ParamError("session", name, f"{getattr(c, name)!r} is not one of {', '.join(known)}")
+    check_pool(c.placement, c.reader, c.boundary_release, "session", c.release_advice)
 
 
 def routing(index: TensorIndex, config: SessionConfig) -> tuple[RoutingTrace, str]:

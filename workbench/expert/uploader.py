@@ -52,6 +52,17 @@ class PageableUploader:
         return "pageable copies from the cache"
 
 
+class LockedUploader(PageableUploader):
+    """Asynchronous copies straight from a page-locked cache (``placement="pool"``: :mod:`workbench.expert.pool`):
+    no staging, no bounce of the driver's; ``drain`` waits for them all."""
+
+    def put(self, arena: DeviceBuffer, at: int, view: memoryview) -> None:
+        self.device.copy_h2d(arena, at, view, asynchronous=True)
+
+    def describe(self) -> str:
+        return "asynchronous copies straight from the page-locked pool"
+
+
 class PinnedUploader:
     """Each slice copied into a page-locked slot, then sent by the slot's asynchronous copy."""
 
@@ -121,12 +132,14 @@ class ParallelUploads:
         return f"{self.inner.describe()}, by {self.threads} copy threads"
 
 
-def open_uploader(kind: str, device: Device, threads: int = 1) -> PageableUploader | PinnedUploader | ParallelUploads:
+def open_uploader(kind: str, device: Device, threads: int = 1, locked: bool = False
+                  ) -> PageableUploader | PinnedUploader | ParallelUploads:
     """The uploader a session asked for, run by ``threads`` copy threads when more than one (one
-    ParamError line for an unknown one)."""
+    ParamError line for an unknown one); ``locked``: the cache is page-locked (a pool), so the default
+    (``pageable``) copies go asynchronously straight from it."""
     if kind not in UPLOADERS:
         raise ParamError("session", "uploader", f"{kind!r} is not one of {', '.join(UPLOADERS)}")
     if not isinstance(threads, int) or threads < 1:
         raise ParamError("session", "upload_threads", f"must be an integer >= 1, got {threads!r}")
-    inner = PinnedUploader(device) if kind == "pinned" else PageableUploader(device)
+    inner = PinnedUploader(device) if kind == "pinned" else LockedUploader(device) if locked else PageableUploader(device)
     return inner if threads == 1 else ParallelUploads(inner, threads)

@@ -18,7 +18,7 @@ from workbench.cli import numbers
 from workbench.cli.exits import EXIT_HELP, finish, tally_run
 from workbench.output.untrusted import for_terminal
 
-PLACEMENTS = ("inplace", "bounce", "aligned")  # workbench.expert.PLACEMENTS, spelled out: --help stays light
+PLACEMENTS = ("inplace", "bounce", "aligned", "pool")  # expert.cache_options.CACHE_PLACEMENTS, spelled out: --help stays light
 READERS = ("auto", "pread", "direct-bounce", "direct-inplace", "pread-random")
 AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest paired by round, and a claim (>= 5)
 
@@ -35,7 +35,9 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 @click.option("--experts-per-token", type=numbers.count(1, numbers.MAX_EXPERTS), default=None,
               help="Experts routed per layer per token (default: the trace's, else a quarter of the experts, 1–8).")
 @click.option("--placement", type=click.Choice(PLACEMENTS), default="inplace", show_default=True,
-              help="Where slices sit in the per-layer buffers (inplace: O_DIRECT straight into place).")
+              help="Where slices sit in the per-layer buffers (inplace: O_DIRECT straight into place), or pool: "
+                   "frames of one page-locked pool the size of the budget, any expert in any frame, sent to the "
+                   "device straight from it.")
 @click.option("--boundary-release", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="off reproduces the write-up's leak (boundary pages never released).")
 @click.option("--release-advice", type=click.Choice(["dontneed", "free", "recycle"]), default="dontneed",

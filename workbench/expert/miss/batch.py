@@ -73,10 +73,10 @@ class BatchedMisses:
 
     halves = 2
 
-    def __init__(self, layer_bytes: int, device: Device, lanes: int):
+    def __init__(self, layer_bytes: int, device: Device, lanes: int, locked: bool = False):
         self.layer_bytes = layer_bytes  # one half of the arena: the largest layer's landed span
         self._flip = 0
-        self.staging = LaneStaging(device, lanes)
+        self.staging = LaneStaging(device, lanes, direct=locked)  # locked: the cache is a page-locked pool
         self.tally = StageTally()  # the lanes' time, every job of every layer landed so far
 
     def plan(self, d: Any, t: int, i: int) -> BatchPlan:

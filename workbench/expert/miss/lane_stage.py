@@ -14,6 +14,9 @@ The arena offsets a lane is given must run back to back (each slice at its prede
 to :data:`~workbench.expert.decode.SLOT_ALIGN`, as :meth:`BatchedMisses.plan` lays them out): a slot
 holds the padding between two slices too, and a gap wider than the padding starts a new slot, so no
 byte outside the lane's slices is ever written. A slice larger than a slot goes in slot-sized pieces.
+
+With a page-locked cache (``placement="pool"``: ``direct``) there are no slots: each slice goes to the device
+by one asynchronous copy straight from its frame, issued by the lane that read it (or, for a hit, any lane).
 """
 from __future__ import annotations
 
@@ -51,15 +54,17 @@ class StageTally:
 class LaneStaging:
     """Page-locked slots the lanes pack a layer's slices into (see the module docstring)."""
 
-    def __init__(self, device: Device, lanes: int, slot_bytes: int = SLOT_BYTES):
+    def __init__(self, device: Device, lanes: int, slot_bytes: int = SLOT_BYTES, direct: bool = False):
         self.device, self.slot_bytes = device, slot_bytes
-        self.ring = StagingRing(device, SLOTS_PER_LANE * lanes, slot_bytes, provision="first-read")
+        self.ring = None if direct else StagingRing(device, SLOTS_PER_LANE * lanes, slot_bytes, provision="first-read")
 
     def send(self, cache: Any, reader: Any, keys: Sequence[Any], at: dict[Any, int], arena: DeviceBuffer
              ) -> tuple[list[Any], StageTally]:
         """On a lane: each key filled with ``reader`` first (None: a hit, its bytes in the cache already),
-        then its bytes copied to ``arena`` at ``at[key]`` through the slots. The fills' outcomes, in order,
-        and the tally. Every view of the cache is released on return, even on error."""
+        then its bytes copied to ``arena`` at ``at[key]`` through the slots (``direct``: straight from the cache).
+        The fills' outcomes, in order, and the tally. Every view of the cache is released on return, even on error."""
+        if self.ring is None:
+            return self._send_direct(cache, reader, keys, at, arena)
         tally, outcomes = StageTally(), []
         slot, buf, base, used = None, None, 0, 0
         try:
@@ -102,6 +107,24 @@ class LaneStaging:
                 self.ring.release(slot)
         return outcomes, tally
 
+    def _send_direct(self, cache: Any, reader: Any, keys: Sequence[Any], at: dict[Any, int], arena: DeviceBuffer
+                     ) -> tuple[list[Any], StageTally]:
+        """:meth:`send` from a page-locked cache: one asynchronous copy a slice, from where it lies."""
+        tally, outcomes = StageTally(), []
+        for key in keys:
+            if reader is not None:
+                t0 = time.perf_counter()
+                outcomes.append(cache.fill(key, reader))
+                tally.fill_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            with cache.view(key) as view:
+                self.device.copy_h2d(arena, at[key], view, asynchronous=True)
+                tally.nbytes += len(view)
+            tally.issue_s += time.perf_counter() - t0
+            tally.slices += 1
+            tally.copies += 1
+        return outcomes, tally
+
     def _flush(self, slot: Any, base: int, used: int, arena: DeviceBuffer, tally: StageTally) -> None:
         """Send the slot's ``used`` bytes to ``arena`` at ``base`` and hand the slot back."""
         t0 = time.perf_counter()
@@ -115,7 +138,10 @@ class LaneStaging:
             tally.issue_s += time.perf_counter() - t0
 
     def close(self) -> None:
-        self.ring.close()
+        if self.ring is not None:
+            self.ring.close()
 
     def describe(self) -> str:
+        if self.ring is None:
+            return "lanes send each slice straight from the page-locked pool (one asynchronous copy a slice)"
         return f"lanes pack slices into page-locked slots ({self.ring.describe()})"
