@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--arms", default="unbatched,batched,unbatched free,batched free,unbatched recycle,batched recycle",
                     help="comma-separated, of: unbatched, batched, each optionally with ' free' or ' recycle' "
-                         "(the release advice), and 'batched free 2x' (twice the lanes)")
+                         "(the release advice) or ' pool' (placement=pool), and 'batched free 2x' (twice the lanes)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     known = {"unbatched": {}, "batched": dict(batch_misses=True),  # MADV_FREE: a refill reuses its pages
@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
              "batched free": dict(batch_misses=True, release_advice="free"),
              "unbatched recycle": dict(release_advice="recycle"),  # the evicting miss takes the pages
              "batched recycle": dict(batch_misses=True, release_advice="recycle"),
+             "unbatched pool": dict(placement="pool"),  # page-locked frames: reads into resident pages, DMA from them
+             "batched pool": dict(batch_misses=True, placement="pool"),
              "batched free 2x": dict(batch_misses=True, release_advice="free", lanes=2 * args.lanes)}
     names = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in names if a not in known]
