@@ -50,7 +50,7 @@ def session_warnings(*, budget: int, working_set: int, expert_bytes: int, policy
     elif budget >= expert_bytes:
         out.append(f"the cache ({budget / MiB:.1f} MiB) holds every expert ({expert_bytes / MiB:.1f} MiB): after "
                    "the first token it never misses, so nothing is read and nothing evicted")
-    if leak_bound == 0:
+    if leak_bound == 0 and placement != "pool":  # a pool has no boundary release to set
         out.append(f"placement {placement} leaves no boundary pages in this file (every slot starts and ends on a "
                    "page): boundary release on and off cannot differ")
     return tuple(out)
