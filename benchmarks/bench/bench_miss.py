@@ -54,6 +54,9 @@ OPTIONS: dict[str, tuple[object, str]] = {
                      "baseline), e.g. add 'batch_misses=on release_advice=free'"),
     "--miss-tokens": (4, "decode tokens per turn in the miss A/B (the host arm is slow: gguf-py dequantizes Q4_0)"),
     "--miss-turns": (4, "turns per cell in the miss A/B"),
+    "--miss-arms": ("miss=fetch;miss=host;miss=auto", "the miss group's arms, ';'-separated (the first the baseline; "
+                    "auto is placed against the faster fixed arm run beside it: leave the host out only where it "
+                    "is known slower, to afford longer sessions)"),
     "--cell-timeout": (300.0, "seconds a cell"), "--ledger": (None, "default: a fresh ledger next to the model"),
     "--out": (None, "also write the Markdown here"),
 }
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if "miss" in groups:
         base = SessionConfig(turns=args.miss_turns, tokens=args.miss_tokens, cache_mib=args.cache_mib, lanes=args.lanes,
                              overlap=True, compute="device", reader="pread")
-        result = _ab(args, model, ledger, base, ["miss=fetch", "miss=host", "miss=auto"], "warm",
+        result = _ab(args, model, ledger, base, [a.strip() for a in args.miss_arms.split(";") if a.strip()], "warm",
                      f"bench-miss-auto-{args.device}")
         failed |= bool(result.failed_checks)
         lines += ["## --miss fetch, host, auto", "",

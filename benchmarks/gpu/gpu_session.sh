@@ -169,7 +169,7 @@ for s in "$@"; do
         # ≈ 3 rings × 3 s + 36 cells × ~4.5 s (2026-12-04 19:01: 12 cells in 54 s) ≈ 175 s, the breakdown ≈ 30 s
         step session-miss "${LIMIT[session-miss]}" python3 benchmarks/bench/bench_miss.py --device cuda --dir /tmp/bench \
             --size "${MISS_SIZE:-2GiB}" --experts 64 --cache-mib "${MISS_CACHE_MIB:-1000}" --turns 6 --tokens 4 \
-            --miss-turns 4 --miss-tokens 2 --rounds "${MISS_ROUNDS:-6}" --groups "${MISS_GROUPS:-batch,miss}" --cell-timeout 60 \
+            --miss-turns "${MISS_TURNS:-4}" --miss-tokens "${MISS_TOKENS:-2}" ${MISS_ARMS:+--miss-arms "$MISS_ARMS"} --rounds "${MISS_ROUNDS:-6}" --groups "${MISS_GROUPS:-batch,miss}" --cell-timeout 60 \
             --ring-runs "${MISS_RING_RUNS:-6}" --batch-arms "${MISS_BATCH_ARMS:-batch_misses=off;batch_misses=on}" \
             --ledger /tmp/bench/miss.sqlite --out "$out/session-miss.md"
         python3 -m workbench.cli ledger --ledger /tmp/bench/miss.sqlite export --csv "$out/session-miss" \
