@@ -70,7 +70,8 @@ def test_the_pool_is_resident_from_the_start_never_released_and_locked_while_the
     assert device.usage().registered_bytes == 0  # unlocked when the session closed
 
 
-def test_a_batched_layer_goes_by_one_asynchronous_copy_a_slice_straight_from_the_pool(models):
+@pytest.mark.parametrize("batch", [True, False])
+def test_every_slice_goes_by_one_asynchronous_copy_straight_from_the_pool(models, batch):
     class Recording(HostDevice):
         copies: list = []
 
@@ -79,8 +80,9 @@ def test_a_batched_layer_goes_by_one_asynchronous_copy_a_slice_straight_from_the
             super().copy_h2d(dst, dst_offset, src, asynchronous=asynchronous)
 
     device = Recording()
+    device.copies = []
     cfg = SessionConfig(turns=2, tokens=3, experts_per_token=2, cache_mib=0.5, lanes=3, overlap=True,
-                        batch_misses=True, placement="pool", distribution="zipf")
+                        batch_misses=batch, placement="pool", distribution="zipf")
     with ExpertSession(models["page"], device, cfg) as s:
         lo, hi = s.cache.pool.mapping.span
         records = list(s.turns())
