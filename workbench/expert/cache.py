@@ -14,9 +14,10 @@ them to the miss that evicted them first: :mod:`workbench.expert.recycle`) by on
 
 The pages are kept by a :class:`~workbench.expert.pagebook.PageBook` (or, under ``placement="pool"``, by the
 frames of a :class:`~workbench.expert.pool.FramePool`, where nothing is ever released). The book keeps a
-per-page count of live entries touching each page and whether it committed the page, so the cache can say what it believes it holds (``accounted_pages``: pages some live entry touches)
-and what it failed to give back (``unreleased_pages``: committed, touched by nobody, whatever the advice);
-mincore measures what is resident, smaps' ``LazyFree`` what of that the kernel may take back at will.
+per-page count of live entries touching each page and whether it committed the page, so the cache can
+say what it believes it holds (``accounted_pages``: pages some live entry touches) and what it failed to
+give back (``unreleased_pages``: committed, touched by nobody, whatever the advice); mincore measures
+what is resident, smaps' ``LazyFree`` what of that the kernel may take back at will.
 
 A model may be a set of files: every blob names its file (:attr:`ExpertBlob.file`) and the cache
 opens one reader per file. Misses can be read by other threads (a session's reader lanes): the
