@@ -142,7 +142,7 @@ class ExpertCache:
                     victim = self._policy.victim(self._pins)
                 except LookupError:
                     raise ParamError("cache", "budget", f"{self.budget} B cannot hold the {len(self._pins)} expert "
-                                     "slices in use at once (a layer's routed experts)") from None
+                                     "slices in use at once (a layer's routed experts; two layers' with --schedule eager)") from None
                 self.evict(victim)
             ok = True
         finally:

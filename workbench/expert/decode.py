@@ -9,6 +9,9 @@ One layer, on the decode thread::
     ahead   with ``overlap``, the next layer is planned now, so its misses are read while ...
     compute ... this layer computes over the bytes it just landed (compute)
 
+``schedule="eager"`` (:mod:`workbench.expert.eager`, handed in as ``eager``) plans the next layer inside ``land``, once this
+layer's hits are sent and before its misses are waited for, so the lanes never wait for the drain.
+
 The cache's bookkeeping on this thread — lookups, admissions (the mincore gate, evictions and their
 madvise), completions, unpins — is timed on its own (bookkeeping), so a change to the gate or the
 policy shows there and not as a change in compute.
@@ -89,13 +92,14 @@ class Decoder:
     def __init__(self, cache: ExpertCache, lanes: LanePool, uploader: SliceUploader, arena: DeviceBuffer,
                  compute: LayerCompute, trace: RoutingTrace, by_layer: dict[int, list[int]], overlap: bool,
                  on_upload: Callable[[SliceKey, int, int], None] | None = None, prefetch: Any = None,
-                 miss: Any = None, batch: Any = None):
+                 miss: Any = None, batch: Any = None, eager: Any = None):
         self.cache, self.lanes, self.uploader, self.arena = cache, lanes, uploader, arena
         self.compute, self.trace, self.by_layer, self.overlap = compute, trace, by_layer, overlap
         self.on_upload = on_upload
         self.prefetch = prefetch  # a PrefetchStage (workbench.expert.prefetch): stages its predictor's experts ahead
         self.batch = batch  # a BatchedMisses (workbench.expert.miss.batch): a layer's misses read and uploaded together
         self.miss = miss  # a MissServer (workbench.expert.miss): which misses the host computes where they lie
+        self.eager = eager  # schedule="eager" (workbench.expert.eager.land_eager): the next layer planned inside land
         self.timers = Timers()
         self.last_landed: list[tuple[SliceKey, int, int]] = []
 
@@ -104,21 +108,24 @@ class Decoder:
         steps = [(t, i) for t in range(first_token, first_token + tokens) for i in range(len(self.trace.layers))]
         ahead: Any = None
         serial, stage = self.lanes.inline and not self.overlap, self.prefetch
+        eager = self.eager if stage is None and not serial and self.batch is None else None
         mark = (time.perf_counter(), self.timers.stall)
         for n, (t, i) in enumerate(steps):
             if n and i == 0:
                 mark = self._token_done(mark)
             before = self._fetch_mark()
+            following = steps[n + 1] if self.overlap and n + 1 < len(steps) else None
             if serial:
                 landed = self._land_serial(t, i)
             elif stage is not None:
                 landed = stage.land(self, t, i, ahead)
+            elif eager is not None:
+                landed, ahead = eager(self, ahead if ahead is not None else self._plan(t, i), following)
             else:
                 landed = self._land(ahead if ahead is not None else self._plan(t, i))
-            if self.overlap and n + 1 < len(steps):
-                ahead = stage.ahead(self, *steps[n + 1]) if stage is not None else self._plan(*steps[n + 1])
-            else:
-                ahead = None
+            if eager is None:
+                ahead = None if following is None else \
+                    stage.ahead(self, *following) if stage is not None else self._plan(*following)
             t0 = time.perf_counter()
             self.compute.run(self.arena, [(k.blob, at, size) for k, at, size in landed])
             self.timers.compute += (device_s := time.perf_counter() - t0)
@@ -154,6 +161,13 @@ class Decoder:
 
     def land(self, plan: LayerPlan) -> list[tuple[SliceKey, int, int]]:
         return self._land(plan)
+
+    def plan(self, t: int, i: int) -> Any:
+        """Route, look up and admit token ``t``'s layer ``i``, its misses handed to the lanes."""
+        return self._plan(t, i)
+
+    def record_landed(self, landed: list[tuple[SliceKey, int, int]]) -> None:
+        self._landed(landed)
 
     @contextlib.contextmanager
     def timed(self, cause: str) -> Iterator[None]:

@@ -26,6 +26,7 @@ from workbench.errors import ParamError
 from workbench.expert.cache import ExpertCache
 from workbench.expert.compute import open_compute
 from workbench.expert.decode import Decoder, SliceUploader, Timers, arena_slots
+from workbench.expert.eager import land_eager
 from workbench.expert.uploader import open_uploader
 from workbench.expert.lanes import LanePool
 from workbench.expert.memory import process_memory
@@ -110,7 +111,7 @@ class ExpertSession:
         self.decoder = Decoder(self.cache, self.lanes, uploader, self._arena,
                                self.compute, self.trace, self._by_layer, config.overlap,
                                self.checker.check_upload if config.verify else None, self.prefetch, self.miss,
-                               batch)
+                               batch, land_eager if config.schedule == "eager" else None)
         self._probe = memory_probe
         self._pressure = TurnPressure([f.path for f in index.files]) if config.memory_limit_mib else None
         self._cg_before = memory_probe() if memory_probe else None

@@ -8,6 +8,7 @@ from workbench.errors import ParamError
 from workbench.expert.cache import BOUNDARY_RELEASE, GATE_SCOPES
 from workbench.expert.cache_options import CACHE_PLACEMENTS, check_pool
 from workbench.expert.compute import parse_compute
+from workbench.expert.eager import check_schedule
 from workbench.expert.memory import release_advice_flag
 from workbench.expert.miss.batch import check_batch
 from workbench.expert.miss.server import check_miss
@@ -47,6 +48,7 @@ class SessionConfig:
     lanes: int = 1  # reader threads for misses (1 without overlap: on the decode thread)
     overlap: bool = False  # read the next layer's misses while this layer computes
     batch_misses: bool = False  # a layer's misses read and uploaded together by the lanes (expert.miss.batch)
+    schedule: str = "landed"  # when overlap plans the next layer: landed (after this one) | eager (expert.eager)
     miss: str = "fetch"  # how a miss is served: fetch | host (computed where it lies) | auto (expert.miss)
     prefetch: str = "route"  # what overlap stages ahead: route | none | previous | popularity | oracle (.prefetch.spec)
     gate: float | None = None  # resident fraction at which a miss is read buffered (None: off)
@@ -82,6 +84,7 @@ def check_config(c: SessionConfig) -> None:
     check_prefetch(c.prefetch, c.overlap)
     check_miss(c.miss)
     check_batch(c.batch_misses, c.lanes, c.overlap, c.prefetch, c.uploader, c.upload_threads)
+    check_schedule(c.schedule, c.overlap, c.prefetch, c.batch_misses)
     release_advice_flag(c.release_advice, "session")  # unknown, or MADV_FREE where this platform has none
     for name, known in (("placement", CACHE_PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
                         ("reader", ("auto", *READERS)), ("distribution", DISTRIBUTIONS),

@@ -64,6 +64,10 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
               help="Read and upload a layer together on the lanes: each lane reads a run of its misses (another "
                    "run of its hits) and sends it through page-locked slots, one copy a slot (needs --lanes > 1 or "
                    "--overlap; with --overlap, --prefetch route; not with --uploader pinned or --upload-threads).")
+@click.option("--schedule", type=click.Choice(["landed", "eager"]), default="landed", show_default=True,
+              help="When --overlap plans the next layer: landed (once this layer's copies are drained: the "
+                   "write-up's loop) | eager (once this layer's hits are sent, before its misses are waited for: "
+                   "the lanes never wait for the drain; with --prefetch route, unbatched).")
 @click.option("--miss", type=click.Choice(["fetch", "host", "auto"]), default="fetch", show_default=True,
               help="How a miss is served: fetch (read, upload, compute on the device) | host (computed on the host "
                    "where it lies: the file's mapping) | auto (per miss, the cheaper as measured in the session).")

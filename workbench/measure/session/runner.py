@@ -266,6 +266,7 @@ def session_label(file: str, config: SessionConfig) -> str:
                      f" prefetch={config.prefetch}" if config.prefetch != "route" else "",
                      f" miss={config.miss}" if config.miss != "fetch" else "",
                      " batch-misses" if config.batch_misses else "",
+                     f" schedule={config.schedule}" if config.schedule != "landed" else "",
                      f" compute={config.compute}" if config.compute != "none" else "",
                      f" advice={config.release_advice}" if config.release_advice != "dontneed" else "",
                      f" uploader={config.uploader}" if config.uploader != "pageable" else "",
