@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "ben
 import miss_auto  # noqa: E402
 
 
-def _doc(fetch, host, auto, probes=1):
-    arms = [{"label": lab} for lab in ("miss=fetch", "miss=host", "miss=auto")]
+def _doc(fetch, host, auto, probes=1, labels=("miss=fetch", "miss=host", "miss=auto")):
+    arms = [{"label": lab} for lab in labels]
     cells = []
     for r in range(len(fetch)):
         for i, v in enumerate((fetch[r], host[r], auto[r])):
@@ -38,6 +38,15 @@ def test_auto_below_the_goal_is_said_and_a_wide_interval_decides_nothing():
     assert "neither shown nor refuted" in miss_auto.auto_against_best(_doc(FETCH, HOST, noisy))[1]
     fetch_best = miss_auto.auto_against_best(_doc(HOST, FETCH, [h * 0.99 for h in HOST]))
     assert "(miss=fetch)" in fetch_best[1] and "met" in fetch_best[1]
+
+
+def test_arms_with_more_settings_are_matched_by_their_miss_way_and_the_rest_alike():
+    labels = ("placement=pool miss=fetch", "miss=host placement=pool", "placement=pool miss=auto")
+    lines = miss_auto.auto_against_best(_doc(FETCH, HOST, [h * 0.99 for h in HOST], labels=labels))
+    assert "(miss=host placement=pool)" in lines[1] and "within 5 % met" in lines[1]
+    assert "6 tokens of 144" in lines[2]
+    unlike = ("placement=inplace miss=fetch", "placement=inplace miss=host", "placement=pool miss=auto")
+    assert "nothing to place auto against" in miss_auto.auto_against_best(_doc(FETCH, HOST, HOST, labels=unlike))[1]
 
 
 def test_a_file_that_is_not_an_ab_document_is_one_line(tmp_path, capsys):

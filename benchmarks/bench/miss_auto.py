@@ -35,18 +35,34 @@ def _cells_of(result: Any) -> list[tuple[str, int, dict[str, float], dict[str, A
             for (i, rnd, c), f in zip(result.cells, result.figures) if f]
 
 
+def miss_way(label: str) -> tuple[str, str]:
+    """An arm's ``miss=`` way (fetch where it names none) and the rest of its settings, in a fixed order:
+    ``placement=pool miss=auto`` -> ("auto", "placement=pool")."""
+    way, rest = "fetch", []
+    for token in label.split():
+        if token.startswith("miss="):
+            way = token.partition("=")[2]
+        else:
+            rest.append(token)
+    return way, " ".join(sorted(rest))
+
+
 def auto_against_best(result: Any) -> list[str]:
-    """Markdown lines: auto's tok/s over the better fixed arm's, the goal's verdict, the probes."""
+    """Markdown lines: auto's tok/s over the better fixed arm's (an arm differing from auto's in its
+    ``miss=`` alone), the goal's verdict, the probes."""
     cells = _cells_of(result)
     by: dict[str, dict[int, float]] = {}
     for label, rnd, f, _ in cells:
         by.setdefault(label, {})[rnd] = f["tok/s"]
-    fixed = [lab for lab in ("miss=fetch", "miss=host") if by.get(lab)]
-    if "miss=auto" not in by or not fixed:
-        return ["", "No `miss=auto` arm beside a fixed one: nothing to place auto against."]
-    best = max(fixed, key=lambda lab: statistics.median(by[lab].values()))
-    rounds = sorted(set(by[best]) & set(by["miss=auto"]))
-    auto, base = [by["miss=auto"][r] for r in rounds], [by[best][r] for r in rounds]
+    autos = [lab for lab in by if miss_way(lab)[0] == "auto"]
+    fixed = [lab for lab in by if autos and miss_way(lab) in {("fetch", miss_way(autos[0])[1]),
+                                                               ("host", miss_way(autos[0])[1])}]
+    if not autos or not fixed:
+        return ["", "No `miss=auto` arm beside a fixed one (the same settings but miss=fetch or miss=host): "
+                    "nothing to place auto against."]
+    best, candidate = max(fixed, key=lambda lab: statistics.median(by[lab].values())), autos[0]
+    rounds = sorted(set(by[best]) & set(by[candidate]))
+    auto, base = [by[candidate][r] for r in rounds], [by[best][r] for r in rounds]
     e = ratio_effect(auto, base, paired=True)  # tok/s: the candidate's median over the baseline's
     if e.speedup is None:
         return ["", f"auto against {best}: no ratio ({e.reason})."]
@@ -64,7 +80,7 @@ def auto_against_best(result: Any) -> list[str]:
 def _probes(cells: Iterable[tuple[str, int, dict[str, float], dict[str, Any]]]) -> list[str]:
     shares = []
     for label, _, _, s in cells:
-        if label == "miss=auto" and s.get("miss_probe_tokens", -1) >= 0 and s.get("tokens"):
+        if miss_way(label)[0] == "auto" and s.get("miss_probe_tokens", -1) >= 0 and s.get("tokens"):
             shares.append((s["miss_probe_tokens"], s["tokens"], s.get("miss_probe_ms") or 0.0))
     if not shares:
         return []
