@@ -167,6 +167,10 @@ for s in "$@"; do
         # MISS_BATCH_ARMS='batch_misses=off;batch_misses=on;release_advice=free;batch_misses=on release_advice=free;
         # release_advice=recycle;batch_misses=on release_advice=recycle' session-miss=260 miss-breakdown=90
         # ≈ 3 rings × 3 s + 36 cells × ~4.5 s (2026-12-04 19:01: 12 cells in 54 s) ≈ 175 s, the breakdown ≈ 30 s
+        # The eager schedule (docs/benchmarks/miss-h200.md "The eager schedule", H100 2026-12-06 00:21: 145 s):
+        # MISS_GROUPS=batch,miss MISS_RING_RUNS=6 MISS_BATCH_ARMS='batch_misses=off;placement=pool;placement=pool
+        # schedule=eager' MISS_ARMS='placement=pool schedule=eager miss=fetch;placement=pool schedule=eager miss=auto'
+        # MISS_TURNS=4 MISS_TOKENS=8 session-miss=540 ≈ 6 rings + 18 cells × ~3 s + 12 cells × ~5 s
         step session-miss "${LIMIT[session-miss]}" python3 benchmarks/bench/bench_miss.py --device cuda --dir /tmp/bench \
             --size "${MISS_SIZE:-2GiB}" --experts 64 --cache-mib "${MISS_CACHE_MIB:-1000}" --turns 6 --tokens 4 \
             --miss-turns "${MISS_TURNS:-4}" --miss-tokens "${MISS_TOKENS:-2}" ${MISS_ARMS:+--miss-arms "$MISS_ARMS"} --rounds "${MISS_ROUNDS:-6}" --groups "${MISS_GROUPS:-batch,miss}" --cell-timeout 60 \
