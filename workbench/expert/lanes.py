@@ -8,18 +8,42 @@ Jobs are ``fn(reader) -> ReadOutcome`` (the expert cache's :meth:`~workbench.exp
 :class:`InflightMeter` integrates the number of reads in flight over time: ``busy_s`` is the time at
 least one read was in flight, ``area`` the integral of the count, so ``area / busy_s`` is the queue
 depth the lanes achieved while reading (Little's law), and bytes over ``busy_s`` the staged GB/s.
+
+The lanes and the decode thread share one interpreter lock: a lane whose read returned waits for it
+before it can count the read and take the next job, for as long as the decode thread runs Python
+without blocking, up to the interpreter's switch interval (5 ms by default). :func:`switch_interval`
+sets that interval for a session (``switch_interval_us``), so the wait can be measured against it.
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from workbench.expert.readers import ReadOutcome, SliceReader, make_reader
 
 ReadJob = Callable[[SliceReader], ReadOutcome]
+
+MAX_SWITCH_US = 1_000_000  # a second: past it the decode thread would starve the lanes by design
+
+
+@contextlib.contextmanager
+def switch_interval(us: int) -> Iterator[None]:
+    """The interpreter's switch interval set to ``us`` microseconds while the block runs, then put back as
+    it was (``us`` 0: left as it is)."""
+    if not us:
+        yield
+        return
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(us / 1e6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from workbench.expert.compute import open_compute
 from workbench.expert.decode import Decoder, SliceUploader, Timers, arena_slots
 from workbench.expert.eager import land_eager
 from workbench.expert.uploader import open_uploader
-from workbench.expert.lanes import LanePool
+from workbench.expert.lanes import LanePool, switch_interval
 from workbench.expert.memory import process_memory
 from workbench.expert.miss.batch import BatchedMisses
 from workbench.expert.miss.server import open_miss
@@ -75,6 +75,7 @@ class ExpertSession:
         budget = per_layer or config.cache_bytes or default_cache_bytes(expert_bytes, working)
         self._stack = contextlib.ExitStack()
         try:
+            self._stack.enter_context(switch_interval(config.switch_interval_us))  # put back last
             self.cache = self._stack.enter_context(ExpertCache(
                 index.path, blobs, budget_bytes=budget, placement=config.placement,
                 boundary_release=config.boundary_release, release_advice=config.release_advice,

@@ -9,6 +9,7 @@ from workbench.expert.cache import BOUNDARY_RELEASE, GATE_SCOPES
 from workbench.expert.cache_options import CACHE_PLACEMENTS, check_pool
 from workbench.expert.compute import parse_compute
 from workbench.expert.eager import check_schedule
+from workbench.expert.lanes import MAX_SWITCH_US
 from workbench.expert.memory import release_advice_flag
 from workbench.expert.miss.batch import check_batch
 from workbench.expert.miss.server import check_miss
@@ -49,6 +50,7 @@ class SessionConfig:
     overlap: bool = False  # read the next layer's misses while this layer computes
     batch_misses: bool = False  # a layer's misses read and uploaded together by the lanes (expert.miss.batch)
     schedule: str = "landed"  # when overlap plans the next layer: landed (after this one) | eager (expert.eager)
+    switch_interval_us: int = 0  # the interpreter's switch interval during the session, µs (0: Python's, as it is)
     miss: str = "fetch"  # how a miss is served: fetch | host (computed where it lies) | auto (expert.miss)
     prefetch: str = "route"  # what overlap stages ahead: route | none | previous | popularity | oracle (.prefetch.spec)
     gate: float | None = None  # resident fraction at which a miss is read buffered (None: off)
@@ -79,6 +81,9 @@ def check_config(c: SessionConfig) -> None:
         raise ParamError("session", "experts_per_token", f"must be >= 1, got {c.experts_per_token!r}")
     if c.gate is not None and not 0.0 <= c.gate <= 1.0:
         raise ParamError("session", "gate", f"must be a resident fraction in [0, 1], got {c.gate!r}")
+    if not 0 <= c.switch_interval_us <= MAX_SWITCH_US:
+        raise ParamError("session", "switch_interval_us", f"must be 0 (Python's own) or 1–{MAX_SWITCH_US:,} µs, "
+                                                          f"got {c.switch_interval_us!r}")
     parse_compute(c.compute)
     check_session_policy(c)
     check_prefetch(c.prefetch, c.overlap)

@@ -267,6 +267,7 @@ def session_label(file: str, config: SessionConfig) -> str:
                      f" miss={config.miss}" if config.miss != "fetch" else "",
                      " batch-misses" if config.batch_misses else "",
                      f" schedule={config.schedule}" if config.schedule != "landed" else "",
+                     f" switch={config.switch_interval_us}us" if config.switch_interval_us else "",
                      f" compute={config.compute}" if config.compute != "none" else "",
                      f" advice={config.release_advice}" if config.release_advice != "dontneed" else "",
                      f" uploader={config.uploader}" if config.uploader != "pageable" else "",
