@@ -14,11 +14,15 @@ to the device and drains (upload; ``put`` timed per call). Either way the decode
 (:class:`~workbench.expert.miss.lane_stage.StageTally`: fill, copy into page-locked slots, waiting for a
 slot, issuing a slot's copy) and the decode thread's waits. Turn 0 (the cache filling) is left out; the
 page cache is warmed before each session. Per path: µs a slice and GB/s of each phase on its thread, the
-decode thread's ms a layer by cause, and the session's staged GB/s and tok/s. Prints Markdown (writes it to ``--out`` instead).
+decode thread's ms a layer by cause, and the session's staged GB/s and tok/s. Every path also times each
+``os.preadv`` the lanes make, by wall clock and by the lane's own CPU (the kernel's copy): what the call
+spent waiting — in the kernel, or for the interpreter's lock on its way back — is the difference. Prints
+Markdown (writes it to ``--out`` instead).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
@@ -39,30 +43,48 @@ from workbench.upload import open_device  # noqa: E402
 
 
 class _Timed:
-    """Seconds and calls of one wrapped method, from any thread."""
+    """Seconds (wall, and the calling thread's CPU) and calls of one wrapped method, from any thread."""
 
     def __init__(self) -> None:
-        self.s, self.n, self.nbytes, self._lock = 0.0, 0, 0, threading.Lock()
+        self.s, self.cpu, self.n, self.nbytes, self._lock = 0.0, 0.0, 0, 0, threading.Lock()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.s, self.cpu, self.n, self.nbytes = 0.0, 0.0, 0, 0
 
     def wrap(self, fn, size=None):
         def timed(*args, **kw):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kw)
             finally:
-                dt = time.perf_counter() - t0
+                dt, dc = time.perf_counter() - t0, time.thread_time() - c0
                 with self._lock:
                     self.s += dt
+                    self.cpu += dc
                     self.n += 1
                     self.nbytes += size(*args) if size else 0
         return timed
+
+
+def _asked(buffers, offset) -> int:  # noqa: ARG001 - os.preadv's (fd, buffers, offset) after the fd
+    return sum(memoryview(b).nbytes for b in buffers)
 
 
 def one_session(index, device, cfg: SessionConfig) -> dict:
     """One session; its phases after turn 0 (see the module docstring)."""
     for f in index.files:
         warm_file(f.path)
-    fill, put, drain, admit = _Timed(), _Timed(), _Timed(), _Timed()
+    fill, put, drain, admit, syscall = _Timed(), _Timed(), _Timed(), _Timed(), _Timed()
+    preadv = os.preadv  # every read of the turns' misses (the readers call os.preadv): wall and CPU per call
+    os.preadv = syscall.wrap(preadv, lambda fd, buffers, offset: _asked(buffers, offset))
+    try:
+        return _one(index, device, cfg, fill, put, drain, admit, syscall)
+    finally:
+        os.preadv = preadv
+
+
+def _one(index, device, cfg, fill, put, drain, admit, syscall) -> dict:
     with ExpertSession(index, device, cfg) as s:
         size = lambda key, reader: s.cache.layouts[key.blob].slice(key.expert)[1]  # noqa: E731
         s.cache.fill = fill.wrap(s.cache.fill, size)
@@ -72,8 +94,8 @@ def one_session(index, device, cfg: SessionConfig) -> dict:
         batch, rest = s.decoder.batch, []
         for n, record in enumerate(s.turns()):
             if n == 0:  # the cache filling: left out
-                for timed in (fill, put, drain, admit):
-                    timed.s, timed.n, timed.nbytes = 0.0, 0, 0
+                for timed in (fill, put, drain, admit, syscall):
+                    timed.reset()
                 if batch is not None:
                     batch.tally = StageTally()
             else:
@@ -81,7 +103,7 @@ def one_session(index, device, cfg: SessionConfig) -> dict:
     layers = sum(r.tokens for r in rest) * len(s.trace.layers)
     tally = batch.tally if batch is not None else StageTally()
     return dict(
-        records=rest, layers=layers, fill=fill, put=put, drain=drain, admit=admit, tally=tally,
+        records=rest, layers=layers, fill=fill, put=put, drain=drain, admit=admit, syscall=syscall, tally=tally,
         misses=sum(r.misses for r in rest), slices=sum(r.misses + r.hits for r in rest),
         read_bytes=sum(r.bytes_read for r in rest), landed=sum(r.landed_bytes for r in rest),
         tok_s=sum(r.tokens for r in rest) / sum(r.seconds for r in rest),
@@ -114,6 +136,12 @@ def rows(label: str, runs: list[dict]) -> list[str]:
                        / getattr(r["tally"], name) / 1e9 if getattr(r["tally"], name) else 0)
             out.append(f"| {label} | {say} | {per:.0f} | {gbps:.2f} |")
         out.append(f"| {label} | lane: copies issued a slice | {med(lambda r: r['tally'].copies / max(r['tally'].slices, 1)):.2f} | — |")
+    # inside a fill, the read call itself: its wall time, and the lane's CPU in it (the kernel's copy); the
+    # difference is the call waiting — in the kernel, or for the interpreter's lock on its way back
+    for what, key in (("wall", "s"), ("the lane on CPU", "cpu")):
+        out.append(f"| {label} | lane: preadv call ({what}) | "
+                   f"{med(lambda r: 1e6 * getattr(r['syscall'], key) / max(r['syscall'].n, 1)):.0f} | "
+                   f"{med(lambda r: r['syscall'].nbytes / getattr(r['syscall'], key) / 1e9 if getattr(r['syscall'], key) else 0):.2f} |")
     return out
 
 
@@ -128,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--arms", default="unbatched,batched,unbatched free,batched free,unbatched recycle,batched recycle",
                     help="comma-separated, of: unbatched, batched, each optionally with ' free' or ' recycle' "
-                         "(the release advice) or ' pool' (placement=pool), and 'batched free 2x' (twice the lanes)")
+                         "(the release advice) or ' pool' (placement=pool), 'unbatched pool eager' (schedule=eager) and "
+                         "'batched free 2x' (twice the lanes)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     known = {"unbatched": {}, "batched": dict(batch_misses=True),  # MADV_FREE: a refill reuses its pages
@@ -138,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
              "batched recycle": dict(batch_misses=True, release_advice="recycle"),
              "unbatched pool": dict(placement="pool"),  # page-locked frames: reads into resident pages, DMA from them
              "batched pool": dict(batch_misses=True, placement="pool"),
+             "unbatched pool eager": dict(placement="pool", schedule="eager"),  # the next layer planned before the misses
              "batched free 2x": dict(batch_misses=True, release_advice="free", lanes=2 * args.lanes)}
     names = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in names if a not in known]
