@@ -10,9 +10,10 @@ least one read was in flight, ``area`` the integral of the count, so ``area / bu
 depth the lanes achieved while reading (Little's law), and bytes over ``busy_s`` the staged GB/s.
 
 The lanes and the decode thread share one interpreter lock: a lane whose read returned waits for it
-before it can count the read and take the next job, for as long as the decode thread runs Python
-without blocking, up to the interpreter's switch interval (5 ms by default). :func:`switch_interval`
-sets that interval for a session (``switch_interval_us``), so the wait can be measured against it.
+before it can count the read and take the next job, while the other lanes and the decode thread run
+Python, each holder for at most the interpreter's switch interval (5 ms by default) before it must let
+go. :func:`switch_interval` sets that interval for a session (``switch_interval_us``), so the wait can
+be measured against it (``benchmarks/bench/miss_breakdown.py`` times each read's wait).
 """
 from __future__ import annotations
 
