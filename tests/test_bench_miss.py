@@ -31,7 +31,8 @@ def test_miss_breakdown_splits_each_path_by_phase(tmp_path):
     out = tmp_path / "b.md"
     assert miss_breakdown.main(["--model", str(model), "--cache-mib", "4", "--turns", "3", "--tokens", "2",
                                 "--lanes", "2", "--rounds", "1", "--out", str(out), "--arms",
-                                "unbatched,batched,batched free,batched free 2x,unbatched recycle,unbatched pool eager"]) == 0
+                                "unbatched,batched,batched free,batched free 2x,unbatched recycle,unbatched pool eager,"
+                                "unbatched pool eager lock"]) == 0
     text = out.read_text()
     for row in ("| unbatched | lane: fill (read into the cache) |", "| unbatched | decode: put (every landed slice) |",
                 "| batched | lane: copy into slots |", "| batched | lane: issue a slot's copy |",
@@ -40,7 +41,8 @@ def test_miss_breakdown_splits_each_path_by_phase(tmp_path):
         assert row in text
     assert text.count("\n| unbatched | ") == 6 and "turn 0 left out" in text and "| batched free 2x |" in text
     for row in ("| unbatched | lane: preadv call (wall) |", "| unbatched | lane: preadv call (the lane on CPU) |",
-                "| batched | lane: preadv call (wall) |", "| unbatched pool eager | lane: fill (read into the cache) |"):
+                "| batched | lane: preadv call (wall) |", "| unbatched pool eager | lane: fill (read into the cache) |",
+                "| unbatched pool eager lock | lane: preadv call (wall) |"):
         assert row in text
     calls = [line for line in text.splitlines() if line.startswith("| unbatched | lane: preadv call")]
     wall, cpu = (float(line.split("|")[3]) for line in calls)  # µs a call: the CPU in it is part of its wall

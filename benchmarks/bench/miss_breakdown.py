@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--arms", default="unbatched,batched,unbatched free,batched free,unbatched recycle,batched recycle",
                     help="comma-separated, of: unbatched, batched, each optionally with ' free' or ' recycle' "
-                         "(the release advice) or ' pool' (placement=pool), 'unbatched pool eager' (schedule=eager) and "
+                         "(the release advice) or ' pool' (placement=pool), 'unbatched pool eager' (schedule=eager; ' lock': "
+                         "lane_handoff=lock) and "
                          "'batched free 2x' (twice the lanes)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
              "unbatched pool": dict(placement="pool"),  # page-locked frames: reads into resident pages, DMA from them
              "batched pool": dict(batch_misses=True, placement="pool"),
              "unbatched pool eager": dict(placement="pool", schedule="eager"),  # the next layer planned before the misses
+             "unbatched pool eager lock": dict(placement="pool", schedule="eager", lane_handoff="lock"),  # no futures
              "batched free 2x": dict(batch_misses=True, release_advice="free", lanes=2 * args.lanes)}
     names = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in names if a not in known]

@@ -14,10 +14,18 @@ before it can count the read and take the next job, while the other lanes and th
 Python, each holder for at most the interpreter's switch interval (5 ms by default) before it must let
 go. :func:`switch_interval` sets that interval for a session (``switch_interval_us``), so the wait can
 be measured against it (``benchmarks/bench/miss_breakdown.py`` times each read's wait).
+
+How a job reaches a lane and its outcome comes back (``lane_handoff``) is the other half of a read's
+Python: ``executor`` (the default) is the standard library's thread pool and its futures, whose submit,
+result and completion each run Python under that lock (a condition, a semaphore); ``lock`` hands jobs
+over one C queue to plain threads and each outcome back by a bare lock the lane releases, so a read
+holds the interpreter's lock for less time on every thread that touches it.
 """
 from __future__ import annotations
 
+import _thread
 import contextlib
+import queue
 import sys
 import threading
 import time
@@ -111,17 +119,85 @@ class _Readers:
         self.open.clear()
 
 
+HANDOFFS = ("executor", "lock")
+
+
+class Handoff:
+    """One job's outcome, handed from its lane to the waiter by a bare lock held until the job is done."""
+
+    __slots__ = ("_held", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._held = _thread.allocate_lock()
+        self._held.acquire()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return not self._held.locked()
+
+    def result(self) -> Any:
+        """The job's return value once it is done (its exception, raised here)."""
+        with self._held:  # blocks, the interpreter's lock let go, until the lane releases it
+            pass
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def finish(self, value: Any, error: BaseException | None) -> None:
+        self._value, self._error = value, error
+        self._held.release()
+
+
+class LockLanes:
+    """``lanes`` plain threads taking jobs from one queue; each job's outcome comes back by a :class:`Handoff`."""
+
+    def __init__(self, lanes: int) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._loop, name=f"wb-lane_{n}", daemon=True) for n in range(lanes)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Handoff:
+        handoff = Handoff()
+        self._queue.put((handoff, fn, args))
+        return handoff
+
+    def _loop(self) -> None:
+        get = self._queue.get
+        while (item := get()) is not None:
+            handoff, fn, args = item
+            try:
+                value = fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - raised to the waiter, as a future would
+                handoff.finish(None, exc)
+            else:
+                handoff.finish(value, None)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Every queued job still runs; then each lane ends (joined with ``wait``)."""
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()
+
+
 class LanePool:
     """``lanes`` reader threads (or the caller's thread, ``inline``) and the meter of their reads."""
 
-    def __init__(self, lanes: int, inline: bool = False):
+    def __init__(self, lanes: int, inline: bool = False, handoff: str = "executor"):
         if lanes < 1:
             raise ValueError(f"need at least one lane, got {lanes}")
+        if handoff not in HANDOFFS:
+            raise ValueError(f"lane handoff {handoff!r} is not one of {', '.join(HANDOFFS)}")
         self.lanes, self.inline, self.meter = lanes, inline, InflightMeter()
         self._lock = threading.Lock()
         self._all: list[_Readers] = []
         self._local = threading.local()
-        self._pool = None if inline else ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="wb-lane")
+        self._pool: Any = None if inline else \
+            ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="wb-lane") if handoff == "executor" else \
+            LockLanes(lanes)
 
     def submit(self, job: ReadJob, kind: str, file: str) -> Any:
         """Start ``job`` (inline: defer it to :meth:`wait`); returns the handle to wait on."""
@@ -129,7 +205,7 @@ class LanePool:
             return (job, kind, file)
         return self._pool.submit(self._run, job, kind, file)
 
-    def submit_plain(self, fn: Callable[[], Any]) -> Future[Any]:
+    def submit_plain(self, fn: Callable[[], Any]) -> Any:
         """Start ``fn()`` on a lane outside the read meter (a copy, not a read); inline: run it now."""
         if self._pool is not None:
             return self._pool.submit(fn)
@@ -142,7 +218,7 @@ class LanePool:
 
     def wait(self, handle: Any) -> ReadOutcome:
         """The job's outcome, once it is done (its exception, if it raised)."""
-        if isinstance(handle, Future):
+        if isinstance(handle, (Future, Handoff)):
             return handle.result()
         return self._run(*handle)
 

@@ -90,7 +90,7 @@ class ExpertSession:
             self._arena = device.alloc(arena_bytes * (batch.halves if batch else 1))  # batched: two layers at once
             self._stack.callback(device.free, self._arena)
             inline = config.lanes == 1 and not config.overlap
-            self.lanes = self._stack.enter_context(LanePool(config.lanes, inline=inline))
+            self.lanes = self._stack.enter_context(LanePool(config.lanes, inline=inline, handoff=config.lane_handoff))
             tensors = {t.name: t for t in index.tensors}
             self.compute = open_compute(config.compute, device, blobs, tensors, len(self.trace.layers))
             self._stack.callback(self.compute.close)

@@ -9,7 +9,7 @@ from workbench.expert.cache import BOUNDARY_RELEASE, GATE_SCOPES
 from workbench.expert.cache_options import CACHE_PLACEMENTS, check_pool
 from workbench.expert.compute import parse_compute
 from workbench.expert.eager import check_schedule
-from workbench.expert.lanes import MAX_SWITCH_US
+from workbench.expert.lanes import HANDOFFS, MAX_SWITCH_US
 from workbench.expert.memory import release_advice_flag
 from workbench.expert.miss.batch import check_batch
 from workbench.expert.miss.server import check_miss
@@ -51,6 +51,7 @@ class SessionConfig:
     batch_misses: bool = False  # a layer's misses read and uploaded together by the lanes (expert.miss.batch)
     schedule: str = "landed"  # when overlap plans the next layer: landed (after this one) | eager (expert.eager)
     switch_interval_us: int = 0  # the interpreter's switch interval during the session, µs (0: Python's, as it is)
+    lane_handoff: str = "executor"  # how jobs reach the lanes and come back: executor (futures) | lock (expert.lanes)
     miss: str = "fetch"  # how a miss is served: fetch | host (computed where it lies) | auto (expert.miss)
     prefetch: str = "route"  # what overlap stages ahead: route | none | previous | popularity | oracle (.prefetch.spec)
     gate: float | None = None  # resident fraction at which a miss is read buffered (None: off)
@@ -93,7 +94,7 @@ def check_config(c: SessionConfig) -> None:
     release_advice_flag(c.release_advice, "session")  # unknown, or MADV_FREE where this platform has none
     for name, known in (("placement", CACHE_PLACEMENTS), ("boundary_release", BOUNDARY_RELEASE),
                         ("reader", ("auto", *READERS)), ("distribution", DISTRIBUTIONS),
-                        ("gate_scope", GATE_SCOPES), ("uploader", UPLOADERS)):
+                        ("gate_scope", GATE_SCOPES), ("uploader", UPLOADERS), ("lane_handoff", HANDOFFS)):
         if getattr(c, name) not in known:
             raise ParamError("session", name, f"{getattr(c, name)!r} is not one of {', '.join(known)}")
     check_pool(c.placement, c.reader, c.boundary_release, "session", c.release_advice)

@@ -71,6 +71,10 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
 @click.option("--switch-interval-us", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
               help="The interpreter's switch interval during the session, in µs (0: Python's own, 5,000): how long "
                    "one thread may run Python while a lane whose read returned waits for the lock.")
+@click.option("--lane-handoff", type=click.Choice(["executor", "lock"]), default="executor", show_default=True,
+              help="How a read reaches a lane and its outcome comes back: executor (the standard library's thread "
+                   "pool and futures) | lock (one C queue, a bare lock a job: less Python under the interpreter's "
+                   "lock a read).")
 @click.option("--miss", type=click.Choice(["fetch", "host", "auto"]), default="fetch", show_default=True,
               help="How a miss is served: fetch (read, upload, compute on the device) | host (computed on the host "
                    "where it lies: the file's mapping) | auto (per miss, the cheaper as measured in the session).")

@@ -268,6 +268,7 @@ def session_label(file: str, config: SessionConfig) -> str:
                      " batch-misses" if config.batch_misses else "",
                      f" schedule={config.schedule}" if config.schedule != "landed" else "",
                      f" switch={config.switch_interval_us}us" if config.switch_interval_us else "",
+                     f" handoff={config.lane_handoff}" if config.lane_handoff != "executor" else "",
                      f" compute={config.compute}" if config.compute != "none" else "",
                      f" advice={config.release_advice}" if config.release_advice != "dontneed" else "",
                      f" uploader={config.uploader}" if config.uploader != "pageable" else "",
