@@ -171,6 +171,10 @@ for s in "$@"; do
         # MISS_GROUPS=batch,miss MISS_RING_RUNS=6 MISS_BATCH_ARMS='batch_misses=off;placement=pool;placement=pool
         # schedule=eager' MISS_ARMS='placement=pool schedule=eager miss=fetch;placement=pool schedule=eager miss=auto'
         # MISS_TURNS=4 MISS_TOKENS=8 session-miss=540 ≈ 6 rings + 18 cells × ~3 s + 12 cells × ~5 s
+        # Next (not run: the device time of 2026-12-06 ran out): the lanes' handoff under the eager pool,
+        # MISS_GROUPS=batch MISS_RING_RUNS=3 MISS_ROUNDS=10 MISS_BATCH_ARMS='placement=pool schedule=eager;placement=pool
+        # schedule=eager lane_handoff=lock' MISS_BREAKDOWN_ARMS='unbatched pool eager,unbatched pool eager lock'
+        # MISS_BREAKDOWN_ROUNDS=2 session-miss=240 miss-breakdown=90 ≈ 3 rings + 20 cells × ~3.5 s + 4 sessions
         step session-miss "${LIMIT[session-miss]}" python3 benchmarks/bench/bench_miss.py --device cuda --dir /tmp/bench \
             --size "${MISS_SIZE:-2GiB}" --experts 64 --cache-mib "${MISS_CACHE_MIB:-1000}" --turns 6 --tokens 4 \
             --miss-turns "${MISS_TURNS:-4}" --miss-tokens "${MISS_TOKENS:-2}" ${MISS_ARMS:+--miss-arms "$MISS_ARMS"} --rounds "${MISS_ROUNDS:-6}" --groups "${MISS_GROUPS:-batch,miss}" --cell-timeout 60 \
