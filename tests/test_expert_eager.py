@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from device_fakes import DeferredCopyDevice
-from test_expert_miss_batch import _tiny_gguf
+from moe_layouts import three_layouts
 
 from workbench.errors import ParamError
 from workbench.expert.decode import Decoder
@@ -15,19 +15,12 @@ from workbench.expert.cache import ExpertCache
 from workbench.expert.memory import PAGE
 from workbench.expert.session import ExpertSession
 from workbench.expert.session_config import SessionConfig, check_config
-from workbench.formats import open_index
-from workbench.formats.synth import write_synthetic
 from workbench.upload.host import HostDevice
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("eager")
-    page = write_synthetic(d / "page.gguf", format="gguf", layout="moe", size=6 << 20, experts=16, alignment=4096,
-                           seed=11).path
-    odd = write_synthetic(d / "odd.gguf", format="gguf", layout="moe", size=4 << 20, experts=16, alignment=32,
-                          expert_stride="odd", seed=12).path
-    return {"page": open_index(page), "odd": open_index(odd), "gguf-py": _tiny_gguf(d / "tiny.gguf")}
+    return three_layouts(tmp_path_factory.mktemp("eager"), seed=11)
 
 
 def _config(index, **kw):
