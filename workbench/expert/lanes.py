@@ -17,8 +17,8 @@ be measured against it (``benchmarks/bench/miss_breakdown.py`` times each read's
 
 How a job reaches a lane and its outcome comes back (``lane_handoff``) is the other half of a read's
 Python: ``executor`` (the default) is the standard library's thread pool and its futures, whose submit,
-result and completion each run Python under that lock (a condition, a semaphore); ``lock`` hands jobs
-over one C queue to plain threads and each outcome back by a bare lock the lane releases, so a read
+result and completion each run Python under that lock (conditions, a semaphore); ``lock`` hands jobs
+over one plain queue to plain threads and each outcome back by a bare lock the lane releases, so a read
 holds the interpreter's lock for less time on every thread that touches it.
 """
 from __future__ import annotations
@@ -153,7 +153,7 @@ class LockLanes:
     """``lanes`` plain threads taking jobs from one queue; each job's outcome comes back by a :class:`Handoff`."""
 
     def __init__(self, lanes: int) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.Queue[Any] = queue.Queue()  # not SimpleQueue: tests/test_staging_waits.py says why
         self._threads = [threading.Thread(target=self._loop, name=f"wb-lane_{n}", daemon=True) for n in range(lanes)]
         for t in self._threads:
             t.start()

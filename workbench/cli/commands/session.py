@@ -73,7 +73,7 @@ AB_ROUNDS = 6  # measure.session.ab.DEFAULT_ROUNDS, spelled out: the fewest pair
                    "one thread may run Python while a lane whose read returned waits for the lock.")
 @click.option("--lane-handoff", type=click.Choice(["executor", "lock"]), default="executor", show_default=True,
               help="How a read reaches a lane and its outcome comes back: executor (the standard library's thread "
-                   "pool and futures) | lock (one C queue, a bare lock a job: less Python under the interpreter's "
+                   "pool and futures) | lock (one plain queue, a bare lock a job: less Python under the interpreter's "
                    "lock a read).")
 @click.option("--miss", type=click.Choice(["fetch", "host", "auto"]), default="fetch", show_default=True,
               help="How a miss is served: fetch (read, upload, compute on the device) | host (computed on the host "
