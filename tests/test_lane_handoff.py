@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from device_fakes import DeferredCopyDevice
 from moe_layouts import three_layouts
 
 from workbench.errors import ParamError
-from workbench.expert.lanes import Handoff, LanePool
+from workbench.expert.lanes import Handoff, LanePool, LockLanes
 from workbench.expert.session import ExpertSession
 from workbench.expert.session_config import SessionConfig, check_config
 from workbench.measure.session.ab import parse_ab
@@ -32,6 +33,7 @@ def _run(index, device, **kw):
                 cache_mib=max(sum(slices) / 3, 30 * -(-max(slices) // 4096) * 4096) / 2**20, verify=True,
                 verify_end=True)
     with ExpertSession(index, device, SessionConfig(**{**base, **kw})) as s:
+        assert isinstance(s.lanes._pool, LockLanes if kw.get("lane_handoff") == "lock" else ThreadPoolExecutor)
         records = list(s.turns())
         s.finish_checks()
         return records, s.verified_slices
