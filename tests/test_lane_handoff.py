@@ -113,3 +113,20 @@ def test_an_unknown_handoff_is_one_line_and_an_ab_arm_sets_it():
     assert "lane_handoff" in str(err.value) and "executor, lock" in str(err.value) and "\n" not in str(err.value)
     arm = parse_ab("lane_handoff=lock", SessionConfig(turns=2, tokens=2, lanes=2, overlap=True), "warm", "host")
     assert arm.config.lane_handoff == "lock" and " handoff=lock " in session_label("m.gguf", arm.config)
+
+
+@pytest.mark.parametrize("kw, said", [
+    (dict(schedule="eager", placement="pool", lane_handoff="lock", switch_interval_us=300),
+     "lanes 3 overlap (schedule eager, handoff lock, switch interval 300 µs); "),
+    ({}, "lanes 3 overlap; "),
+])
+def test_the_sessions_text_says_how_its_lanes_ran(models, kw, said):
+    from workbench.measure.session.record import summary_line
+
+    slices = [n for b in models["odd"].blobs for _, n in b.slices]
+    cfg = SessionConfig(turns=2, tokens=2, experts_per_token=2, lanes=3, overlap=True,
+                        cache_mib=max(sum(slices) / 3, 30 * -(-max(slices) // 4096) * 4096) / 2**20, **kw)
+    with ExpertSession(models["odd"], HostDevice(), cfg) as s:
+        list(s.turns())
+        report = s.report()
+    assert said in summary_line(report)

@@ -147,7 +147,10 @@ class ExpertSession:
             trace_note, self.device.info().name, bool(c.verify), self.compute.description, c.lanes, c.overlap,
             _gate_text(self.cache), f.leak_bound_pages, working, expert_bytes, f.files, warnings,
             release_advice=f.release_advice, uploader=c.uploader, upload_threads=c.upload_threads,
-            prefetch=self._prefetch_text(), miss=self.miss.describe())
+            prefetch=self._prefetch_text(), miss=self.miss.describe(), lane_options=", ".join(filter(None, [
+                f"schedule {c.schedule}" if c.schedule != "landed" else "",
+                f"handoff {c.lane_handoff}" if c.lane_handoff != "executor" else "",
+                f"switch interval {c.switch_interval_us} µs" if c.switch_interval_us else ""])))
 
     def _prefetch_text(self) -> str:
         if self.prefetch is not None:

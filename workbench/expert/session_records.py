@@ -251,6 +251,7 @@ class SessionFacts:
     upload_threads: int = 1  # threads copying them out of the cache
     prefetch: str = "route"  # what was staged ahead, in words (workbench.expert.prefetch)
     miss: str = "fetch"  # how misses were served, in words (workbench.expert.miss)
+    lane_options: str = ""  # how the lanes ran beyond their count, in words ("schedule eager, handoff lock"); "" at the defaults
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -183,7 +183,8 @@ def summary_line(report: SessionReport) -> str:
             f"{s.hit_rate:.0%} ({f.policy}, cache {f.cache_bytes / mib:.1f} MiB); MiB/token hit {s.hit_bytes_per_token / mib:.2f}, page cache "
             f"{s.page_cache_bytes_per_token / mib:.2f}, disk {s.disk_bytes_per_token / mib:.2f}; staged "
             f"{s.staged_gbps:.2f} GB/s{wall} at queue depth {s.read_queue_depth:.1f}; {steady_line(s)}; "
-            f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}; "
+            f"{f.placement_report}; reader {f.reader}; lanes {f.lanes}{' overlap' if f.overlap else ''}"
+            f"{f' ({f.lane_options})' if f.lane_options else ''}; "
             f"compute {f.compute}{_advice(f, s)}{_uploads(f)}; {tail_line(s)}{_prefetch(f, s)}{_misses(f, s)}")
 
 
